@@ -1,0 +1,62 @@
+"""rmqstore: Apache RocketMQ's message store as an embedded Python library.
+
+CommitLog, ConsumeQueue, IndexFile, checkpoint and recovery, byte-compatible
+with the files a RocketMQ broker writes; hot paths in a Cython core with a
+pure-Python twin (``rmqstore.IMPLEMENTATION`` says which one is live).
+"""
+
+from ._kernels import IMPLEMENTATION
+from .config import ASYNC_FLUSH, SYNC_FLUSH, StoreConfig
+from .exceptions import (
+    ConfigError,
+    CorruptedFileError,
+    DiskFullError,
+    FlushError,
+    IllegalMessageError,
+    MessageTooLargeError,
+    MessageTypeError,
+    PropertiesSizeExceededError,
+    RmqStoreError,
+    StoreClosedError,
+    StoreLockedError,
+    StoreReadOnlyError,
+)
+from .message import (
+    GetMessageResult,
+    GetMessageStatus,
+    Message,
+    MessageExt,
+    PutMessageResult,
+    PutMessageStatus,
+    new_unique_key,
+)
+from .store import MessageStore
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "IMPLEMENTATION",
+    "MessageStore",
+    "StoreConfig",
+    "ASYNC_FLUSH",
+    "SYNC_FLUSH",
+    "Message",
+    "MessageExt",
+    "PutMessageStatus",
+    "GetMessageStatus",
+    "PutMessageResult",
+    "GetMessageResult",
+    "new_unique_key",
+    "RmqStoreError",
+    "ConfigError",
+    "CorruptedFileError",
+    "IllegalMessageError",
+    "MessageTooLargeError",
+    "PropertiesSizeExceededError",
+    "MessageTypeError",
+    "StoreClosedError",
+    "StoreReadOnlyError",
+    "StoreLockedError",
+    "FlushError",
+    "DiskFullError",
+]

@@ -1,0 +1,626 @@
+"""Pure-Python kernels: the twin of ``rmqstore/_core.pyx``.
+
+Same names, same signatures, same results as the Cython core; selected with
+``RMQSTORE_PURE_PYTHON=1`` (see ``rmqstore/_kernels.py``). Kernels work on raw
+buffers (``mmap``, ``bytearray``, ``bytes``) at byte positions; they hold no
+state, open no files and log nothing. Every read is bounds-checked against the
+buffer (or a caller-given limit), so corrupt input can never read outside it;
+chain walks are bounded, so they always end.
+
+All multi-byte integers are big-endian (SPEC §0).
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+
+from ._layout import (
+    BLANK_MAGIC_CODE,
+    BORNHOST_V6_FLAG,
+    CQ_STORE_UNIT_SIZE,
+    CRC32_RESERVED_LEN,
+    INDEX_ENTRY_SIZE,
+    INDEX_HASH_SLOT_SIZE,
+    INDEX_HEADER_SIZE,
+    MAX_PROPERTIES_LENGTH,
+    MAX_TOPIC_LENGTH_V1,
+    MAX_TOPIC_LENGTH_V2,
+    MESSAGE_MAGIC_CODE,
+    MESSAGE_MAGIC_CODE_V2,
+    MIN_RECORD_SIZE,
+    PRE_BLANK_SIZE,
+    REC_BAD_MAGIC,
+    REC_BAD_SIZE,
+    REC_BLANK,
+    REC_BODY_CRC,
+    REC_LENGTH_MISMATCH,
+    REC_PROP_CRC,
+    REC_TRUNCATED,
+    STOREHOSTADDRESS_V6_FLAG,
+)
+
+__all__ = [
+    "java_hash",
+    "index_key_hash",
+    "masked_crc32",
+    "parse_properties",
+    "record_size",
+    "write_record",
+    "encode_record",
+    "check_record",
+    "decode_record",
+    "read_store_timestamp",
+    "cq_put",
+    "cq_get",
+    "cq_units",
+    "cq_scan",
+    "cq_search_time",
+    "index_put",
+    "index_select",
+]
+
+_I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
+_I16 = struct.Struct(">h")
+_I8 = struct.Struct(">b")
+_CQ_UNIT = struct.Struct(">qiq")
+_INDEX_ENTRY = struct.Struct(">iqii")
+_INDEX_HEADER = struct.Struct(">qqqqii")
+_SIZE_MAGIC = struct.Struct(">ii")
+_INT_MIN = -(1 << 31)
+_INT_MAX = (1 << 31) - 1
+
+# header up to and including BODYLENGTH, one Struct per (born, store) width
+_HEADERS = {
+    (bw, sw): struct.Struct(f">iiiiiqqiq{bw}sq{sw}siqi")
+    for bw in (8, 20)
+    for sw in (8, 20)
+}
+
+
+# --- hashing and checksums ------------------------------------------------
+
+
+def java_hash(s: str) -> int:
+    """Java ``String.hashCode()`` of *s*: 31-polynomial over UTF-16 code units.
+
+    Characters outside the BMP count as two units (a surrogate pair).
+    Returns a signed 32-bit int. Raises TypeError unless *s* is a str.
+    """
+    if not isinstance(s, str):
+        raise TypeError(f"java_hash expects str, got {type(s).__name__}")
+    h = 0
+    if s.isascii():
+        for c in s.encode("ascii"):
+            h = (31 * h + c) & 0xFFFFFFFF
+    else:
+        data = s.encode("utf-16-be", "surrogatepass")
+        for i in range(0, len(data), 2):
+            h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def index_key_hash(key: str) -> int:
+    """IndexFile key hash (``IndexFile.indexKeyHashMethod``): ``abs(java_hash)``,
+    with 0 for ``Integer.MIN_VALUE`` (Java's ``Math.abs`` overflow). Always >= 0."""
+    h = java_hash(key)
+    return 0 if h == _INT_MIN else abs(h)
+
+
+def masked_crc32(data, start: int = 0, end: int = -1) -> int:
+    """CRC-32 (IEEE, as ``zlib.crc32``) of ``data[start:end]`` masked with
+    0x7FFFFFFF, as RocketMQ's ``UtilAll.crc32`` stores it. ``end=-1`` means the
+    end of *data*. Raises ValueError for a range outside *data*."""
+    n = len(data)
+    if end < 0:
+        end = n
+    if not 0 <= start <= end <= n:
+        raise ValueError(f"range [{start}, {end}) outside buffer of {n} bytes")
+    with memoryview(data) as mv:
+        return zlib.crc32(mv[start:end]) & 0x7FFFFFFF
+
+
+# --- properties -----------------------------------------------------------
+
+
+def parse_properties(blob) -> dict:
+    """Decode a property blob exactly as RocketMQ's ``string2messageProperties``.
+
+    Pairs are separated by 0x02 and split at their first 0x01; pairs with an
+    empty name or value are dropped; a later duplicate wins. Returns a dict in
+    stored order. Invalid UTF-8 is replaced (as Java's decoder does).
+    """
+    text = bytes(blob).decode("utf-8", "replace")
+    out: dict = {}
+    for seg in text.split("\x02"):
+        i = seg.find("\x01")
+        if i > 0 and i < len(seg) - 1:
+            out[seg[:i]] = seg[i + 1 :]
+    return out
+
+
+# --- CommitLog records ----------------------------------------------------
+
+
+def record_size(sys_flag: int, body_len: int, topic_len: int, props_len: int, v2: bool) -> int:
+    """Length in bytes of a CommitLog record (RocketMQ ``calMsgLength``, SPEC §3.1)."""
+    born = 20 if sys_flag & BORNHOST_V6_FLAG else 8
+    store = 20 if sys_flag & STOREHOSTADDRESS_V6_FLAG else 8
+    return (
+        68 + born + store + 4 + max(body_len, 0) + (2 if v2 else 1) + topic_len + 2 + max(props_len, 0)
+    )
+
+
+def _crc_digits(crc: int) -> bytes:
+    return bytes(48 + (crc // 10**i) % 10 for i in range(10))
+
+
+def _encoded_props_len(properties, append_crc: bool) -> int:
+    n = len(properties)
+    if append_crc:
+        if n and properties[-1] != 2:
+            n += 1
+        n += CRC32_RESERVED_LEN
+    return n
+
+
+def write_record(
+    buf,
+    pos: int,
+    queue_id: int,
+    flag: int,
+    queue_offset: int,
+    physical_offset: int,
+    sys_flag: int,
+    born_timestamp: int,
+    born_host,
+    store_timestamp: int,
+    store_host,
+    reconsume_times: int,
+    prepared_transaction_offset: int,
+    body,
+    topic,
+    properties,
+    append_crc: bool,
+) -> int:
+    """Encode one CommitLog record into ``buf[pos:]`` (SPEC §3.1) and return its size.
+
+    *born_host* / *store_host* are the raw host fields (address bytes + i32
+    port: 8 bytes for IPv4, 20 for IPv6) and must agree with the V6 bits of
+    *sys_flag*; *topic* and *properties* are UTF-8 bytes; BODYCRC is computed
+    here. v2 magic is used iff the topic is over 127 bytes. With *append_crc*
+    the ``__CRC32#`` entry (SPEC §3.7) is appended over the finished record.
+
+    Raises ValueError (nothing written) when the record does not fit in the
+    buffer, a length is out of range or a host width disagrees with *sys_flag*.
+    """
+    bw = 20 if sys_flag & BORNHOST_V6_FLAG else 8
+    sw = 20 if sys_flag & STOREHOSTADDRESS_V6_FLAG else 8
+    if len(born_host) != bw or len(store_host) != sw:
+        raise ValueError("host field widths disagree with the sysflag V6 bits")
+    topic_len = len(topic)
+    if topic_len > MAX_TOPIC_LENGTH_V2:
+        raise ValueError(f"topic of {topic_len} bytes is too long")
+    v2 = topic_len > MAX_TOPIC_LENGTH_V1
+    props_len = _encoded_props_len(properties, append_crc)
+    if props_len > MAX_PROPERTIES_LENGTH:
+        raise ValueError(f"properties of {props_len} bytes exceed {MAX_PROPERTIES_LENGTH}")
+    body_len = len(body)
+    size = record_size(sys_flag, body_len, topic_len, props_len, v2)
+    if pos < 0 or pos + size > len(buf):
+        raise ValueError(f"record of {size} bytes does not fit at position {pos}")
+    hdr = _HEADERS[(bw, sw)]
+    hdr.pack_into(
+        buf,
+        pos,
+        size,
+        MESSAGE_MAGIC_CODE_V2 if v2 else MESSAGE_MAGIC_CODE,
+        zlib.crc32(body) & 0x7FFFFFFF if body_len else 0,
+        queue_id,
+        flag,
+        queue_offset,
+        physical_offset,
+        sys_flag,
+        born_timestamp,
+        bytes(born_host),
+        store_timestamp,
+        bytes(store_host),
+        reconsume_times,
+        prepared_transaction_offset,
+        body_len,
+    )
+    p = pos + hdr.size
+    buf[p : p + body_len] = body
+    p += body_len
+    if v2:
+        _I16.pack_into(buf, p, topic_len)
+        p += 2
+    else:
+        buf[p] = topic_len
+        p += 1
+    buf[p : p + topic_len] = topic
+    p += topic_len
+    _I16.pack_into(buf, p, props_len)
+    p += 2
+    n = len(properties)
+    buf[p : p + n] = properties
+    p += n
+    if append_crc:
+        if n and properties[-1] != 2:
+            buf[p] = 2
+            p += 1
+        crc = masked_crc32(buf, pos, p)
+        buf[p : p + CRC32_RESERVED_LEN] = b"__CRC32#\x01" + _crc_digits(crc) + b"\x02"
+    return size
+
+
+def encode_record(
+    queue_id: int,
+    flag: int,
+    queue_offset: int,
+    physical_offset: int,
+    sys_flag: int,
+    born_timestamp: int,
+    born_host,
+    store_timestamp: int,
+    store_host,
+    reconsume_times: int,
+    prepared_transaction_offset: int,
+    body,
+    topic,
+    properties,
+    append_crc: bool,
+) -> bytes:
+    """``write_record`` into a new buffer; returns the record's bytes."""
+    v2 = len(topic) > MAX_TOPIC_LENGTH_V1
+    size = record_size(
+        sys_flag, len(body), len(topic), _encoded_props_len(properties, append_crc), v2
+    )
+    out = bytearray(size)
+    write_record(
+        out, 0, queue_id, flag, queue_offset, physical_offset, sys_flag, born_timestamp,
+        born_host, store_timestamp, store_host, reconsume_times,
+        prepared_transaction_offset, body, topic, properties, append_crc,
+    )
+    return bytes(out)
+
+
+def _find_crc_property(props: bytes):
+    """The value of the last ``__CRC32#`` entry as an int, or None."""
+    i = props.rfind(b"__CRC32#\x01")
+    if i < 0 or (i > 0 and props[i - 1] != 2):
+        return None
+    digits = props[i + 9 : i + 19]
+    if len(digits) != 10 or not digits.isdigit():
+        return None
+    return int(digits[::-1])
+
+
+def check_record(buf, pos: int, limit: int, check_crc: bool, verify_prop_crc: bool, max_size: int) -> int:
+    """Validate the record at ``buf[pos:limit]`` (RocketMQ ``checkMessageAndReturnSize``, SPEC §9.2).
+
+    Returns the record size (> 0) for a valid message, ``REC_BLANK`` (0) for
+    the END_OF_FILE record, or a negative ``REC_*`` code (see ``_layout``).
+    TOTALSIZE is checked against ``[MIN_RECORD_SIZE, max_size]`` and the bytes
+    left before anything is read (P-9). With *check_crc* the body CRC is
+    verified, or with *verify_prop_crc* the ``__CRC32#`` property instead.
+    """
+    limit = min(limit, len(buf))
+    remaining = limit - pos
+    if pos < 0 or remaining < 8:
+        return REC_TRUNCATED
+    size, magic = _SIZE_MAGIC.unpack_from(buf, pos)
+    if magic == BLANK_MAGIC_CODE:
+        return REC_BLANK
+    if magic == MESSAGE_MAGIC_CODE:
+        tlw = 1
+    elif magic == MESSAGE_MAGIC_CODE_V2:
+        tlw = 2
+    else:
+        return REC_BAD_MAGIC
+    if size < MIN_RECORD_SIZE or size > max_size:
+        return REC_BAD_SIZE
+    if size > remaining:
+        return REC_TRUNCATED
+    end = pos + size
+    sys_flag = _I32.unpack_from(buf, pos + 36)[0]
+    bw = 20 if sys_flag & BORNHOST_V6_FLAG else 8
+    sw = 20 if sys_flag & STOREHOSTADDRESS_V6_FLAG else 8
+    p = pos + 68 + bw + sw  # BODYLENGTH
+    if p + 4 > end:
+        return REC_LENGTH_MISMATCH
+    body_len = _I32.unpack_from(buf, p)[0]
+    p += 4
+    if body_len < 0 or p + body_len + tlw > end:
+        return REC_BAD_SIZE if body_len < 0 else REC_LENGTH_MISMATCH
+    body_start = p
+    p += body_len
+    topic_len = buf[p] if tlw == 1 else _I16.unpack_from(buf, p)[0]
+    if tlw == 1 and topic_len > 127:
+        return REC_BAD_SIZE  # Java reads a signed byte
+    if topic_len < 0:
+        return REC_BAD_SIZE
+    p += tlw + topic_len
+    if p + 2 > end:
+        return REC_LENGTH_MISMATCH
+    props_len = _I16.unpack_from(buf, p)[0]
+    if props_len < 0:
+        return REC_BAD_SIZE
+    p += 2
+    if p + props_len != end:
+        return REC_LENGTH_MISMATCH
+    if check_crc:
+        if verify_prop_crc:
+            if props_len < CRC32_RESERVED_LEN:
+                return REC_PROP_CRC
+            stored = _find_crc_property(bytes(buf[p : end]))
+            if stored is None or stored != masked_crc32(buf, pos, end - CRC32_RESERVED_LEN):
+                return REC_PROP_CRC
+        elif body_len > 0:
+            if masked_crc32(buf, body_start, body_start + body_len) != _I32.unpack_from(buf, pos + 8)[0]:
+                return REC_BODY_CRC
+    return size
+
+
+def decode_record(buf, pos: int, with_body: bool) -> tuple:
+    """Decode the record at *pos*, which ``check_record`` has accepted.
+
+    Returns ``(total_size, magic, body_crc, queue_id, flag, queue_offset,
+    physical_offset, sys_flag, born_timestamp, born_host, store_timestamp,
+    store_host, reconsume_times, prepared_transaction_offset, body, topic,
+    properties)``: hosts as raw field bytes (address + i32 port), body as bytes
+    (None unless *with_body*), topic as str, properties as the raw blob bytes.
+    Raises ValueError if the record is not well formed or leaves the buffer.
+    """
+    n = len(buf)
+    if pos < 0 or pos + 8 > n:
+        raise ValueError(f"no record at {pos}")
+    size, magic = _SIZE_MAGIC.unpack_from(buf, pos)
+    if magic not in (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2) or size < MIN_RECORD_SIZE or pos + size > n:
+        raise ValueError(f"no valid record at {pos}")
+    sys_flag = _I32.unpack_from(buf, pos + 36)[0]
+    bw = 20 if sys_flag & BORNHOST_V6_FLAG else 8
+    sw = 20 if sys_flag & STOREHOSTADDRESS_V6_FLAG else 8
+    hdr = _HEADERS[(bw, sw)]
+    end = pos + size
+    if pos + hdr.size > end:
+        raise ValueError(f"record at {pos} is shorter than its header")
+    f = hdr.unpack_from(buf, pos)
+    body_len = f[14]
+    p = pos + hdr.size
+    if body_len < 0 or p + body_len > end:
+        raise ValueError(f"record at {pos} has a bad body length")
+    body = bytes(buf[p : p + body_len]) if with_body else None
+    p += body_len
+    if magic == MESSAGE_MAGIC_CODE:
+        if p + 1 > end:
+            raise ValueError(f"record at {pos} is truncated")
+        topic_len = _I8.unpack_from(buf, p)[0]
+        p += 1
+    else:
+        if p + 2 > end:
+            raise ValueError(f"record at {pos} is truncated")
+        topic_len = _I16.unpack_from(buf, p)[0]
+        p += 2
+    if topic_len < 0 or p + topic_len + 2 > end:
+        raise ValueError(f"record at {pos} has a bad topic length")
+    topic = bytes(buf[p : p + topic_len]).decode("utf-8", "replace")
+    p += topic_len
+    props_len = _I16.unpack_from(buf, p)[0]
+    p += 2
+    if props_len < 0 or p + props_len > end:
+        raise ValueError(f"record at {pos} has a bad properties length")
+    props = bytes(buf[p : p + props_len])
+    return (
+        size, magic, f[2], f[3], f[4], f[5], f[6], sys_flag, f[8], f[9], f[10], f[11],
+        f[12], f[13], body, topic, props,
+    )
+
+
+def read_store_timestamp(buf, pos: int) -> int:
+    """STORETIMESTAMP of the record at *pos* (its position depends on the born
+    host width). Returns -1 when the field lies outside the buffer."""
+    n = len(buf)
+    if pos < 0 or pos + 40 > n:
+        return -1
+    bw = 20 if _I32.unpack_from(buf, pos + 36)[0] & BORNHOST_V6_FLAG else 8
+    p = pos + 48 + bw
+    if p + 8 > n:
+        return -1
+    return _I64.unpack_from(buf, p)[0]
+
+
+# --- ConsumeQueue ---------------------------------------------------------
+
+
+def cq_put(buf, pos: int, physical_offset: int, size: int, tags_code: int) -> None:
+    """Write one 20-byte ConsumeQueue unit at *pos* (SPEC §6.1)."""
+    _CQ_UNIT.pack_into(buf, pos, physical_offset, size, tags_code)
+
+
+def cq_get(buf, pos: int) -> tuple:
+    """Read the unit at *pos*: ``(physical_offset, size, tags_code)``."""
+    return _CQ_UNIT.unpack_from(buf, pos)
+
+
+def cq_units(buf, start: int, end: int) -> list:
+    """Every unit in ``buf[start:end]`` (whole units only) as tuples."""
+    end = min(end, len(buf))
+    if start < 0 or start >= end:
+        return []
+    end -= (end - start) % CQ_STORE_UNIT_SIZE
+    return list(_CQ_UNIT.iter_unpack(memoryview(buf)[start:end]))
+
+
+def cq_scan(buf, start: int, end: int) -> tuple:
+    """Recovery scan of one ConsumeQueue file (SPEC §6.6).
+
+    From *start*, walk units while they are valid (physical offset >= 0 and
+    size > 0). Returns ``(valid_end, max_physical_end)``: the position after
+    the last valid unit, and offset + size of the last valid unit that is not
+    a pre-blank placeholder (-1 if none; P-14).
+    """
+    end = min(end, len(buf))
+    p = max(start, 0)
+    max_end = -1
+    unpack = _CQ_UNIT.unpack_from
+    while p + CQ_STORE_UNIT_SIZE <= end:
+        phy, size, tags = unpack(buf, p)
+        if phy < 0 or size <= 0:
+            break
+        if not (phy == 0 and size == PRE_BLANK_SIZE and tags == 0):
+            max_end = phy + size
+        p += CQ_STORE_UNIT_SIZE
+    return p, max_end
+
+
+def _jdiv(a: int, b: int) -> int:
+    q = abs(a) // abs(b)
+    return q if (a >= 0) == (b > 0) else -q
+
+
+def cq_search_time(
+    buf, file_start: int, low: int, range_: int, timestamp: int, upper: bool, min_physical_offset: int, time_at
+) -> int:
+    """Binary search of one ConsumeQueue file by store time (RocketMQ 5.1.1+
+    ``binarySearchInQueueByTime``, SPEC §6.11) returning a queue offset.
+
+    *low* is the first position to consider, *range_* the readable length of
+    the file in bytes; ``time_at(physical_offset, size)`` returns a record's
+    store timestamp or -1. *upper* selects BoundaryType UPPER (else LOWER).
+    The caller clamps the answer to the queue's [min, max] offsets.
+    """
+    U = CQ_STORE_UNIT_SIZE
+    range_ = min(range_, len(buf))
+    range_ -= range_ % U
+    if range_ < U or low > range_ - U:
+        return _jdiv(file_start, U)
+    unpack = _CQ_UNIT.unpack_from
+
+    def time_of(p):
+        phy, size, _ = unpack(buf, p)
+        return time_at(phy, size)
+
+    ceiling = range_ - U
+    floor = low
+    high = ceiling
+    left = right = target = -1
+    if time_of(ceiling) < timestamp:
+        return _jdiv(file_start + ceiling + (0 if upper else U), U)
+    if time_of(floor) > timestamp:
+        return 0 if upper else _jdiv(file_start, U)
+    while high >= low:
+        mid = (low + high) // (2 * U) * U
+        phy, size, _ = unpack(buf, mid)
+        if phy < min_physical_offset:
+            low = mid + U
+            left = mid
+            continue
+        t = time_at(phy, size)
+        if t < 0:
+            return 0
+        if t == timestamp:
+            target = mid
+            break
+        if t > timestamp:
+            high = mid - U
+            right = mid
+        else:
+            low = mid + U
+            left = mid
+    if target != -1:
+        if upper:
+            while target + U <= ceiling and time_of(target + U) == timestamp:
+                target += U
+        else:
+            while target - U >= floor and time_of(target - U) == timestamp:
+                target -= U
+        result = target
+    else:
+        result = left if upper else right
+    return _jdiv(file_start + result, U)
+
+
+# --- IndexFile ------------------------------------------------------------
+
+
+def _index_count(buf) -> int:
+    c = _I32.unpack_from(buf, 36)[0]
+    return c if c > 0 else 1
+
+
+def index_put(buf, hash_slot_num: int, index_num: int, key: str, physical_offset: int, store_timestamp: int) -> bool:
+    """Put *key* into the IndexFile held in *buf* (``IndexFile.putKey``, SPEC §7.3).
+
+    Header, slot and entry are updated in place. Returns False when the file
+    is full (``indexCount >= index_num``). Raises ValueError if *buf* is
+    smaller than ``40 + 4*hash_slot_num + 20*index_num`` bytes.
+    """
+    _check_index_buf(buf, hash_slot_num, index_num)
+    count = _index_count(buf)
+    if count >= index_num:
+        return False
+    key_hash = index_key_hash(key)
+    slot_pos = INDEX_HEADER_SIZE + (key_hash % hash_slot_num) * INDEX_HASH_SLOT_SIZE
+    slot_value = _I32.unpack_from(buf, slot_pos)[0]
+    if slot_value <= 0 or slot_value > count:
+        slot_value = 0
+    begin_ts = _I64.unpack_from(buf, 0)[0]
+    if begin_ts <= 0:
+        time_diff = 0
+    else:
+        time_diff = _jdiv(store_timestamp - begin_ts, 1000)
+        time_diff = _INT_MAX if time_diff > _INT_MAX else max(time_diff, 0)
+    entry_pos = INDEX_HEADER_SIZE + hash_slot_num * INDEX_HASH_SLOT_SIZE + count * INDEX_ENTRY_SIZE
+    _INDEX_ENTRY.pack_into(buf, entry_pos, key_hash, physical_offset, time_diff, slot_value)
+    _I32.pack_into(buf, slot_pos, count)
+    if count <= 1:
+        _I64.pack_into(buf, 16, physical_offset)
+        _I64.pack_into(buf, 0, store_timestamp)
+    if slot_value == 0:
+        _I32.pack_into(buf, 32, _I32.unpack_from(buf, 32)[0] + 1)
+    _I32.pack_into(buf, 36, count + 1)
+    _I64.pack_into(buf, 24, physical_offset)
+    _I64.pack_into(buf, 8, store_timestamp)
+    return True
+
+
+def _check_index_buf(buf, hash_slot_num, index_num):
+    need = INDEX_HEADER_SIZE + hash_slot_num * INDEX_HASH_SLOT_SIZE + index_num * INDEX_ENTRY_SIZE
+    if hash_slot_num <= 0 or index_num <= 0 or len(buf) < need:
+        raise ValueError(f"index buffer of {len(buf)} bytes is smaller than {need}")
+
+
+def index_select(
+    buf, hash_slot_num: int, index_num: int, key: str, max_num: int, begin: int, end: int, out: list
+) -> None:
+    """Append to *out* the physical offsets stored for *key* whose decoded time
+    lies in [begin, end], newest first (``IndexFile.selectPhyOffset``, SPEC §7.4).
+
+    Only the 32-bit key hash is compared (P-1). Stops once ``len(out) >=
+    max_num``. A corrupt chain cannot loop: the walk visits at most
+    ``index_num`` entries and never leaves the entry area.
+    """
+    _check_index_buf(buf, hash_slot_num, index_num)
+    count = _index_count(buf)
+    key_hash = index_key_hash(key)
+    slot_pos = INDEX_HEADER_SIZE + (key_hash % hash_slot_num) * INDEX_HASH_SLOT_SIZE
+    n = _I32.unpack_from(buf, slot_pos)[0]
+    if n <= 0 or n > count or count <= 1:
+        return
+    begin_ts = _I64.unpack_from(buf, 0)[0]
+    base = INDEX_HEADER_SIZE + hash_slot_num * INDEX_HASH_SLOT_SIZE
+    unpack = _INDEX_ENTRY.unpack_from
+    for _ in range(index_num):
+        if len(out) >= max_num or n >= index_num:
+            break
+        h, phy, diff, prev = unpack(buf, base + n * INDEX_ENTRY_SIZE)
+        if diff < 0:
+            break
+        t = begin_ts + diff * 1000
+        if h == key_hash and begin <= t <= end:
+            out.append(phy)
+        if prev <= 0 or prev > count or prev == n or t < begin:
+            break
+        n = prev

@@ -1,0 +1,231 @@
+"""The CommitLog: every message record, back to back, in 1 GiB segments (SPEC §3).
+
+This module owns appending (with END_OF_FILE blank records and file rolling,
+SPEC §3.8), reading records by physical offset, and the recovery scan that
+finds where valid data ends (SPEC §10). Dispatch to ConsumeQueues and the
+IndexFile is the store's business (``store.py``).
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+
+from . import _kernels as k
+from ._layout import (
+    BLANK_MAGIC_CODE,
+    END_FILE_MIN_BLANK_LENGTH,
+    POS_PHYSICALOFFSET,
+    RECORD_SIZE_SLACK,
+    REC_STATUS_TEXT,
+)
+from .exceptions import CorruptedFileError
+from .mapped_file import MappedFileQueue
+
+__all__ = ["CommitLog"]
+
+log = logging.getLogger("rmqstore.commitlog")
+
+_BLANK = struct.Struct(">ii")
+_I64 = struct.Struct(">q")
+
+
+class CommitLog:
+    """The CommitLog segments of one store.
+
+    Args:
+        directory (str): ``<root>/commitlog``.
+        file_size (int | None): segment size in bytes; None infers it from the
+            files (read-only opens of foreign stores).
+        max_message_size (int): body limit; records may be 64 KiB larger.
+        read_only (bool): never write.
+    """
+
+    def __init__(self, directory, file_size, max_message_size: int, read_only: bool = False):
+        self.queue = MappedFileQueue(directory, file_size, read_only)
+        self.max_record_size = max_message_size + RECORD_SIZE_SLACK
+        self.read_only = read_only
+
+    @property
+    def file_size(self) -> int:
+        return self.queue.file_size
+
+    def load(self) -> None:
+        self.queue.load()
+
+    def min_offset(self) -> int:
+        """Physical offset of the first byte still stored."""
+        return self.queue.min_offset()
+
+    def max_offset(self) -> int:
+        """Physical offset one past the last written byte."""
+        return self.queue.max_offset()
+
+    # --- appending ---------------------------------------------------------------
+
+    def append(
+        self, size, queue_id, flag, queue_offset, sys_flag, born_timestamp, born_host, store_timestamp,
+        store_host, reconsume_times, prepared_transaction_offset, body, topic, properties, append_crc,
+    ) -> int:
+        """Append one record of *size* bytes (already computed by the caller with
+        ``record_size``); returns its physical offset. When it does not fit in the
+        current segment with 8 bytes to spare, the segment is closed with a
+        blank record and the record goes to a new one (SPEC §3.8)."""
+        mf = self.queue.last_for_append(0)
+        pos = mf.wrote_position
+        if size + END_FILE_MIN_BLANK_LENGTH > mf.file_size - pos:
+            self._close_segment(mf)
+            mf = self.queue.last_for_append(0)
+            pos = mf.wrote_position
+        phy = mf.file_from_offset + pos
+        k.write_record(
+            mf.mm, pos, queue_id, flag, queue_offset, phy, sys_flag, born_timestamp, born_host,
+            store_timestamp, store_host, reconsume_times, prepared_transaction_offset, body, topic,
+            properties, append_crc,
+        )
+        mf.wrote_position = pos + size
+        return phy
+
+    def fits_in_new_segment(self, size: int) -> bool:
+        """Whether a record of *size* bytes can be stored at all (P-10)."""
+        return size + END_FILE_MIN_BLANK_LENGTH <= self.queue.file_size
+
+    @staticmethod
+    def _close_segment(mf) -> None:
+        free = mf.file_size - mf.wrote_position
+        if free >= END_FILE_MIN_BLANK_LENGTH:
+            _BLANK.pack_into(mf.mm, mf.wrote_position, free, BLANK_MAGIC_CODE)
+        mf.wrote_position = mf.file_size
+
+    # --- reading ------------------------------------------------------------------
+
+    def _locate(self, offset: int):
+        """(segment, position, readable limit) for *offset*, or None."""
+        mf = self.queue.find(offset)
+        if mf is None:
+            return None
+        pos = offset - mf.file_from_offset
+        limit = mf.wrote_position
+        if pos >= limit or offset < self.min_offset():
+            return None
+        return mf, pos, limit
+
+    def read(self, offset: int, with_body: bool = True, strict: bool = False):
+        """Decode the record at physical *offset*.
+
+        Returns the field tuple of ``decode_record`` or None when no valid record
+        starts there. With *strict* (offsets taken from a ConsumeQueue) an
+        invalid record raises :class:`CorruptedFileError` instead.
+        """
+        loc = self._locate(offset)
+        if loc is None:
+            return None
+        mf, pos, limit = loc
+        status = k.check_record(mf.mm, pos, limit, False, False, self.max_record_size)
+        if status <= 0 or _I64.unpack_from(mf.mm, pos + POS_PHYSICALOFFSET)[0] != offset:
+            if strict:
+                why = REC_STATUS_TEXT.get(status, "blank record" if status == 0 else "physical offset field mismatch")
+                raise CorruptedFileError(f"no valid record: {why}", mf.path, pos)
+            return None
+        return k.decode_record(mf.mm, pos, with_body)
+
+    def store_timestamp_at(self, offset: int, size: int) -> int:
+        """STORETIMESTAMP of the record at *offset* (RocketMQ ``pickupStoreTimestamp``):
+        -1 unless ``[offset, offset + size)`` lies within the stored data."""
+        if offset < self.min_offset() or offset + size > self.max_offset():
+            return -1
+        loc = self._locate(offset)
+        if loc is None:
+            return -1
+        return k.read_store_timestamp(loc[0].mm, loc[1])
+
+    def iter_offsets(self, start_offset: int = 0):
+        """Yield ``(physical_offset, size)`` of every valid record from
+        *start_offset* (rounded up to the first segment) to the end of written
+        data, crossing blank records. Raises CorruptedFileError at a record that
+        does not validate before the written end."""
+        files = self.queue.files
+        if not files:
+            return
+        offset = max(start_offset, files[0].file_from_offset)
+        while True:
+            mf = self.queue.find(offset)
+            if mf is None:
+                return
+            pos = offset - mf.file_from_offset
+            limit = mf.wrote_position
+            if pos >= limit:
+                if mf is files[-1] or limit < mf.file_size:
+                    return
+                offset = mf.file_from_offset + mf.file_size
+                continue
+            status = k.check_record(mf.mm, pos, limit, False, False, self.max_record_size)
+            if status == 0 or limit - pos < END_FILE_MIN_BLANK_LENGTH:
+                offset = mf.file_from_offset + mf.file_size
+                continue
+            if status < 0:
+                raise CorruptedFileError(f"bad record: {REC_STATUS_TEXT[status]}", mf.path, pos)
+            yield offset, status
+            offset += status
+
+    # --- recovery -------------------------------------------------------------------
+
+    def scan_valid(self, start_index: int, check_crc: bool, verify_prop_crc: bool, on_record=None):
+        """Recovery scan (SPEC §10.2 step 2) from segment *start_index*: walk
+        records while they validate (length formula, magic, CRC when asked, and
+        the stored physical offset equal to the position — P-11), crossing
+        blank records. Calls ``on_record(segment, position, size)`` for each.
+
+        Returns ``(process_offset, stop_reason)``: the physical offset just past
+        the last valid record, and None or a text saying why the scan stopped
+        before the end of written data.
+        """
+        files = self.queue.files
+        if not files:
+            return 0, None
+        i = start_index
+        mf = files[i]
+        pos = 0
+        reason = None
+        while True:
+            status = k.check_record(mf.mm, pos, mf.file_size, check_crc, verify_prop_crc, self.max_record_size)
+            if status > 0:
+                if _I64.unpack_from(mf.mm, pos + POS_PHYSICALOFFSET)[0] != mf.file_from_offset + pos:
+                    reason = "physical offset field disagrees with the record's position"
+                    break
+                if on_record is not None:
+                    on_record(mf, pos, status)
+                pos += status
+                continue
+            if status == 0 or (status < 0 and mf.file_size - pos < END_FILE_MIN_BLANK_LENGTH):
+                if i + 1 >= len(files):
+                    break
+                i += 1
+                mf = files[i]
+                pos = 0
+                continue
+            if any(mf.mm[pos : pos + 8]):
+                reason = REC_STATUS_TEXT.get(status, "bad record")
+            break
+        if reason is not None:
+            log.warning("CommitLog recovery stops at %s position %d: %s", mf.path, pos, reason)
+        return mf.file_from_offset + pos, reason
+
+    def first_record_timestamp(self, index: int) -> int:
+        """Store time of the first record of segment *index* if that record
+        validates fully, else -1 (abnormal recovery start choice, SPEC §10.3)."""
+        mf = self.queue.files[index]
+        status = k.check_record(mf.mm, 0, mf.file_size, True, False, self.max_record_size)
+        if status <= 0 or _I64.unpack_from(mf.mm, POS_PHYSICALOFFSET)[0] != mf.file_from_offset:
+            return -1
+        return k.read_store_timestamp(mf.mm, 0)
+
+    def truncate(self, offset: int) -> None:
+        """Drop every byte from physical *offset* on (zeroing stale tails, P-12)."""
+        self.queue.truncate_dirty(offset)
+
+    def flush(self) -> None:
+        self.queue.flush()
+
+    def close(self) -> None:
+        self.queue.close()

@@ -1,0 +1,200 @@
+"""Store configuration: RocketMQ's ``MessageStoreConfig`` in snake_case.
+
+Every field has RocketMQ's default (SPEC §13). Field names are the snake_case
+of the Java names, so a broker ``.properties`` file or a dict with the Java
+camelCase names loads directly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass, field, fields
+
+from ._layout import CQ_STORE_UNIT_SIZE
+from .exceptions import ConfigError
+
+__all__ = ["StoreConfig", "ASYNC_FLUSH", "SYNC_FLUSH"]
+
+ASYNC_FLUSH = "ASYNC_FLUSH"
+SYNC_FLUSH = "SYNC_FLUSH"
+
+DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+_DELAY_UNITS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def _camel_to_snake(name: str) -> str:
+    return re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", name).lower()
+
+
+@dataclass(frozen=True)
+class StoreConfig:
+    """RocketMQ ``MessageStoreConfig`` fields that rmqstore uses (SPEC §13).
+
+    Sizes are bytes, intervals milliseconds, ``file_reserved_time`` hours.
+    ``mapped_file_size_consume_queue`` is rounded up to a multiple of 20 as
+    RocketMQ's getter does. Raises :class:`ConfigError` for invalid values.
+    """
+
+    mapped_file_size_commit_log: int = 1024 * 1024 * 1024
+    mapped_file_size_consume_queue: int = 300_000 * CQ_STORE_UNIT_SIZE
+    max_hash_slot_num: int = 5_000_000
+    max_index_num: int = 5_000_000 * 4
+    max_message_size: int = 1024 * 1024 * 4
+    max_topic_length: int = 127
+    auto_message_version_on_topic_len: bool = True
+    enabled_append_prop_crc: bool = False
+    force_verify_prop_crc: bool = False
+    check_crc_on_recover: bool = True
+    flush_disk_type: str = ASYNC_FLUSH
+    flush_interval_commit_log: int = 500
+    flush_commit_log_least_pages: int = 4
+    flush_commit_log_thorough_interval: int = 10_000
+    sync_flush_timeout: int = 5000
+    flush_interval_consume_queue: int = 1000
+    flush_consume_queue_least_pages: int = 2
+    flush_consume_queue_thorough_interval: int = 60_000
+    message_index_enable: bool = True
+    message_index_safe: bool = False
+    max_msgs_num_batch: int = 64
+    default_query_max_num: int = 32
+    message_delay_level: str = DEFAULT_DELAY_LEVELS
+    file_reserved_time: int = 72
+    delete_when: str = "04"
+    disk_max_used_space_ratio: int = 75
+    disk_space_warning_level_ratio: int = 90
+    disk_space_clean_forcibly_ratio: int = 85
+    clean_file_forcibly_enable: bool = True
+    clean_resource_interval: int = 10_000
+    delete_commit_log_files_interval: int = 100
+    delete_consume_queue_files_interval: int = 100
+    destroy_maped_file_interval_forcibly: int = 120_000
+    redelete_hanged_file_interval: int = 120_000
+    delete_file_batch_max: int = 10
+    max_transfer_count_on_message_in_memory: int = 32
+    max_transfer_bytes_on_message_in_memory: int = 256 * 1024
+    duplication_enable: bool = False
+    _delay_table: tuple = field(default=(), init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        for f in fields(self):
+            if not f.init:
+                continue
+            v = getattr(self, f.name)
+            want = type(f.default)
+            if want is bool:
+                if not isinstance(v, bool):
+                    raise ConfigError(f"{f.name} must be a bool, got {v!r}")
+            elif want is int:
+                if isinstance(v, bool) or not isinstance(v, int):
+                    raise ConfigError(f"{f.name} must be an int, got {v!r}")
+            elif not isinstance(v, want):
+                raise ConfigError(f"{f.name} must be a {want.__name__}, got {v!r}")
+        cq = self.mapped_file_size_consume_queue
+        if cq <= 0:
+            raise ConfigError("mapped_file_size_consume_queue must be positive")
+        if cq % CQ_STORE_UNIT_SIZE:
+            object.__setattr__(
+                self, "mapped_file_size_consume_queue", (cq // CQ_STORE_UNIT_SIZE + 1) * CQ_STORE_UNIT_SIZE
+            )
+        if self.mapped_file_size_commit_log < 4096:
+            raise ConfigError("mapped_file_size_commit_log must be at least 4096 bytes")
+        if self.max_hash_slot_num <= 0 or self.max_index_num <= 1:
+            raise ConfigError("max_hash_slot_num must be > 0 and max_index_num > 1")
+        if self.max_message_size <= 0:
+            raise ConfigError("max_message_size must be positive")
+        if self.flush_disk_type not in (ASYNC_FLUSH, SYNC_FLUSH):
+            raise ConfigError(f"flush_disk_type must be ASYNC_FLUSH or SYNC_FLUSH, got {self.flush_disk_type!r}")
+        object.__setattr__(self, "_delay_table", _parse_delay_levels(self.message_delay_level))
+
+    # --- derived values -----------------------------------------------------
+
+    @property
+    def max_delay_level(self) -> int:
+        """Number of delay levels in ``message_delay_level``."""
+        return len(self._delay_table)
+
+    def delay_millis(self, level: int) -> int:
+        """Delay in ms of delay *level* (1-based); 1000 for a level missing from the table."""
+        if 1 <= level <= len(self._delay_table):
+            return self._delay_table[level - 1]
+        return 1000
+
+    @property
+    def index_file_size(self) -> int:
+        """Bytes of one IndexFile: 40 + 4 * slots + 20 * entries."""
+        return 40 + 4 * self.max_hash_slot_num + 20 * self.max_index_num
+
+    # --- loading --------------------------------------------------------------
+
+    @classmethod
+    def from_dict(cls, values: dict, strict: bool = True) -> "StoreConfig":
+        """Build a config from a mapping whose keys are either the snake_case
+        field names or RocketMQ's camelCase names (``mappedFileSizeCommitLog``).
+        String values (as in a ``.properties`` file) are converted to the field's
+        type. Unknown names raise :class:`ConfigError` when *strict*, and are
+        ignored otherwise."""
+        known = {f.name: f for f in fields(cls) if f.init}
+        kwargs = {}
+        for raw_name, value in values.items():
+            name = raw_name if raw_name in known else _camel_to_snake(raw_name)
+            f = known.get(name)
+            if f is None:
+                if strict:
+                    raise ConfigError(f"unknown store config name {raw_name!r}")
+                continue
+            kwargs[name] = _convert(name, type(f.default), value)
+        return cls(**kwargs)
+
+    @classmethod
+    def from_properties(cls, path) -> "StoreConfig":
+        """Load a broker ``.properties`` file (``name=value`` lines, ``#``/``!``
+        comments). Names that are not store settings are ignored."""
+        values = {}
+        with open(path, encoding="utf-8") as fh:
+            for line in fh:
+                line = line.strip()
+                if not line or line[0] in "#!":
+                    continue
+                m = re.match(r"([^=:\s]+)\s*[=:]\s*(.*)", line)
+                if m:
+                    values[m.group(1)] = m.group(2)
+        return cls.from_dict(values, strict=False)
+
+    def replace(self, **changes) -> "StoreConfig":
+        """A copy with *changes* applied (``dataclasses.replace``)."""
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict:
+        """Field values by snake_case name."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.init}
+
+
+def _convert(name, want, value):
+    if isinstance(value, str) and want is not str:
+        text = value.strip()
+        if want is bool:
+            if text.lower() in ("true", "1", "yes"):
+                return True
+            if text.lower() in ("false", "0", "no"):
+                return False
+            raise ConfigError(f"{name}: {value!r} is not a boolean")
+        try:
+            return int(text)
+        except ValueError:
+            raise ConfigError(f"{name}: {value!r} is not an integer") from None
+    return value
+
+
+def _parse_delay_levels(text: str) -> tuple:
+    out = []
+    for item in text.split():
+        unit = _DELAY_UNITS.get(item[-1:])
+        try:
+            n = int(item[:-1])
+        except ValueError:
+            n = None
+        if unit is None or n is None:
+            raise ConfigError(f"message_delay_level: bad level {item!r}")
+        out.append(n * unit)
+    return tuple(out)

@@ -1,0 +1,223 @@
+"""ConsumeQueue: per (topic, queue id), 20-byte units pointing into the CommitLog (SPEC §6)."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from . import _kernels as k
+from ._layout import CQ_STORE_UNIT_SIZE as UNIT
+from ._layout import PRE_BLANK_SIZE
+from .mapped_file import MappedFileQueue
+
+__all__ = ["ConsumeQueue", "is_pre_blank"]
+
+log = logging.getLogger("rmqstore.consumequeue")
+
+
+def is_pre_blank(unit) -> bool:
+    """Whether a unit is the placeholder written below a queue's first entry (P-14)."""
+    return unit[0] == 0 and unit[1] == PRE_BLANK_SIZE and unit[2] == 0
+
+
+class ConsumeQueue:
+    """One logical queue: ``consumequeue/<topic>/<queue_id>/``.
+
+    Attributes:
+        topic (str), queue_id (int).
+        max_physic_offset (int): end (offset + size) of the last unit's record, -1 if unknown.
+        min_logic_offset (int): byte offset of the first unit still pointing at live data.
+    """
+
+    def __init__(self, root, topic: str, queue_id: int, file_size, read_only: bool = False):
+        self.topic = topic
+        self.queue_id = queue_id
+        self.queue = MappedFileQueue(os.path.join(root, topic, str(queue_id)), file_size, read_only)
+        self.max_physic_offset = -1
+        self.min_logic_offset = 0
+
+    @property
+    def file_size(self) -> int:
+        return self.queue.file_size
+
+    def load(self) -> None:
+        self.queue.load()
+
+    # --- offsets ------------------------------------------------------------------
+
+    def min_offset_in_queue(self) -> int:
+        return self.min_logic_offset // UNIT
+
+    def max_offset_in_queue(self) -> int:
+        """The next queue offset to be written."""
+        return self.queue.max_offset() // UNIT
+
+    # --- recovery -------------------------------------------------------------------
+
+    def recover(self) -> None:
+        """SPEC §6.6: scan the last three files, stop at the first invalid unit,
+        cut the queue there."""
+        files = self.queue.files
+        if not files:
+            return
+        fs = self.file_size
+        i = max(0, len(files) - 3)
+        max_phy = -1
+        while True:
+            mf = files[i]
+            end, last = k.cq_scan(mf.mm, 0, fs)
+            if last >= 0:
+                max_phy = last
+            if end == fs and i + 1 < len(files):
+                i += 1
+                continue
+            break
+        self.max_physic_offset = max_phy
+        self.queue.truncate_dirty(mf.file_from_offset + end)
+
+    def truncate_dirty_logic_files(self, phy_offset: int) -> None:
+        """SPEC §6.7: drop units whose record starts at or after *phy_offset*;
+        unit 0 of a file is checked for validity too (P-15)."""
+        self.max_physic_offset = phy_offset
+        while self.queue.files:
+            mf = self.queue.last
+            units = k.cq_units(mf.mm, 0, self.file_size)
+            keep = 0
+            for phy, size, tags in units:
+                if phy < 0 or size <= 0 or phy >= phy_offset:
+                    break
+                keep += 1
+                if not is_pre_blank((phy, size, tags)):
+                    self.max_physic_offset = phy + size
+            if keep == 0:
+                self.queue.delete_last()
+                continue
+            self.queue.truncate_dirty(mf.file_from_offset + keep * UNIT)
+            break
+
+    def correct_min_offset(self, min_commit_log_offset: int) -> None:
+        """SPEC §6.9: point ``min_logic_offset`` at the first unit whose record is
+        still in the CommitLog, skipping pre-blank placeholders (P-14)."""
+        files = self.queue.files
+        if not files:
+            return
+        max_bytes = self.queue.max_offset()
+        if self.min_logic_offset >= max_bytes:
+            return
+        first = files[0]
+        start = max(self.min_logic_offset, first.file_from_offset)
+        for mf in files:
+            if mf.file_from_offset + mf.wrote_position <= start:
+                continue
+            pos = max(0, start - mf.file_from_offset)
+            for j, unit in enumerate(k.cq_units(mf.mm, pos, mf.wrote_position)):
+                if unit[0] >= min_commit_log_offset and not is_pre_blank(unit):
+                    self.min_logic_offset = mf.file_from_offset + pos + j * UNIT
+                    return
+        self.min_logic_offset = max_bytes
+
+    # --- writing --------------------------------------------------------------------
+
+    def put(self, physical_offset: int, size: int, tags_code: int, queue_offset: int) -> bool:
+        """Append the unit for *queue_offset* (SPEC §6.3). Already-present units
+        are skipped (idempotent re-dispatch); a gap below *queue_offset* is
+        filled with pre-blank placeholders instead of shifting offsets (P-13)."""
+        if physical_offset + size <= self.max_physic_offset:
+            return True
+        expect = queue_offset * UNIT
+        mf = self.queue.last_for_append(expect)
+        fs = self.file_size
+        if mf.first_created_in_queue and queue_offset != 0 and mf.wrote_position == 0:
+            self.min_logic_offset = expect
+            self._fill_pre_blank(mf, expect % fs)
+        current = mf.file_from_offset + mf.wrote_position
+        if expect < current:
+            return True
+        while expect > current:
+            log.warning(
+                "ConsumeQueue %s-%d: gap before queue offset %d, filled with placeholders",
+                self.topic, self.queue_id, queue_offset,
+            )
+            self._fill_pre_blank(mf, min(fs, expect - mf.file_from_offset))
+            mf = self.queue.last_for_append(expect)
+            current = mf.file_from_offset + mf.wrote_position
+        k.cq_put(mf.mm, mf.wrote_position, physical_offset, size, tags_code)
+        mf.wrote_position += UNIT
+        self.max_physic_offset = physical_offset + size
+        return True
+
+    @staticmethod
+    def _fill_pre_blank(mf, until: int) -> None:
+        for pos in range(mf.wrote_position, until, UNIT):
+            k.cq_put(mf.mm, pos, 0, PRE_BLANK_SIZE, 0)
+        mf.wrote_position = max(mf.wrote_position, until)
+
+    # --- reading --------------------------------------------------------------------
+
+    def get_unit(self, queue_offset: int):
+        """``(physical_offset, size, tags_code)`` at *queue_offset*, or None."""
+        units = self.get_units(queue_offset, 1)
+        return units[0] if units else None
+
+    def get_units(self, queue_offset: int, max_count: int) -> list:
+        """Up to *max_count* units from *queue_offset*, within one file (SPEC §6.8)."""
+        off = queue_offset * UNIT
+        if off < self.min_logic_offset or max_count <= 0:
+            return []
+        mf = self.queue.find(off)
+        if mf is None:
+            return []
+        pos = off - mf.file_from_offset
+        end = min(mf.wrote_position, pos + max_count * UNIT)
+        return k.cq_units(mf.mm, pos, end)
+
+    def last_unit(self):
+        mf = self.queue.last
+        if mf is None or mf.wrote_position < UNIT:
+            return None
+        return k.cq_get(mf.mm, mf.wrote_position - UNIT)
+
+    def offset_by_time(self, timestamp: int, upper: bool, time_at, min_physical_offset: int) -> int:
+        """Queue offset for *timestamp* (RocketMQ 5.1.1+ ``getOffsetInQueueByTime``,
+        SPEC §6.11), before the store's clamp to [min, max]."""
+        mf = self._file_by_time(timestamp, upper, time_at)
+        if mf is None:
+            return 0
+        fs = self.file_size
+        low = max(0, self.min_logic_offset - mf.file_from_offset)
+        wrote = mf.wrote_position
+        if wrote <= 0:
+            return mf.file_from_offset // UNIT
+        rng = wrote if wrote < fs else fs
+        return k.cq_search_time(mf.mm, mf.file_from_offset, low, rng, timestamp, upper, min_physical_offset, time_at)
+
+    def _file_by_time(self, timestamp, upper, time_at):
+        files = self.queue.files
+        if not files:
+            return None
+
+        def unit_time(mf, pos):
+            if pos < 0 or pos + UNIT > mf.wrote_position:
+                return -1
+            phy, size, _ = k.cq_get(mf.mm, pos)
+            return time_at(phy, size)
+
+        if upper:
+            for mf in reversed(files):
+                t = unit_time(mf, 0)
+                if 0 <= t <= timestamp:
+                    return mf
+            return None
+        for mf in files[:-1]:
+            if unit_time(mf, self.file_size - UNIT) >= timestamp:
+                return mf
+        return files[-1]
+
+    def flush(self) -> None:
+        self.queue.flush()
+
+    def close(self) -> None:
+        self.queue.close()
+
+    def destroy(self) -> None:
+        self.queue.destroy()

@@ -1,0 +1,90 @@
+"""One exception hierarchy for rmqstore.
+
+Every class derives from :class:`RmqStoreError` and also from the builtin it
+resembles, so ``except ValueError`` keeps working for callers that do not know
+rmqstore. Expected outcomes (end of data, message not found) are statuses or
+``None``, never exceptions.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "RmqStoreError",
+    "ConfigError",
+    "CorruptedFileError",
+    "IllegalMessageError",
+    "MessageTooLargeError",
+    "PropertiesSizeExceededError",
+    "MessageTypeError",
+    "StoreClosedError",
+    "StoreReadOnlyError",
+    "StoreLockedError",
+    "FlushError",
+    "DiskFullError",
+]
+
+
+class RmqStoreError(Exception):
+    """Base class of every error rmqstore raises on purpose."""
+
+
+class ConfigError(RmqStoreError, ValueError):
+    """A configuration value or name is invalid, or disagrees with the files on disk."""
+
+
+class CorruptedFileError(RmqStoreError, ValueError):
+    """A store file does not hold what its format allows.
+
+    Attributes:
+        path: the file (str) or None when not tied to one file.
+        offset: byte position in that file (or physical offset) where the
+            problem was found, or None.
+    """
+
+    def __init__(self, message: str, path=None, offset=None):
+        self.path = None if path is None else str(path)
+        self.offset = offset
+        where = []
+        if self.path is not None:
+            where.append(self.path)
+        if offset is not None:
+            where.append(f"offset {offset}")
+        super().__init__(f"{message} ({', '.join(where)})" if where else message)
+
+
+class IllegalMessageError(RmqStoreError, ValueError):
+    """A message cannot be stored as given (RocketMQ's MESSAGE_ILLEGAL): bad
+    topic, bad property name or value, transaction flags out of range."""
+
+
+class MessageTooLargeError(IllegalMessageError):
+    """The body exceeds ``max_message_size`` or the record cannot fit in one
+    CommitLog file (RocketMQ's MESSAGE_ILLEGAL for size)."""
+
+
+class PropertiesSizeExceededError(IllegalMessageError):
+    """The encoded properties exceed 32767 bytes (RocketMQ's PROPERTIES_SIZE_EXCEEDED)."""
+
+
+class MessageTypeError(RmqStoreError, TypeError):
+    """A message field has the wrong Python type."""
+
+
+class StoreClosedError(RmqStoreError, ValueError):
+    """The store (or a file of it) was used after ``close()``."""
+
+
+class StoreReadOnlyError(RmqStoreError, PermissionError):
+    """A write was attempted on a store opened with ``read_only=True``."""
+
+
+class StoreLockedError(RmqStoreError, BlockingIOError):
+    """Another writer holds the store's ``lock`` file."""
+
+
+class FlushError(RmqStoreError, OSError):
+    """Forcing data to disk failed; the store refuses further writes."""
+
+
+class DiskFullError(RmqStoreError, OSError):
+    """No space left for a new store file; nothing was written."""

@@ -1,0 +1,343 @@
+"""IndexFile and IndexService: the message key index (SPEC §7).
+
+An IndexFile is a hash table in a file: 40-byte header, ``hash_slot_num``
+4-byte slots holding the newest entry of each slot, ``index_num`` 20-byte
+entries chained newest to oldest. Keys are ``topic#key``.
+"""
+
+from __future__ import annotations
+
+import logging
+import mmap
+import os
+import struct
+import time
+
+from . import _kernels as k
+from ._layout import (
+    INDEX_ENTRY_SIZE,
+    INDEX_HASH_SLOT_SIZE,
+    INDEX_HEADER_SIZE,
+    KEY_SEPARATOR,
+    TRANSACTION_ROLLBACK_TYPE,
+)
+from .exceptions import ConfigError, CorruptedFileError
+from .mapped_file import fsync_dir
+
+__all__ = ["IndexFile", "IndexService", "index_file_size"]
+
+log = logging.getLogger("rmqstore.index")
+
+_HEADER = struct.Struct(">qqqqii")
+
+
+def index_file_size(hash_slot_num: int, index_num: int) -> int:
+    """Bytes of an IndexFile: 40 + 4 * slots + 20 * entries."""
+    return INDEX_HEADER_SIZE + INDEX_HASH_SLOT_SIZE * hash_slot_num + INDEX_ENTRY_SIZE * index_num
+
+
+class IndexFile:
+    """One ``index/<yyyyMMddHHmmssSSS>`` file, mapped whole.
+
+    Args:
+        path (str): the file.
+        hash_slot_num (int), index_num (int): its geometry.
+        read_only (bool): map read-only.
+        create (bool): create it, all zeros, with begin/end values taken from
+            the previous file's *end_phy_offset* / *end_timestamp* (SPEC §7.3).
+    """
+
+    def __init__(self, path, hash_slot_num, index_num, read_only=False, create=False, end_phy_offset=0, end_timestamp=0):
+        self.path = str(path)
+        self.name = os.path.basename(self.path)
+        self.hash_slot_num = hash_slot_num
+        self.index_num = index_num
+        size = index_file_size(hash_slot_num, index_num)
+        flags = os.O_RDONLY if read_only else os.O_RDWR
+        if create:
+            flags |= os.O_CREAT | os.O_EXCL
+        fd = os.open(self.path, flags | getattr(os, "O_CLOEXEC", 0), 0o644)
+        try:
+            if create:
+                os.ftruncate(fd, size)  # sparse: most of a 400 MB index stays unwritten
+            elif os.fstat(fd).st_size != size:
+                raise CorruptedFileError(
+                    f"index file has {os.fstat(fd).st_size} bytes, expected {size} "
+                    f"({hash_slot_num} slots, {index_num} entries)",
+                    self.path,
+                )
+            self.mm = mmap.mmap(fd, size, access=mmap.ACCESS_READ if read_only else mmap.ACCESS_WRITE)
+        except BaseException:
+            os.close(fd)
+            if create:
+                os.unlink(self.path)
+            raise
+        os.close(fd)  # the mapping keeps the file
+        if create:
+            if end_phy_offset > 0:
+                struct.pack_into(">qq", self.mm, 16, end_phy_offset, end_phy_offset)
+            if end_timestamp > 0:
+                struct.pack_into(">qq", self.mm, 0, end_timestamp, end_timestamp)
+            struct.pack_into(">i", self.mm, 36, 1)
+
+    def header(self) -> dict:
+        """The header fields (SPEC §7.1); ``index_count`` as stored (entries + 1)."""
+        b, e, bp, ep, slots, count = _HEADER.unpack_from(self.mm, 0)
+        return {
+            "begin_timestamp": b, "end_timestamp": e, "begin_phy_offset": bp, "end_phy_offset": ep,
+            "hash_slot_count": slots, "index_count": count,
+        }
+
+    @property
+    def begin_timestamp(self) -> int:
+        return _HEADER.unpack_from(self.mm, 0)[0]
+
+    @property
+    def end_timestamp(self) -> int:
+        return _HEADER.unpack_from(self.mm, 0)[1]
+
+    @property
+    def end_phy_offset(self) -> int:
+        return _HEADER.unpack_from(self.mm, 0)[3]
+
+    @property
+    def index_count(self) -> int:
+        c = _HEADER.unpack_from(self.mm, 0)[5]
+        return c if c > 0 else 1
+
+    def is_write_full(self) -> bool:
+        return self.index_count >= self.index_num
+
+    def put_key(self, key: str, physical_offset: int, store_timestamp: int) -> bool:
+        """``IndexFile.putKey``: False when full."""
+        return k.index_put(self.mm, self.hash_slot_num, self.index_num, key, physical_offset, store_timestamp)
+
+    def select_phy_offset(self, out: list, key: str, max_num: int, begin: int, end: int) -> None:
+        """``IndexFile.selectPhyOffset``: append matching offsets to *out*, newest first."""
+        k.index_select(self.mm, self.hash_slot_num, self.index_num, key, max_num, begin, end, out)
+
+    def is_time_matched(self, begin: int, end: int) -> bool:
+        fb, fe = self.begin_timestamp, self.end_timestamp
+        return (begin < fb and end > fe) or (fb <= begin <= fe) or (fb <= end <= fe)
+
+    def flush(self) -> None:
+        if not self.mm.closed:
+            self.mm.flush()
+
+    def close(self) -> None:
+        if not self.mm.closed:
+            self.mm.close()
+
+    def destroy(self) -> None:
+        self.close()
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+
+class IndexService:
+    """All index files of a store (RocketMQ ``IndexService``).
+
+    Args:
+        directory (str): ``<root>/index``.
+        hash_slot_num, index_num (int | None): geometry; None (read-only opens)
+            infers it from the files.
+        read_only (bool): never write.
+        max_msgs_num_batch (int): cap on results of one query (default 64).
+    """
+
+    def __init__(self, directory, hash_slot_num, index_num, read_only=False, max_msgs_num_batch=64):
+        self.directory = str(directory)
+        self.hash_slot_num = hash_slot_num
+        self.index_num = index_num
+        self.read_only = read_only
+        self.max_msgs_num_batch = max_msgs_num_batch
+        self.files: list = []
+        self._last_name = ""
+        #: end timestamp of the newest full file (the checkpoint's indexMsgTimestamp)
+        self.last_full_end_timestamp = 0
+
+    def load(self) -> None:
+        """Map every index file, ordered by (end physical offset, name) rather
+        than by name alone, which a clock step can misorder (P-19)."""
+        try:
+            names = sorted(n for n in os.listdir(self.directory) if n.isdigit())
+        except FileNotFoundError:
+            names = []
+        paths = [os.path.join(self.directory, n) for n in names if os.path.isfile(os.path.join(self.directory, n))]
+        if not paths:
+            return
+        if self.hash_slot_num is None or self.index_num is None or (
+            self.read_only
+            and any(os.path.getsize(p) != index_file_size(self.hash_slot_num, self.index_num) for p in paths)
+        ):
+            self.hash_slot_num, self.index_num = infer_index_geometry(paths, self.hash_slot_num, self.index_num)
+        files = [IndexFile(p, self.hash_slot_num, self.index_num, read_only=self.read_only) for p in paths]
+        files.sort(key=lambda f: (f.end_phy_offset, f.name))
+        self.files = files
+        self._last_name = max(f.name for f in files)
+
+    # --- writing ----------------------------------------------------------------
+
+    def _new_file_name(self) -> str:
+        now = time.time()
+        name = time.strftime("%Y%m%d%H%M%S", time.localtime(now)) + f"{int(now * 1000) % 1000:03d}"
+        if name <= self._last_name:  # two files in one millisecond, or a clock step back
+            name = str(int(self._last_name) + 1)
+        self._last_name = name
+        return name
+
+    def _writable_file(self):
+        last = self.files[-1] if self.files else None
+        if last is not None and not last.is_write_full():
+            return last
+        end_phy = last.end_phy_offset if last else 0
+        end_ts = last.end_timestamp if last else 0
+        if last is not None:
+            last.flush()
+            self.last_full_end_timestamp = end_ts
+        os.makedirs(self.directory, exist_ok=True)
+        f = IndexFile(
+            os.path.join(self.directory, self._new_file_name()), self.hash_slot_num, self.index_num,
+            create=True, end_phy_offset=end_phy, end_timestamp=end_ts,
+        )
+        fsync_dir(self.directory)
+        self.files.append(f)
+        return f
+
+    def build_index(self, topic: str, physical_offset: int, store_timestamp: int, sys_flag: int, uniq_key, keys) -> None:
+        """Index one dispatched record (SPEC §7.6): ``topic#UNIQ_KEY`` first, then
+        each non-empty space-separated key. Rollback records are not indexed;
+        a record already covered by the index is skipped (avoids P-6 duplicates)."""
+        if sys_flag & 0xC == TRANSACTION_ROLLBACK_TYPE:
+            return
+        f = self._writable_file()
+        if physical_offset < f.end_phy_offset or (physical_offset == f.end_phy_offset and f.index_count > 1):
+            return
+        if uniq_key:
+            f = self._put(f, f"{topic}#{uniq_key}", physical_offset, store_timestamp)
+        if keys:
+            for key in keys.split(KEY_SEPARATOR):
+                if key:
+                    f = self._put(f, f"{topic}#{key}", physical_offset, store_timestamp)
+
+    def _put(self, f, key, phy, ts):
+        if f.put_key(key, phy, ts):
+            return f
+        f = self._writable_file()
+        if not f.put_key(key, phy, ts):  # cannot happen with index_num > 1
+            raise CorruptedFileError("a new index file refused a key", f.path)
+        return f
+
+    # --- reading ------------------------------------------------------------------
+
+    def query_offsets(self, topic: str, key: str, max_num: int, begin: int, end: int) -> list:
+        """``IndexService.queryOffset`` exactly (SPEC §7.5): physical offsets whose
+        key hash matches ``topic#key`` and whose index time is in [begin, end],
+        newest file first, at most ``min(max_num, max_msgs_num_batch)``."""
+        max_num = min(max_num, self.max_msgs_num_batch)
+        out: list = []
+        full_key = f"{topic}#{key}"
+        for f in reversed(self.files):
+            if f.is_time_matched(begin, end):
+                f.select_phy_offset(out, full_key, max_num, begin, end)
+            if f.begin_timestamp < begin or len(out) >= max_num:
+                break
+        return out
+
+    def last_update(self) -> tuple:
+        """(end timestamp, end physical offset) of the newest file, or (0, 0)."""
+        if not self.files:
+            return 0, 0
+        return self.files[-1].end_timestamp, self.files[-1].end_phy_offset
+
+    def drop_after(self, physical_offset: int) -> None:
+        """Delete whole index files that start at or past *physical_offset*
+        (after recovery truncated the CommitLog there)."""
+        while self.files and self.files[-1].header()["begin_phy_offset"] >= physical_offset and len(self.files) > 1:
+            self.files.pop().destroy()
+
+    def flush(self) -> None:
+        for f in self.files:
+            f.flush()
+
+    def close(self) -> None:
+        for f in self.files:
+            f.close()
+
+
+def infer_index_geometry(paths, hash_slot_num=None, index_num=None) -> tuple:
+    """Find ``(hash_slot_num, index_num)`` of existing index files.
+
+    Tries, in order: the given values, RocketMQ's defaults, the geometry implied
+    by a full file (``index_count == index_num``), then every geometry that fits
+    the file size, keeping the one whose slots and entries agree (each used
+    slot points at an entry whose key hash falls in that slot, and the number
+    of used slots equals the header's hashSlotCount).
+
+    Raises:
+        ConfigError: files of different sizes, or no geometry fits.
+    """
+    sizes = {os.path.getsize(p) for p in paths}
+    if len(sizes) != 1:
+        raise ConfigError(f"index files have different sizes: {sorted(sizes)}")
+    size = sizes.pop()
+    headers = []
+    for p in paths:
+        with open(p, "rb") as fh:
+            head = fh.read(INDEX_HEADER_SIZE)
+        if len(head) < INDEX_HEADER_SIZE:
+            raise CorruptedFileError("index file shorter than its header", p)
+        headers.append(_HEADER.unpack(head))
+
+    candidates = []
+    if hash_slot_num and index_num:
+        candidates.append((hash_slot_num, index_num))
+    candidates.append((5_000_000, 20_000_000))
+    for h in headers:
+        n = h[5]
+        if n > 1 and (size - INDEX_HEADER_SIZE - INDEX_ENTRY_SIZE * n) > 0:
+            rest = size - INDEX_HEADER_SIZE - INDEX_ENTRY_SIZE * n
+            if rest % INDEX_HASH_SLOT_SIZE == 0:
+                candidates.append((rest // INDEX_HASH_SLOT_SIZE, n))
+    for s, n in candidates:
+        if index_file_size(s, n) == size and all(_geometry_fits(p, s, n) for p in paths):
+            return s, n
+    if size > 64 * 1024 * 1024:
+        raise ConfigError(
+            f"cannot infer the geometry of {size}-byte index files; pass max_hash_slot_num and max_index_num"
+        )
+    total = size - INDEX_HEADER_SIZE
+    for s in range(1, total // INDEX_HASH_SLOT_SIZE):
+        rest = total - INDEX_HASH_SLOT_SIZE * s
+        if rest % INDEX_ENTRY_SIZE:
+            continue
+        n = rest // INDEX_ENTRY_SIZE
+        if n > 1 and all(h[5] <= n for h in headers) and all(_geometry_fits(p, s, n) for p in paths):
+            return s, n
+    raise ConfigError(f"no index geometry fits {size}-byte index files")
+
+
+def _geometry_fits(path, s, n) -> bool:
+    with open(path, "rb") as fh:
+        data = fh.read()
+    _, _, _, _, slot_count, count = _HEADER.unpack_from(data, 0)
+    count = max(count, 1)
+    if count > n:
+        return False
+    slots = struct.unpack_from(f">{s}i", data, INDEX_HEADER_SIZE)
+    base = INDEX_HEADER_SIZE + INDEX_HASH_SLOT_SIZE * s
+    if any(data[base : base + INDEX_ENTRY_SIZE]):
+        return False  # entry 0 is never used
+    used = 0
+    for slot, v in enumerate(slots):
+        if v == 0:
+            continue
+        used += 1
+        if not 0 < v < count:
+            return False
+        key_hash = struct.unpack_from(">i", data, base + v * INDEX_ENTRY_SIZE)[0]
+        if key_hash < 0 or key_hash % s != slot:
+            return False
+    return used == slot_count

@@ -1,0 +1,326 @@
+"""Fixed-size memory-mapped segment files and the queues of them (SPEC §2).
+
+A :class:`MappedFile` is one segment named by its start offset; a
+:class:`MappedFileQueue` is a directory of equal-sized segments covering one
+logical byte stream (the CommitLog, or one ConsumeQueue).
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import mmap
+import os
+
+from .exceptions import CorruptedFileError, DiskFullError, StoreClosedError
+
+__all__ = ["MappedFile", "MappedFileQueue", "offset_to_file_name", "fsync_dir"]
+
+log = logging.getLogger("rmqstore.mapped_file")
+
+_ZERO_CHUNK = 1 << 20
+_ZEROS = bytes(_ZERO_CHUNK)
+
+
+def offset_to_file_name(offset: int) -> str:
+    """Segment file name: the start offset, zero-padded to at least 20 digits (SPEC §2.1)."""
+    return f"{offset:020d}"
+
+
+def fsync_dir(path) -> None:
+    """fsync a directory so a created/removed entry survives a crash."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class MappedFile:
+    """One segment file mapped whole into memory.
+
+    Attributes:
+        path (str): file path.
+        file_from_offset (int): logical offset of byte 0 of the file.
+        file_size (int): bytes.
+        mm (mmap.mmap): the mapping (read-only when the file was opened so).
+        wrote_position (int): bytes appended (relative to the file).
+        flushed_position (int): bytes known to be forced to disk.
+        first_created_in_queue (bool): created while its queue was empty (SPEC §6.5).
+    """
+
+    __slots__ = (
+        "path", "file_from_offset", "file_size", "mm", "read_only", "_fd",
+        "wrote_position", "flushed_position", "first_created_in_queue",
+    )
+
+    def __init__(self, path, file_size: int, read_only: bool = False, create: bool = False):
+        self.path = str(path)
+        self.file_size = file_size
+        self.read_only = read_only
+        self.first_created_in_queue = False
+        try:
+            self.file_from_offset = int(os.path.basename(self.path))
+        except ValueError:
+            raise CorruptedFileError("segment file name is not a number", self.path) from None
+        flags = os.O_RDONLY if read_only else os.O_RDWR
+        if create:
+            flags |= os.O_CREAT | os.O_EXCL
+        self._fd = os.open(self.path, flags | getattr(os, "O_CLOEXEC", 0), 0o644)
+        try:
+            if create:
+                _allocate(self._fd, file_size, self.path)
+            else:
+                actual = os.fstat(self._fd).st_size
+                if actual != file_size:
+                    raise CorruptedFileError(
+                        f"segment has {actual} bytes, expected {file_size}", self.path
+                    )
+            access = mmap.ACCESS_READ if read_only else mmap.ACCESS_WRITE
+            self.mm = mmap.mmap(self._fd, file_size, access=access)
+        except BaseException:
+            os.close(self._fd)
+            if create:
+                _unlink_quietly(self.path)
+            raise
+        self.wrote_position = 0
+        self.flushed_position = 0
+
+    @property
+    def closed(self) -> bool:
+        return self._fd < 0
+
+    def is_full(self) -> bool:
+        return self.wrote_position >= self.file_size
+
+    def flush(self) -> int:
+        """Force written bytes to disk; returns the new flushed position (relative)."""
+        if self._fd < 0:
+            raise StoreClosedError(f"{self.path} is closed")
+        wrote = self.wrote_position
+        if not self.read_only and wrote > self.flushed_position:
+            # msync whole pages covering [flushed, wrote)
+            start = self.flushed_position - self.flushed_position % mmap.PAGESIZE
+            self.mm.flush(start, wrote - start)
+            self.flushed_position = wrote
+        return self.flushed_position
+
+    def zero_tail(self, position: int) -> bool:
+        """Zero ``[position, file_size)`` where it is not zero yet, so stale bytes
+        behind a truncation point can never be read back as data (P-12).
+        Returns True if anything was written."""
+        mm = self.mm
+        wrote_any = False
+        p = position
+        while p < self.file_size:
+            end = min(self.file_size, (p // _ZERO_CHUNK + 1) * _ZERO_CHUNK)
+            if mm[p:end] != _ZEROS[: end - p]:
+                mm[p:end] = _ZEROS[: end - p]
+                wrote_any = True
+            p = end
+        if wrote_any:
+            mm.flush()
+        return wrote_any
+
+    def close(self) -> None:
+        """Unmap and close; idempotent."""
+        if self._fd < 0:
+            return
+        try:
+            self.mm.close()
+        finally:
+            os.close(self._fd)
+            self._fd = -1
+
+    def destroy(self) -> None:
+        """Close and delete the file."""
+        self.close()
+        _unlink_quietly(self.path)
+
+    def __repr__(self):
+        return f"MappedFile({self.path!r}, wrote={self.wrote_position}, size={self.file_size})"
+
+
+def _allocate(fd: int, size: int, path: str) -> None:
+    """Give a new segment its full size. posix_fallocate reserves the blocks, so a
+    full disk is an error here rather than SIGBUS on a later write."""
+    try:
+        os.posix_fallocate(fd, 0, size)
+        return
+    except AttributeError:
+        pass
+    except OSError as e:
+        if e.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise DiskFullError(e.errno, f"no space for a {size}-byte segment", path) from None
+        if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL, getattr(errno, "ENOTSUP", errno.EOPNOTSUPP)):
+            raise
+    os.ftruncate(fd, size)
+
+
+def _unlink_quietly(path) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+class MappedFileQueue:
+    """A directory of equal-sized segments (RocketMQ ``MappedFileQueue``).
+
+    Args:
+        directory (str): the folder holding the segments.
+        file_size (int | None): bytes per segment; None (read-only only) takes
+            the size of the files found.
+        read_only (bool): map read-only and never create, delete or truncate.
+    """
+
+    def __init__(self, directory, file_size, read_only: bool = False):
+        self.directory = str(directory)
+        self.file_size = file_size
+        self.read_only = read_only
+        self.files: list = []
+
+    # --- loading ------------------------------------------------------------
+
+    def load(self) -> None:
+        """Map every segment (SPEC §2.2 load): sub-directories and non-numeric
+        names are skipped, an empty last file is removed (ignored read-only),
+        every other file must have the queue's size.
+
+        Raises:
+            CorruptedFileError: a segment has the wrong size, or segments overlap.
+        """
+        try:
+            names = sorted(os.listdir(self.directory))
+        except FileNotFoundError:
+            names = []
+        paths = []
+        for name in names:
+            path = os.path.join(self.directory, name)
+            if not name.isdigit() or not os.path.isfile(path):
+                if not os.path.isdir(path):
+                    log.warning("ignoring non-segment file %s", path)
+                continue
+            paths.append(path)
+        if paths and os.path.getsize(paths[-1]) == 0:
+            if not self.read_only:
+                log.warning("removing empty last segment %s", paths[-1])
+                os.unlink(paths[-1])
+            paths.pop()
+        if paths and self.file_size is None:
+            self.file_size = os.path.getsize(paths[0])
+            if self.file_size <= 0:
+                raise CorruptedFileError("empty segment file", paths[0])
+        prev = None
+        for path in paths:
+            mf = MappedFile(path, self.file_size, read_only=self.read_only)
+            mf.wrote_position = mf.flushed_position = self.file_size
+            if mf.file_from_offset % self.file_size or (prev is not None and mf.file_from_offset != prev + self.file_size):
+                self.files.append(mf)
+                self.close()
+                raise CorruptedFileError(
+                    f"segment start {mf.file_from_offset} does not follow the previous segment", path
+                )
+            prev = mf.file_from_offset
+            self.files.append(mf)
+
+    # --- lookup ---------------------------------------------------------------
+
+    @property
+    def first(self):
+        return self.files[0] if self.files else None
+
+    @property
+    def last(self):
+        return self.files[-1] if self.files else None
+
+    def min_offset(self) -> int:
+        """Start offset of the first segment, or 0 when the queue is empty."""
+        return self.files[0].file_from_offset if self.files else 0
+
+    def max_offset(self) -> int:
+        """Logical end of written data: last start + its wrote position."""
+        last = self.last
+        return last.file_from_offset + last.wrote_position if last else 0
+
+    def find(self, offset: int):
+        """The segment covering *offset*, or None (SPEC §2.2 find by offset)."""
+        files = self.files
+        if not files or offset < 0:
+            return None
+        i = offset // self.file_size - files[0].file_from_offset // self.file_size
+        if 0 <= i < len(files):
+            return files[i]
+        return None
+
+    # --- writing ----------------------------------------------------------------
+
+    def last_for_append(self, start_offset: int = 0):
+        """The last segment if it has room, else a new one (SPEC §2.2 create next):
+        at ``start_offset`` rounded down when the queue is empty."""
+        last = self.last
+        if last is not None and not last.is_full():
+            return last
+        if last is None:
+            start = start_offset - start_offset % self.file_size
+        else:
+            start = last.file_from_offset + self.file_size
+        os.makedirs(self.directory, exist_ok=True)
+        mf = MappedFile(
+            os.path.join(self.directory, offset_to_file_name(start)), self.file_size, create=True
+        )
+        mf.first_created_in_queue = last is None
+        fsync_dir(self.directory)
+        self.files.append(mf)
+        return mf
+
+    def truncate_dirty(self, offset: int) -> None:
+        """Drop everything at or after logical *offset* (SPEC §2.2
+        truncateDirtyFiles): later segments are deleted, the containing one gets
+        its positions reset and — unlike RocketMQ (P-12) — its tail zeroed."""
+        keep = []
+        removed = False
+        for mf in self.files:
+            end = mf.file_from_offset + self.file_size
+            if end <= offset:
+                keep.append(mf)
+                continue
+            if mf.file_from_offset <= offset:
+                pos = offset - mf.file_from_offset
+                mf.wrote_position = mf.flushed_position = pos
+                if not self.read_only:
+                    mf.zero_tail(pos)
+                keep.append(mf)
+            elif self.read_only:
+                mf.close()
+            else:
+                log.warning("deleting segment %s beyond offset %d", mf.path, offset)
+                mf.destroy()
+                removed = True
+        self.files = keep
+        if removed:
+            fsync_dir(self.directory)
+
+    def delete_last(self) -> None:
+        """Remove the last segment (closing it only, when read-only)."""
+        mf = self.files.pop()
+        if self.read_only:
+            mf.close()
+        else:
+            log.warning("deleting segment %s", mf.path)
+            mf.destroy()
+            fsync_dir(self.directory)
+
+    def flush(self) -> None:
+        for mf in self.files:
+            if mf.flushed_position < mf.wrote_position:
+                mf.flush()
+
+    def close(self) -> None:
+        for mf in self.files:
+            mf.close()
+
+    def destroy(self) -> None:
+        for mf in self.files:
+            mf.destroy()
+        self.files = []

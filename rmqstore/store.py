@@ -1,0 +1,690 @@
+"""MessageStore: lifecycle, recovery and dispatch over CommitLog, ConsumeQueues
+and the IndexFile (RocketMQ ``DefaultMessageStore``, SPEC §9-§10).
+
+Dispatch is synchronous: a message is in its ConsumeQueue and the index when
+``put_message`` returns.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import threading
+import time
+import warnings
+
+from . import _kernels as k
+from ._layout import (
+    KEY_SEPARATOR,
+    MAX_TOPIC_LENGTH_V1,
+    MAX_TOPIC_LENGTH_V2,
+    PROPERTY_CRC32,
+    PROPERTY_DELAY,
+    PROPERTY_KEYS,
+    PROPERTY_TAGS,
+    PROPERTY_UNIQ_KEY,
+    SCHEDULE_TOPIC,
+    STOREHOSTADDRESS_V6_FLAG,
+    BORNHOST_V6_FLAG,
+    TRANSACTION_COMMIT_TYPE,
+    TRANSACTION_MASK,
+    TRANSACTION_NOT_TYPE,
+)
+from .checkpoint import StoreCheckpoint
+from .commitlog import CommitLog
+from .config import StoreConfig
+from .consumequeue import ConsumeQueue, is_pre_blank
+from .exceptions import (
+    ConfigError,
+    IllegalMessageError,
+    MessageTooLargeError,
+    MessageTypeError,
+    StoreClosedError,
+    StoreLockedError,
+    StoreReadOnlyError,
+)
+from .index import IndexService
+from .message import (
+    GetMessageResult,
+    GetMessageStatus,
+    Message,
+    MessageExt,
+    PutMessageResult,
+    PutMessageStatus,
+    decode_offset_msg_id,
+    encode_host,
+    offset_msg_id,
+)
+
+__all__ = ["MessageStore"]
+
+log = logging.getLogger("rmqstore.store")
+
+MAX_OFFSET = (1 << 63) - 1
+_BOUNDARIES = {"lower": False, "upper": True}
+# units visited by one pull at most when a tag filter matches nothing
+# (RocketMQ's maxFilterMessageSize of 16000 bytes)
+_MAX_FILTER_UNITS = 800
+
+# writable stores open in this process: fcntl locks do not exclude the same process
+_open_writers: set = set()
+_open_writers_lock = threading.Lock()
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class MessageStore:
+    """An embedded RocketMQ store in one directory.
+
+    Use :meth:`open`. Layout under *root_dir*: ``commitlog/``,
+    ``consumequeue/<topic>/<queue_id>/``, ``index/``, ``checkpoint``,
+    ``abort`` (while open for writing), ``lock``.
+    """
+
+    def __init__(self, root_dir, config: StoreConfig, store_host, clock, read_only: bool):
+        self.root_dir = os.path.abspath(os.fspath(root_dir))
+        self.config = config
+        self.read_only = read_only
+        self._store_host_raw = encode_host(store_host)
+        self._clock = clock or _now_ms
+        self._lock = threading.RLock()
+        self._closed = False
+        self._lock_fd = -1
+        self._registered = False
+        self._cqs: dict = {}
+        self._queue_offsets: dict = {}
+        self._append_crc = config.enabled_append_prop_crc
+        self.last_exit_ok = True
+        self.recovery_report: dict = {}
+        self.checkpoint = StoreCheckpoint(os.path.join(self.root_dir, "checkpoint"))
+        ro = read_only
+        self.commitlog = CommitLog(
+            os.path.join(self.root_dir, "commitlog"),
+            None if ro else config.mapped_file_size_commit_log,
+            config.max_message_size,
+            read_only=ro,
+        )
+        self.index = IndexService(
+            os.path.join(self.root_dir, "index"),
+            None if ro else config.max_hash_slot_num,
+            None if ro else config.max_index_num,
+            read_only=ro,
+            max_msgs_num_batch=config.max_msgs_num_batch,
+        )
+
+    # --- lifecycle --------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, root_dir, config=None, store_host="127.0.0.1:10911", clock=None, read_only=False) -> "MessageStore":
+        """Open (creating if needed) the store in *root_dir* and recover it.
+
+        Args:
+            root_dir (str | PathLike): store root (RocketMQ ``storePathRootDir``).
+            config (StoreConfig | dict | None): settings; a dict may use
+                RocketMQ's camelCase names. None = RocketMQ's defaults.
+            store_host (str): ``"a.b.c.d:port"`` or ``"[v6]:port"`` written into
+                STOREHOSTADDRESS of every record (and so into msgIds).
+            clock (callable | None): returns the store time in ms since epoch;
+                called inside the append lock. Default: the wall clock.
+            read_only (bool): never write; no lock is taken, so this may run
+                beside a writer. File sizes and index geometry are inferred
+                from the files, so a real RocketMQ store opens as it is.
+
+        Raises:
+            StoreLockedError: another writer holds the store.
+            CorruptedFileError: a file does not match its format.
+            ConfigError: bad config, or sizes that disagree with the files.
+            FileNotFoundError: *read_only* and *root_dir* does not exist.
+        """
+        if config is None:
+            config = StoreConfig()
+        elif isinstance(config, dict):
+            config = StoreConfig.from_dict(config)
+        elif not isinstance(config, StoreConfig):
+            raise ConfigError(f"config must be a StoreConfig or a dict, got {type(config).__name__}")
+        store = cls(root_dir, config, store_host, clock, read_only)
+        try:
+            store._start()
+        except BaseException:
+            store._release()
+            raise
+        return store
+
+    def _start(self) -> None:
+        root = self.root_dir
+        if self.read_only:
+            if not os.path.isdir(root):
+                raise FileNotFoundError(f"no store directory at {root}")
+        else:
+            os.makedirs(root, exist_ok=True)
+            self._take_lock()
+        abort_path = os.path.join(root, "abort")
+        self.last_exit_ok = not os.path.exists(abort_path)
+        self.commitlog.load()
+        self._load_consume_queues()
+        self.checkpoint.load()
+        self.index.load()
+        self.index.last_full_end_timestamp = self.checkpoint.index_msg_timestamp
+        self._recover()
+        if not self.read_only:
+            self._write_abort(abort_path)
+
+    def _take_lock(self) -> None:
+        key = os.path.realpath(self.root_dir)
+        with _open_writers_lock:
+            if key in _open_writers:
+                raise StoreLockedError(f"store {self.root_dir} is already open for writing in this process")
+            fd = os.open(os.path.join(self.root_dir, "lock"), os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+            try:
+                fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
+            except OSError:
+                os.close(fd)
+                raise StoreLockedError(f"store {self.root_dir} is locked by another process") from None
+            os.pwrite(fd, b"lock", 0)
+            os.fsync(fd)
+            _open_writers.add(key)
+            self._registered = True
+            self._lock_fd = fd
+
+    @staticmethod
+    def _write_abort(path) -> None:
+        with open(path, "w") as fh:
+            fh.write(str(os.getpid()))
+            fh.flush()
+            os.fsync(fh.fileno())
+
+    def _load_consume_queues(self) -> None:
+        base = os.path.join(self.root_dir, "consumequeue")
+        try:
+            topics = sorted(os.listdir(base))
+        except FileNotFoundError:
+            return
+        size = None if self.read_only else self.config.mapped_file_size_consume_queue
+        for topic in topics:
+            tdir = os.path.join(base, topic)
+            if not os.path.isdir(tdir):
+                continue
+            for qid in sorted(os.listdir(tdir)):
+                if not qid.isdigit() or not os.path.isdir(os.path.join(tdir, qid)):
+                    continue
+                cq = ConsumeQueue(base, topic, int(qid), size, read_only=self.read_only)
+                cq.load()
+                self._cqs[(topic, int(qid))] = cq
+
+    def _recover(self) -> None:
+        """Load-time recovery (SPEC §10): find the CommitLog's valid end, dispatch
+        what the queues and index miss, cut queues and CommitLog at that end."""
+        cfg = self.config
+        for cq in self._cqs.values():
+            cq.recover()
+        max_cq_phy = max((cq.max_physic_offset for cq in self._cqs.values()), default=-1)
+        files = self.commitlog.queue.files
+        report = {"last_exit_ok": self.last_exit_ok, "max_cq_physical_offset": max_cq_phy}
+        if not files:
+            process_offset = 0
+            reason = None
+        else:
+            start = self._normal_start(max_cq_phy) if self.last_exit_ok else self._abnormal_start()
+            dispatch_from = max_cq_phy if self.last_exit_ok else -1
+            on_record = None if self.read_only else self._recovery_dispatcher(dispatch_from)
+            process_offset, reason = self.commitlog.scan_valid(
+                start, cfg.check_crc_on_recover, cfg.force_verify_prop_crc, on_record
+            )
+            report["start_file"] = files[start].path
+        report["process_offset"] = process_offset
+        report["stopped_because"] = reason
+        if max_cq_phy >= process_offset:
+            for cq in self._cqs.values():
+                cq.truncate_dirty_logic_files(process_offset)
+        before = self.commitlog.max_offset()
+        self.commitlog.truncate(process_offset)
+        report["truncated_bytes"] = max(0, before - process_offset) if reason else 0
+        if not self.read_only:
+            self.index.drop_after(process_offset)
+        cl_min = self.commitlog.min_offset()
+        for key, cq in self._cqs.items():
+            self._queue_offsets[key] = cq.max_offset_in_queue()
+            cq.correct_min_offset(cl_min)
+        self.recovery_report = report
+        log.info("recovered %s: %s", self.root_dir, report)
+
+    def _normal_start(self, max_cq_phy: int) -> int:
+        """The last three segments, or earlier when the queues lag behind
+        (SPEC §14: a superset of every RocketMQ version's choice)."""
+        files = self.commitlog.queue.files
+        start = max(0, len(files) - 3)
+        for i in range(len(files) - 1, -1, -1):
+            if files[i].file_from_offset <= max_cq_phy:
+                return min(start, i)
+        return 0
+
+    def _abnormal_start(self) -> int:
+        """Newest segment whose first record validates and was stored before the
+        checkpoint's safe time (SPEC §10.3); segment 0 otherwise."""
+        cp = self.checkpoint
+        limit = cp.min_timestamp_index if (self.config.message_index_enable and self.config.message_index_safe) else cp.min_timestamp
+        files = self.commitlog.queue.files
+        for i in range(len(files) - 1, -1, -1):
+            t = self.commitlog.first_record_timestamp(i)
+            if t > 0 and t <= limit:
+                return i
+        return 0
+
+    def _recovery_dispatcher(self, dispatch_from: int):
+        def on_record(mf, pos, size):
+            phy = mf.file_from_offset + pos
+            if phy + size <= dispatch_from:
+                return
+            f = k.decode_record(mf.mm, pos, False)
+            props = k.parse_properties(f[16])
+            self._dispatch(f[15], f[3], f[5], phy, size, f[7], f[10], props)
+
+        return on_record
+
+    def close(self) -> None:
+        """Flush everything, write the checkpoint, remove ``abort``, release the
+        lock and unmap every file. Idempotent."""
+        if self._closed:
+            return
+        with self._lock:
+            if self._closed:
+                return
+            try:
+                if not self.read_only:
+                    self._flush_all()
+                    try:
+                        os.unlink(os.path.join(self.root_dir, "abort"))
+                    except FileNotFoundError:
+                        pass
+            finally:
+                self._closed = True
+                self._release()
+
+    def _release(self) -> None:
+        self.commitlog.close()
+        for cq in self._cqs.values():
+            cq.close()
+        self.index.close()
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)  # closing the descriptor drops the fcntl lock
+            self._lock_fd = -1
+        if self._registered:
+            with _open_writers_lock:
+                _open_writers.discard(os.path.realpath(self.root_dir))
+            self._registered = False
+
+    def _flush_all(self) -> None:
+        self.commitlog.flush()
+        for cq in self._cqs.values():
+            cq.flush()
+        self.index.flush()
+        cp = self.checkpoint
+        cp.index_msg_timestamp = self.index.last_full_end_timestamp
+        cp.flush()
+
+    def flush(self) -> None:
+        """Force CommitLog, ConsumeQueues, index and checkpoint to disk."""
+        self._ensure_open()
+        if self.read_only:
+            return
+        with self._lock:
+            self._flush_all()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        if not getattr(self, "_closed", True):
+            warnings.warn(f"MessageStore {self.root_dir} was not closed", ResourceWarning, stacklevel=2)
+            try:
+                self.close()
+            except Exception:  # pragma: no cover - interpreter shutdown
+                pass
+
+    def _ensure_open(self) -> None:
+        if self._closed:
+            raise StoreClosedError(f"store {self.root_dir} is closed")
+
+    def _ensure_writable(self) -> None:
+        self._ensure_open()
+        if self.read_only:
+            raise StoreReadOnlyError(f"store {self.root_dir} is open read-only")
+
+    # --- writing ---------------------------------------------------------------------
+
+    def _prepare(self, msg):
+        """Validate and encode what does not depend on the append position."""
+        if not isinstance(msg, Message):
+            raise MessageTypeError(f"expected a Message, got {type(msg).__name__}")
+        cfg = self.config
+        topic = msg.topic
+        topic_b = topic.encode("utf-8")
+        if len(topic_b) > MAX_TOPIC_LENGTH_V1 and not cfg.auto_message_version_on_topic_len:
+            raise IllegalMessageError(f"topic of {len(topic_b)} UTF-8 bytes is over 127")
+        if len(topic_b) > MAX_TOPIC_LENGTH_V2:
+            raise IllegalMessageError(f"topic of {len(topic_b)} UTF-8 bytes is over {MAX_TOPIC_LENGTH_V2}")
+        if "/" in topic or "\x00" in topic or topic in (".", ".."):
+            raise IllegalMessageError(f"topic {topic!r} cannot name a ConsumeQueue directory")
+        body = msg.body
+        if len(body) > cfg.max_message_size:
+            raise MessageTooLargeError(f"body of {len(body)} bytes exceeds max_message_size {cfg.max_message_size}")
+        props = msg.property_map()
+        if self._append_crc:
+            props.pop(PROPERTY_CRC32, None)
+        props_b = msg.encode_properties(drop=PROPERTY_CRC32 if self._append_crc else None)
+        born_raw = self._store_host_raw if msg.born_host is None else encode_host(msg.born_host)
+        store_raw = self._store_host_raw if msg.store_host is None else encode_host(msg.store_host)
+        sys_flag = msg.sys_flag & ~(BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG)
+        if len(born_raw) == 20:
+            sys_flag |= BORNHOST_V6_FLAG
+        if len(store_raw) == 20:
+            sys_flag |= STOREHOSTADDRESS_V6_FLAG
+        props_len = len(props_b)
+        if self._append_crc:
+            props_len += (1 if props_b and props_b[-1] != 2 else 0) + 20
+            if props_len > 32767:
+                raise IllegalMessageError(f"properties of {props_len} bytes (with __CRC32#) exceed 32767")
+        size = k.record_size(sys_flag, len(body), len(topic_b), props_len, len(topic_b) > MAX_TOPIC_LENGTH_V1)
+        if not self.commitlog.fits_in_new_segment(size):
+            raise MessageTooLargeError(
+                f"record of {size} bytes cannot fit in a {self.commitlog.file_size}-byte CommitLog file"
+            )
+        return (topic, topic_b, msg, sys_flag, born_raw, store_raw, body, props_b, props, size)
+
+    def _append(self, prepared) -> PutMessageResult:
+        topic, topic_b, msg, sys_flag, born_raw, store_raw, body, props_b, props, size = prepared
+        store_ts = self._clock()
+        qid = msg.queue_id
+        tran = sys_flag & TRANSACTION_MASK
+        consumed = tran == TRANSACTION_NOT_TYPE or tran == TRANSACTION_COMMIT_TYPE
+        key = (topic, qid)
+        queue_offset = self._queue_offsets.get(key, 0) if consumed else 0
+        born_ts = store_ts if msg.born_timestamp is None else msg.born_timestamp
+        phy = self.commitlog.append(
+            size, qid, msg.flag, queue_offset, sys_flag, born_ts, born_raw, store_ts, store_raw,
+            msg.reconsume_times, msg.prepared_transaction_offset, body, topic_b, props_b, self._append_crc,
+        )
+        if consumed:
+            self._queue_offsets[key] = queue_offset + 1
+        self.checkpoint.physic_msg_timestamp = store_ts
+        self._dispatch(topic, qid, queue_offset, phy, size, sys_flag, store_ts, props)
+        return PutMessageResult(
+            PutMessageStatus.PUT_OK, offset_msg_id(store_raw, phy), phy, size, queue_offset, store_ts
+        )
+
+    def put_message(self, msg: Message) -> PutMessageResult:
+        """Append *msg* to the CommitLog and dispatch it to its ConsumeQueue and
+        the index before returning (RocketMQ ``putMessage`` + reput).
+
+        Returns a :class:`PutMessageResult` with status PUT_OK.
+
+        Raises:
+            MessageTypeError, IllegalMessageError, MessageTooLargeError,
+            PropertiesSizeExceededError: bad input; nothing is written.
+            StoreReadOnlyError, StoreClosedError: the store cannot take writes.
+            DiskFullError: no room for a new CommitLog file.
+        """
+        self._ensure_writable()
+        prepared = self._prepare(msg)
+        with self._lock:
+            self._ensure_open()
+            return self._append(prepared)
+
+    def put_messages(self, msgs) -> list:
+        """Put each message of *msgs* (an iterable of :class:`Message`) under one
+        append lock, as separate records. Every message is validated first, so
+        bad input raises before anything is written. Returns the list of
+        :class:`PutMessageResult`."""
+        self._ensure_writable()
+        prepared = [self._prepare(m) for m in msgs]
+        with self._lock:
+            self._ensure_open()
+            return [self._append(p) for p in prepared]
+
+    def _dispatch(self, topic, queue_id, queue_offset, phy, size, sys_flag, store_ts, props) -> None:
+        """Build the ConsumeQueue unit and the index entries of one record (SPEC §9)."""
+        tran = sys_flag & TRANSACTION_MASK
+        if tran == TRANSACTION_NOT_TYPE or tran == TRANSACTION_COMMIT_TYPE:
+            cq = self._cqs.get((topic, queue_id))
+            if cq is None:
+                cq = ConsumeQueue(
+                    os.path.join(self.root_dir, "consumequeue"), topic, queue_id,
+                    self.config.mapped_file_size_consume_queue,
+                )
+                self._cqs[(topic, queue_id)] = cq
+            cq.put(phy, size, self._tags_code(topic, props, store_ts), queue_offset)
+            self.checkpoint.logics_msg_timestamp = store_ts
+        if self.config.message_index_enable:
+            self.index.build_index(topic, phy, store_ts, sys_flag, props.get(PROPERTY_UNIQ_KEY), props.get(PROPERTY_KEYS))
+
+    def _tags_code(self, topic, props, store_ts) -> int:
+        """SPEC §5: Java hash of TAGS, or the delivery time for delayed records."""
+        tags = props.get(PROPERTY_TAGS)
+        code = k.java_hash(tags) if tags else 0
+        if topic == SCHEDULE_TOPIC:
+            delay = props.get(PROPERTY_DELAY)
+            if delay:
+                try:
+                    level = int(delay)
+                except ValueError:
+                    log.warning("record in %s has a non-numeric DELAY %r; tags code kept", topic, delay)
+                    return code  # P-8: not fatal
+                level = min(level, self.config.max_delay_level)
+                if level > 0:
+                    code = store_ts + self.config.delay_millis(level)
+        return code
+
+    # --- reading ---------------------------------------------------------------------
+
+    def _message(self, fields, with_body=True) -> MessageExt:
+        return MessageExt(fields)
+
+    def get_message(self, physical_offset: int):
+        """The record starting at *physical_offset* as a :class:`MessageExt`, or
+        None when no valid record starts there."""
+        self._ensure_open()
+        fields = self.commitlog.read(physical_offset)
+        return None if fields is None else MessageExt(fields)
+
+    def iter_messages(self, start_offset: int = 0):
+        """Yield every stored message in CommitLog order from physical offset
+        *start_offset* (a record boundary; blank records are skipped).
+
+        Raises CorruptedFileError at a record that does not validate."""
+        self._ensure_open()
+        for offset, _size in self.commitlog.iter_offsets(start_offset):
+            fields = self.commitlog.read(offset, strict=True)
+            yield MessageExt(fields)
+
+    @property
+    def min_physical_offset(self) -> int:
+        """First physical offset still stored."""
+        return self.commitlog.min_offset()
+
+    @property
+    def max_physical_offset(self) -> int:
+        """Physical offset one past the last record."""
+        return self.commitlog.max_offset()
+
+    def consume_queue(self, topic: str, queue_id: int):
+        """The :class:`ConsumeQueue` of (topic, queue_id), or None."""
+        return self._cqs.get((topic, queue_id))
+
+    def queues(self) -> list:
+        """Every (topic, queue_id) that has a ConsumeQueue, sorted."""
+        return sorted(self._cqs)
+
+    def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        """First queue offset whose message is still stored (0 for an unknown queue)."""
+        self._ensure_open()
+        cq = self._cqs.get((topic, queue_id))
+        return cq.min_offset_in_queue() if cq else 0
+
+    def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        """The next queue offset to be written (0 for an unknown queue)."""
+        self._ensure_open()
+        cq = self._cqs.get((topic, queue_id))
+        return cq.max_offset_in_queue() if cq else 0
+
+    def get_messages(self, topic: str, queue_id: int, offset: int, max_count: int = 32, tags=None) -> GetMessageResult:
+        """Pull up to *max_count* messages of (topic, queue_id) from queue offset
+        *offset* (RocketMQ ``getMessage``).
+
+        Args:
+            tags (str | list[str] | None): None or ``"*"`` for every message,
+                else ``"TagA || TagB"`` or a list: kept are messages whose tags
+                code matches and whose TAGS really is one of them.
+
+        Returns a :class:`GetMessageResult`; ``next_begin_offset`` is where the
+        next pull starts. Statuses as RocketMQ: NO_MATCHED_LOGIC_QUEUE,
+        NO_MESSAGE_IN_QUEUE, OFFSET_TOO_SMALL, OFFSET_OVERFLOW_ONE,
+        OFFSET_OVERFLOW_BADLY, FOUND, NO_MATCHED_MESSAGE, MESSAGE_WAS_REMOVING.
+
+        Raises CorruptedFileError when a unit points at something that is not
+        its record.
+        """
+        self._ensure_open()
+        cq = self._cqs.get((topic, queue_id))
+        if cq is None:
+            return GetMessageResult(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, [], 0, 0, 0)
+        mn, mx = cq.min_offset_in_queue(), cq.max_offset_in_queue()
+        if mx == 0:
+            return GetMessageResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE, [], 0, mn, mx)
+        if offset < mn:
+            return GetMessageResult(GetMessageStatus.OFFSET_TOO_SMALL, [], mn, mn, mx)
+        if offset == mx:
+            return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_ONE, [], offset, mn, mx)
+        if offset > mx:
+            return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_BADLY, [], mx, mn, mx)
+        wanted = _tag_filter(tags)
+        status = GetMessageStatus.NO_MATCHED_MESSAGE
+        messages: list = []
+        q = offset
+        visited = 0
+        cl_min = self.commitlog.min_offset()
+        read = self.commitlog.read
+        while q < mx and len(messages) < max_count and visited < max(_MAX_FILTER_UNITS, max_count):
+            units = cq.get_units(q, max_count - len(messages) if wanted is None else max_count)
+            if not units:
+                break
+            for unit in units:
+                q += 1
+                visited += 1
+                if is_pre_blank(unit):
+                    continue
+                phy, size, tags_code = unit
+                if wanted is not None and tags_code not in wanted[0]:
+                    continue
+                if phy < cl_min:
+                    status = GetMessageStatus.MESSAGE_WAS_REMOVING
+                    continue
+                fields = read(phy, strict=True)
+                if fields[0] != size:
+                    raise _unit_mismatch(cq, q - 1, phy, size, fields[0])
+                m = MessageExt(fields)
+                if wanted is not None and m.tags not in wanted[1]:
+                    continue
+                messages.append(m)
+                status = GetMessageStatus.FOUND
+                if len(messages) >= max_count:
+                    break
+        return GetMessageResult(status, messages, q, mn, mx)
+
+    def query_offsets(self, topic: str, key: str, max_count: int = 64, begin: int = 0, end: int = MAX_OFFSET) -> list:
+        """Physical offsets the index holds for *key* in *topic* with index time in
+        [begin, end] (ms), exactly as RocketMQ's ``IndexService.queryOffset``:
+        newest first, at most ``min(max_count, max_msgs_num_batch)``, key-hash
+        collisions and duplicates included."""
+        self._ensure_open()
+        if not isinstance(key, str) or not isinstance(topic, str):
+            raise MessageTypeError("topic and key must be str")
+        return self.index.query_offsets(topic, key, max_count, begin, end)
+
+    def query_messages(self, topic: str, key: str, max_count: int = 64, begin: int = 0, end: int = MAX_OFFSET) -> list:
+        """The messages behind :meth:`query_offsets`, keeping only records that
+        are still stored, whose topic is *topic* and whose UNIQ_KEY or one of
+        whose KEYS is *key* (fixes RocketMQ #3613 hash collisions, P-1/P-16);
+        each record once (P-6), in the order of :meth:`query_offsets`."""
+        out = []
+        seen = set()
+        for phy in self.query_offsets(topic, key, max_count, begin, end):
+            if phy in seen:
+                continue
+            seen.add(phy)
+            fields = self.commitlog.read(phy)
+            if fields is None or fields[15] != topic:
+                continue
+            m = MessageExt(fields)
+            props = m.properties
+            if props.get(PROPERTY_UNIQ_KEY) == key or key in (props.get(PROPERTY_KEYS) or "").split(KEY_SEPARATOR):
+                out.append(m)
+        return out
+
+    def look_message_by_msg_id(self, msg_id: str):
+        """The message with offset message id *msg_id* (SPEC §4.1), or None when
+        the id is malformed, points nowhere, or names another store host."""
+        self._ensure_open()
+        try:
+            _host, offset = decode_offset_msg_id(msg_id)
+        except ValueError:
+            return None
+        m = self.get_message(offset)
+        if m is None or m.msg_id != msg_id.upper():
+            return None
+        return m
+
+    def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp: int, boundary: str = "lower") -> int:
+        """Queue offset of the first (``"lower"``) or last (``"upper"``) message
+        stored at *timestamp* ms, or the nearest one after/before it (RocketMQ
+        5.1.1+ ``getOffsetInQueueByTime`` with BoundaryType), clamped to the
+        queue's [min, max] offsets; 0 for an unknown queue.
+
+        Raises ValueError for any other *boundary*."""
+        self._ensure_open()
+        try:
+            upper = _BOUNDARIES[boundary.lower()]
+        except (KeyError, AttributeError):
+            raise ValueError(f"boundary must be 'lower' or 'upper', got {boundary!r}") from None
+        cq = self._cqs.get((topic, queue_id))
+        if cq is None:
+            return 0
+        res = cq.offset_by_time(timestamp, upper, self.commitlog.store_timestamp_at, self.commitlog.min_offset())
+        return min(max(res, cq.min_offset_in_queue()), cq.max_offset_in_queue())
+
+    def __repr__(self):
+        mode = "read-only" if self.read_only else "read-write"
+        return f"<MessageStore {self.root_dir!r} {mode}{' closed' if self._closed else ''}>"
+
+
+def _tag_filter(tags):
+    if tags is None:
+        return None
+    if isinstance(tags, str):
+        if tags.strip() == "*":
+            return None
+        names = [t.strip() for t in tags.split("||")]
+    else:
+        names = [str(t) for t in tags]
+    names = {t for t in names if t}
+    return {k.java_hash(t) for t in names}, names
+
+
+def _unit_mismatch(cq, queue_offset, phy, size, actual):
+    from .exceptions import CorruptedFileError
+
+    mf = cq.queue.find(queue_offset * 20)
+    return CorruptedFileError(
+        f"ConsumeQueue unit {queue_offset} says {size} bytes at physical offset {phy}, the record has {actual}",
+        mf.path if mf else cq.queue.directory,
+        (queue_offset * 20 - mf.file_from_offset) if mf else None,
+    )
