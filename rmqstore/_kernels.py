@@ -33,20 +33,38 @@ else:
 
         IMPLEMENTATION = "python"
 
-java_hash = k.java_hash
-index_key_hash = k.index_key_hash
-masked_crc32 = k.masked_crc32
-parse_properties = k.parse_properties
-record_size = k.record_size
-write_record = k.write_record
-encode_record = k.encode_record
-check_record = k.check_record
-decode_record = k.decode_record
-read_store_timestamp = k.read_store_timestamp
-cq_put = k.cq_put
-cq_get = k.cq_get
-cq_units = k.cq_units
-cq_scan = k.cq_scan
-cq_search_time = k.cq_search_time
-index_put = k.index_put
-index_select = k.index_select
+KERNELS = (
+    "java_hash", "index_key_hash", "masked_crc32", "parse_properties", "record_size", "write_record",
+    "encode_record", "check_record", "decode_record", "read_store_timestamp", "cq_put", "cq_get",
+    "cq_units", "cq_scan", "cq_search_time", "index_put", "index_select",
+)
+
+
+def _bind(module) -> None:
+    g = globals()
+    for name in KERNELS:
+        g[name] = getattr(module, name)
+
+
+_bind(k)
+
+
+def select(implementation: str) -> str:
+    """Switch every kernel to ``"cython"`` or ``"python"`` at run time and return
+    the previous choice. For benchmarks and tests that compare both in one
+    process; stores opened before keep working (kernels are stateless).
+    Raises ImportError when the Cython core is not built."""
+    global IMPLEMENTATION
+    if implementation == "cython":
+        from . import _core as module  # type: ignore[attr-defined]
+    elif implementation == "python":
+        from . import _pure as module
+    else:
+        raise ValueError(f"implementation must be 'cython' or 'python', got {implementation!r}")
+    previous = IMPLEMENTATION
+    _bind(module)
+    IMPLEMENTATION = implementation
+    import rmqstore
+
+    rmqstore.IMPLEMENTATION = implementation
+    return previous

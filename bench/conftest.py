@@ -1,0 +1,64 @@
+"""Benchmark fixtures: both kernel implementations in one run, a prebuilt store,
+and a summary of Cython/pure-Python ratios at the end."""
+
+import pytest
+from benchdata import CONFIG, N, make_messages
+
+from rmqstore import MessageStore, _kernels
+
+
+def _have_core():
+    try:
+        from rmqstore import _core  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+IMPLS = ["cython", "python"]
+
+
+@pytest.fixture(params=IMPLS)
+def impl(request):
+    if request.param == "cython" and not _have_core():
+        pytest.skip("Cython core not built")
+    previous = _kernels.select(request.param)
+    yield request.param
+    _kernels.select(previous)
+
+
+@pytest.fixture(scope="session")
+def filled_store(tmp_path_factory):
+    """A store of N messages written once (with the live implementation) and
+    reopened read-only by each benchmark; the clock advances 1 ms per message."""
+    path = tmp_path_factory.mktemp("bench") / "store"
+    t = iter(range(1_700_000_000_000, 1_700_000_000_000 + 10 * N))
+    results = []
+    with MessageStore.open(path, config=CONFIG, clock=lambda: next(t)) as s:
+        msgs = make_messages()
+        for i in range(0, N, 1000):
+            results.extend(s.put_messages(msgs[i : i + 1000]))
+    return path, results
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    bs = getattr(config, "_benchmarksession", None)
+    if bs is None or not bs.benchmarks:
+        return
+    groups = {}
+    for b in bs.benchmarks:
+        impl = b.params.get("impl") if b.params else None
+        if impl and b.stats:
+            groups.setdefault(b.group or b.name, {})[impl] = b
+    lines = []
+    for group, by in sorted(groups.items()):
+        if "cython" in by and "python" in by:
+            c, p = by["cython"].stats.median, by["python"].stats.median
+            ops = by["cython"].extra_info.get("ops", 1)
+            lines.append(
+                f"{group:<16} cython {ops / c:>12,.0f}/s   python {ops / p:>12,.0f}/s   ratio {p / c:5.1f}x"
+            )
+    if lines:
+        terminalreporter.write_sep("-", f"rmqstore: Cython core vs pure Python (medians, N={N})")
+        for line in lines:
+            terminalreporter.write_line(line)

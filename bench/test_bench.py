@@ -1,0 +1,107 @@
+"""Append, consume, key lookup and time lookup: Cython core vs pure Python.
+
+Run with ``python -m pytest bench/ --benchmark-enable``. Each benchmark sets
+``extra_info["ops"]`` (operations per round) so the summary prints rates.
+"""
+
+import random
+
+from benchdata import CONFIG, N, QUEUES, TOPIC, make_messages
+
+from rmqstore import MessageStore
+
+ROUNDS = 3
+
+
+def _stores(tmp_path):
+    """A factory of fresh stores (opened in setup, outside the timing) and the
+    list of them, closed by the test after timing."""
+    opened = []
+
+    def setup():
+        opened.append(MessageStore.open(tmp_path / f"s{len(opened)}", config=CONFIG))
+        return (opened[-1],), {}
+
+    return setup, opened
+
+
+def test_append(benchmark, impl, tmp_path):
+    benchmark.group = "append"
+    benchmark.extra_info["ops"] = N
+    msgs = make_messages()
+
+    setup, opened = _stores(tmp_path)
+
+    def run(store):
+        for m in msgs:
+            store.put_message(m)
+
+    benchmark.pedantic(run, setup=setup, rounds=ROUNDS)
+    for s in opened:
+        s.close()
+
+
+def test_append_batch(benchmark, impl, tmp_path):
+    benchmark.group = "append-batch"
+    benchmark.extra_info["ops"] = N
+    msgs = make_messages()
+
+    setup, opened = _stores(tmp_path)
+
+    def run(store):
+        for i in range(0, N, 1000):
+            store.put_messages(msgs[i : i + 1000])
+
+    benchmark.pedantic(run, setup=setup, rounds=ROUNDS)
+    for s in opened:
+        s.close()
+
+
+def test_consume(benchmark, impl, filled_store):
+    benchmark.group = "consume"
+    benchmark.extra_info["ops"] = N
+    path, _ = filled_store
+    with MessageStore.open(path, read_only=True) as s:
+
+        def run():
+            n = 0
+            for q in range(QUEUES):
+                off = 0
+                while True:
+                    r = s.get_messages(TOPIC, q, off, 32)
+                    if not r.messages:
+                        break
+                    n += len(r.messages)
+                    off = r.next_begin_offset
+            assert n == N
+
+        benchmark.pedantic(run, rounds=ROUNDS)
+
+
+def test_key_lookup(benchmark, impl, filled_store):
+    benchmark.group = "key-lookup"
+    path, _ = filled_store
+    keys = [f"key-{i}" for i in random.Random(7).sample(range(N), min(N, 5000))]
+    benchmark.extra_info["ops"] = len(keys)
+    with MessageStore.open(path, read_only=True) as s:
+
+        def run():
+            for key in keys:
+                assert len(s.query_messages(TOPIC, key)) == 1
+
+        benchmark.pedantic(run, rounds=ROUNDS)
+
+
+def test_time_lookup(benchmark, impl, filled_store):
+    benchmark.group = "time-lookup"
+    path, results = filled_store
+    # message i went to queue i % QUEUES; store times are unique (1 ms apart)
+    picks = [(i % QUEUES, results[i]) for i in random.Random(9).sample(range(N), min(N, 5000))]
+    benchmark.extra_info["ops"] = len(picks)
+    with MessageStore.open(path, read_only=True) as s:
+
+        def run():
+            for qid, r in picks:
+                assert s.get_offset_in_queue_by_time(TOPIC, qid, r.store_timestamp) == r.queue_offset
+
+        benchmark.pedantic(run, rounds=ROUNDS)

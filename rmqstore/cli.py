@@ -1,0 +1,327 @@
+"""Command line: ``rmqstore <command>`` or ``python -m rmqstore <command>``.
+
+Read commands open the store read-only (no lock), so they work on a copy of a
+real broker's store directory and beside a running writer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+from datetime import datetime, timezone
+
+from . import IMPLEMENTATION, __version__
+from .exceptions import RmqStoreError
+from .message import Message
+from .store import MAX_OFFSET, MessageStore
+
+__all__ = ["main"]
+
+
+def _ts(ms) -> str:
+    if ms is None or ms <= 0:
+        return "-"
+    return datetime.fromtimestamp(ms / 1000, timezone.utc).isoformat(timespec="milliseconds")
+
+
+def _parse_time(text: str) -> int:
+    """ms since epoch from an integer or an ISO-8601 time (UTC when no zone)."""
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    dt = datetime.fromisoformat(text)
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=timezone.utc)
+    return int(dt.timestamp() * 1000)
+
+
+def _open(path) -> MessageStore:
+    return MessageStore.open(path, read_only=True)
+
+
+def _print_json(obj) -> None:
+    sys.stdout.write(json.dumps(obj, ensure_ascii=False) + "\n")
+
+
+# --- commands -----------------------------------------------------------------
+
+
+def cmd_info(args) -> int:
+    with _open(args.store) as s:
+        cl = s.commitlog
+        files = cl.queue.files
+        out = {
+            "store": s.root_dir,
+            "commitlog": {
+                "file_size": cl.file_size,
+                "files": [os.path.basename(f.path) for f in files],
+                "min_physical_offset": s.min_physical_offset,
+                "max_physical_offset": s.max_physical_offset,
+            },
+            "index": {
+                "hash_slot_num": s.index.hash_slot_num,
+                "index_num": s.index.index_num,
+                "files": [dict(name=f.name, **f.header()) for f in s.index.files],
+            },
+            "checkpoint": s.checkpoint.to_dict(),
+            "clean_shutdown": s.last_exit_ok,
+            "queues": [],
+        }
+        for topic, qid in s.queues():
+            cq = s.consume_queue(topic, qid)
+            mn, mx = cq.min_offset_in_queue(), cq.max_offset_in_queue()
+            first = last = None
+            if mx > mn:
+                u0, u1 = cq.get_unit(mn), cq.get_unit(mx - 1)
+                first = cl.store_timestamp_at(u0[0], u0[1]) if u0 else None
+                last = cl.store_timestamp_at(u1[0], u1[1]) if u1 else None
+            out["queues"].append(
+                {
+                    "topic": topic, "queue_id": qid, "min_offset": mn, "max_offset": mx,
+                    "messages": mx - mn, "first_store_time": _ts(first), "last_store_time": _ts(last),
+                }
+            )
+        if args.json:
+            _print_json(out)
+            return 0
+        print(f"store            {out['store']}  ({'clean shutdown' if s.last_exit_ok else 'NOT shut down cleanly'})")
+        print(f"commitlog        {len(files)} file(s) of {cl.file_size} bytes, physical offsets "
+              f"[{s.min_physical_offset}, {s.max_physical_offset})")
+        print(f"index            {len(s.index.files)} file(s), {s.index.hash_slot_num} slots x {s.index.index_num} entries")
+        for f in out["index"]["files"]:
+            print(f"  {f['name']}  keys={f['index_count'] - 1}  phy=[{f['begin_phy_offset']}, {f['end_phy_offset']}]  "
+                  f"time=[{_ts(f['begin_timestamp'])}, {_ts(f['end_timestamp'])}]")
+        print(f"queues           {len(out['queues'])}")
+        width = max([len(q["topic"]) for q in out["queues"]] + [5])
+        for q in out["queues"]:
+            print(f"  {q['topic']:<{width}} {q['queue_id']:>3}  offsets [{q['min_offset']}, {q['max_offset']})  "
+                  f"{q['messages']:>8} msgs  {q['first_store_time']} .. {q['last_store_time']}")
+    return 0
+
+
+def cmd_dump(args) -> int:
+    begin = _parse_time(args.begin) if args.begin else None
+    end = _parse_time(args.end) if args.end else None
+    n = 0
+    with _open(args.store) as s:
+        for m in s.iter_messages(args.from_offset):
+            if args.to_offset is not None and m.physical_offset >= args.to_offset:
+                break
+            if args.topic is not None and m.topic != args.topic:
+                continue
+            if args.queue_id is not None and m.queue_id != args.queue_id:
+                continue
+            if (begin is not None and m.store_timestamp < begin) or (end is not None and m.store_timestamp > end):
+                continue
+            _print_json(m.to_dict(body=args.body))
+            n += 1
+            if args.limit is not None and n >= args.limit:
+                break
+    return 0
+
+
+def cmd_query_key(args) -> int:
+    with _open(args.store) as s:
+        begin = _parse_time(args.begin) if args.begin else 0
+        end = _parse_time(args.end) if args.end else MAX_OFFSET
+        if args.offsets_only:
+            _print_json(s.query_offsets(args.topic, args.key, args.max, begin, end))
+            return 0
+        msgs = s.query_messages(args.topic, args.key, args.max, begin, end)
+        for m in msgs:
+            _print_json(m.to_dict(body=args.body))
+        return 0 if msgs else 1
+
+
+def cmd_query_msgid(args) -> int:
+    with _open(args.store) as s:
+        m = s.look_message_by_msg_id(args.msg_id)
+        if m is None:
+            print(f"no message with msgId {args.msg_id}", file=sys.stderr)
+            return 1
+        _print_json(m.to_dict(body=args.body))
+    return 0
+
+
+def cmd_print_queue(args) -> int:
+    with _open(args.store) as s:
+        cq = s.consume_queue(args.topic, args.queue_id)
+        if cq is None:
+            print(f"no ConsumeQueue for {args.topic}/{args.queue_id}", file=sys.stderr)
+            return 1
+        q = max(args.start, cq.min_offset_in_queue())
+        mx = cq.max_offset_in_queue()
+        printed = 0
+        while q < mx and (args.count is None or printed < args.count):
+            units = cq.get_units(q, 1024)
+            if not units:
+                break
+            for phy, size, tags in units:
+                _print_json({"queue_offset": q, "physical_offset": phy, "size": size, "tags_code": tags})
+                q += 1
+                printed += 1
+                if args.count is not None and printed >= args.count:
+                    break
+    return 0
+
+
+def cmd_offset_for_time(args) -> int:
+    with _open(args.store) as s:
+        ts = _parse_time(args.timestamp)
+        off = s.get_offset_in_queue_by_time(args.topic, args.queue_id, ts, args.boundary)
+        _print_json({"topic": args.topic, "queue_id": args.queue_id, "timestamp": ts,
+                     "boundary": args.boundary, "queue_offset": off})
+    return 0
+
+
+def cmd_demo(args) -> int:
+    """Write, consume and query a store with default settings, timing each step."""
+    path = os.path.abspath(args.dir)
+    if os.path.exists(path):
+        if not args.keep:
+            shutil.rmtree(path)
+    n, queues, topic = args.count, 8, "DemoTopic"
+    body = bytes(range(256)) * (args.body_size // 256) + bytes(args.body_size % 256)
+    print(f"rmqstore {__version__} ({IMPLEMENTATION} core): demo store at {path}")
+    with MessageStore.open(path) as s:
+        msgs = [
+            Message(topic, body, queue_id=i % queues, tags=f"Tag{i % 4}", keys=f"order-{i}")
+            for i in range(n)
+        ]
+        t0 = time.perf_counter()
+        results = s.put_messages(msgs[: n // 2])
+        for m in msgs[n // 2 :]:
+            results.append(s.put_message(m))
+        t_put = time.perf_counter() - t0
+        print(f"put      {n:>9,} messages of {len(body)} B in {t_put:.2f} s  "
+              f"({n / t_put:,.0f} msg/s; half batched, half one call each)")
+        t0 = time.perf_counter()
+        got = 0
+        for q in range(queues):
+            off = 0
+            while True:
+                r = s.get_messages(topic, q, off, 32)
+                if not r.messages:
+                    break
+                got += len(r.messages)
+                off = r.next_begin_offset
+        t_get = time.perf_counter() - t0
+        print(f"consume  {got:>9,} messages from {queues} queues in {t_get:.2f} s  ({got / t_get:,.0f} msg/s)")
+        if got != n:
+            print(f"ERROR: consumed {got} of {n} messages", file=sys.stderr)
+            return 1
+        k = min(n, 10_000)
+        t0 = time.perf_counter()
+        for i in range(0, n, max(1, n // k)):
+            found = s.query_messages(topic, f"order-{i}")
+            if len(found) != 1 or found[0].physical_offset != results[i].wrote_offset:
+                print(f"ERROR: key order-{i} not found", file=sys.stderr)
+                return 1
+        t_key = time.perf_counter() - t0
+        print(f"key      {k:>9,} lookups (query_messages) in {t_key:.2f} s  ({k / t_key:,.0f} lookups/s)")
+        t0 = time.perf_counter()
+        for i in range(0, n, max(1, n // k)):
+            r = results[i]
+            off = s.get_offset_in_queue_by_time(topic, i % queues, r.store_timestamp)
+            if off > r.queue_offset:
+                print(f"ERROR: time lookup for message {i} returned {off}", file=sys.stderr)
+                return 1
+        t_time = time.perf_counter() - t0
+        print(f"time     {k:>9,} lookups (get_offset_in_queue_by_time) in {t_time:.2f} s  ({k / t_time:,.0f} lookups/s)")
+        print(f"store    physical offsets [{s.min_physical_offset}, {s.max_physical_offset}), "
+              f"{len(s.commitlog.queue.files)} CommitLog file(s), {len(s.index.files)} index file(s)")
+    print(f"done. Inspect it with: rmqstore info {args.dir}")
+    return 0
+
+
+# --- parser -------------------------------------------------------------------
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="rmqstore", description="Read and write Apache RocketMQ store directories.")
+    p.add_argument("--version", action="version", version=f"rmqstore {__version__} ({IMPLEMENTATION})")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    def store_cmd(name, help_):
+        sp = sub.add_parser(name, help=help_, description=help_)
+        sp.add_argument("store", help="store root directory (holds commitlog/, consumequeue/, index/)")
+        return sp
+
+    def body_opt(sp):
+        sp.add_argument("--body", choices=["base64", "text", "hex", "none"], default="text",
+                        help="how to print message bodies (default: text)")
+
+    sp = store_cmd("info", "files, offset ranges, per topic/queue counts and time spans")
+    sp.add_argument("--json", action="store_true", help="print one JSON object")
+    sp.set_defaults(func=cmd_info)
+
+    sp = store_cmd("dump", "every message as a JSON line, in CommitLog order")
+    sp.add_argument("--topic")
+    sp.add_argument("--queue-id", type=int)
+    sp.add_argument("--from-offset", type=int, default=0, help="physical offset to start at (a record boundary)")
+    sp.add_argument("--to-offset", type=int, help="stop before this physical offset")
+    sp.add_argument("--begin", help="store time lower bound (ms since epoch or ISO-8601)")
+    sp.add_argument("--end", help="store time upper bound (ms since epoch or ISO-8601)")
+    sp.add_argument("--limit", type=int)
+    body_opt(sp)
+    sp.set_defaults(func=cmd_dump)
+
+    sp = store_cmd("query-key", "messages by key (UNIQ_KEY or KEYS) through the IndexFile")
+    sp.add_argument("topic")
+    sp.add_argument("key")
+    sp.add_argument("--max", type=int, default=64)
+    sp.add_argument("--begin", help="ms since epoch or ISO-8601")
+    sp.add_argument("--end", help="ms since epoch or ISO-8601")
+    sp.add_argument("--offsets-only", action="store_true", help="print RocketMQ's raw queryOffset answer")
+    body_opt(sp)
+    sp.set_defaults(func=cmd_query_key)
+
+    sp = store_cmd("query-msgid", "a message by its offset msgId")
+    sp.add_argument("msg_id")
+    body_opt(sp)
+    sp.set_defaults(func=cmd_query_msgid)
+
+    sp = store_cmd("print-queue", "the units of one ConsumeQueue")
+    sp.add_argument("topic")
+    sp.add_argument("queue_id", type=int)
+    sp.add_argument("--start", type=int, default=0, help="first queue offset")
+    sp.add_argument("--count", type=int, help="units to print (default all)")
+    sp.set_defaults(func=cmd_print_queue)
+
+    sp = store_cmd("offset-for-time", "queue offset for a store time (getOffsetInQueueByTime)")
+    sp.add_argument("topic")
+    sp.add_argument("queue_id", type=int)
+    sp.add_argument("timestamp", help="ms since epoch or ISO-8601 (UTC unless a zone is given)")
+    sp.add_argument("--boundary", choices=["lower", "upper"], default="lower")
+    sp.set_defaults(func=cmd_offset_for_time)
+
+    sp = sub.add_parser("demo", help="write, consume and query a demo store with default settings",
+                        description="Writes messages into a store under the current directory with RocketMQ's "
+                                    "default settings, consumes them, queries by key and time, prints timings.")
+    sp.add_argument("--dir", default="rmqstore-demo", help="store directory (default ./rmqstore-demo, replaced)")
+    sp.add_argument("--count", type=int, default=100_000)
+    sp.add_argument("--body-size", type=int, default=256)
+    sp.add_argument("--keep", action="store_true", help="append to an existing demo store instead of replacing it")
+    sp.set_defaults(func=cmd_demo)
+    return p
+
+
+def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (RmqStoreError, FileNotFoundError) as e:
+        print(f"rmqstore {args.command}: {e}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # `rmqstore dump | head`
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
