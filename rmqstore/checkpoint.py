@@ -43,7 +43,9 @@ class StoreCheckpoint:
         except FileNotFoundError:
             return False
         if len(data) < _FIELDS.size:
-            raise CorruptedFileError(f"checkpoint holds {len(data)} bytes, expected {CHECKPOINT_FILE_SIZE}", self.path)
+            raise CorruptedFileError(
+                f"checkpoint holds {len(data)} bytes, expected {CHECKPOINT_FILE_SIZE}", self.path, len(data)
+            )
         (
             self.physic_msg_timestamp, self.logics_msg_timestamp, self.index_msg_timestamp,
             self.master_flushed_offset, self.confirm_phy_offset,

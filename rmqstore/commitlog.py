@@ -119,6 +119,11 @@ class CommitLog:
         """
         loc = self._locate(offset)
         if loc is None:
+            if strict:
+                raise CorruptedFileError(
+                    f"physical offset {offset} is outside the CommitLog [{self.min_offset()}, {self.max_offset()})",
+                    self.queue.directory, offset,
+                )
             return None
         mf, pos, limit = loc
         status = k.check_record(mf.mm, pos, limit, False, False, self.max_record_size)

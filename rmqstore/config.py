@@ -24,7 +24,9 @@ _DELAY_UNITS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
 
 def _camel_to_snake(name: str) -> str:
-    return re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", name).lower()
+    # word boundaries before an upper-case letter that follows a lower-case one,
+    # and inside an acronym before its last letter: checkCRCOnRecover -> check_crc_on_recover
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", name).lower()
 
 
 @dataclass(frozen=True)

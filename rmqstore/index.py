@@ -29,6 +29,7 @@ __all__ = ["IndexFile", "IndexService", "index_file_size"]
 log = logging.getLogger("rmqstore.index")
 
 _HEADER = struct.Struct(">qqqqii")
+_ENTRY = struct.Struct(">iqii")
 
 
 def index_file_size(hash_slot_num: int, index_num: int) -> int:
@@ -116,6 +117,39 @@ class IndexFile:
         """``IndexFile.selectPhyOffset``: append matching offsets to *out*, newest first."""
         k.index_select(self.mm, self.hash_slot_num, self.index_num, key, max_num, begin, end, out)
 
+    def truncate_entries(self, physical_offset: int, store_timestamp_at) -> int:
+        """Remove the entries (newest first) whose physical offset is at or past
+        *physical_offset*, restoring each slot to the entry's predecessor, and
+        rewrite the header's end values (end time from ``store_timestamp_at(phy)``).
+        RocketMQ never does this (P-16). Returns the number of entries left."""
+        mm, s = self.mm, self.hash_slot_num
+        base = INDEX_HEADER_SIZE + INDEX_HASH_SLOT_SIZE * s
+        n = min(self.index_count, self.index_num) - 1
+        slot_count = _HEADER.unpack_from(mm, 0)[4]
+        while n >= 1:
+            key_hash, phy, diff, prev = _ENTRY.unpack_from(mm, base + n * INDEX_ENTRY_SIZE)
+            if phy < physical_offset:
+                break
+            slot_pos = INDEX_HEADER_SIZE + INDEX_HASH_SLOT_SIZE * (abs(key_hash) % s)
+            if struct.unpack_from(">i", mm, slot_pos)[0] == n:
+                restored = prev if 0 < prev < n else 0
+                struct.pack_into(">i", mm, slot_pos, restored)
+                if restored == 0:
+                    slot_count -= 1
+            mm[base + n * INDEX_ENTRY_SIZE : base + (n + 1) * INDEX_ENTRY_SIZE] = bytes(INDEX_ENTRY_SIZE)
+            n -= 1
+        struct.pack_into(">i", mm, 32, max(slot_count, 0))
+        struct.pack_into(">i", mm, 36, n + 1)
+        if n >= 1:
+            _, phy, diff, _ = _ENTRY.unpack_from(mm, base + n * INDEX_ENTRY_SIZE)
+            ts = store_timestamp_at(phy)
+            if ts < 0:
+                ts = self.begin_timestamp + diff * 1000
+            struct.pack_into(">q", mm, 8, ts)
+            struct.pack_into(">q", mm, 24, phy)
+        mm.flush()
+        return n
+
     def is_time_matched(self, begin: int, end: int) -> bool:
         fb, fe = self.begin_timestamp, self.end_timestamp
         return (begin < fb and end > fe) or (fb <= begin <= fe) or (fb <= end <= fe)
@@ -168,6 +202,14 @@ class IndexService:
         paths = [os.path.join(self.directory, n) for n in names if os.path.isfile(os.path.join(self.directory, n))]
         if not paths:
             return
+        if not self.read_only and self.hash_slot_num is not None:
+            want = index_file_size(self.hash_slot_num, self.index_num)
+            sizes = {os.path.getsize(p) for p in paths}
+            if len(sizes) == 1 and want not in sizes:
+                raise ConfigError(
+                    f"index files have {sizes.pop()} bytes but max_hash_slot_num={self.hash_slot_num} "
+                    f"and max_index_num={self.index_num} make {want}"
+                )
         if self.hash_slot_num is None or self.index_num is None or (
             self.read_only
             and any(os.path.getsize(p) != index_file_size(self.hash_slot_num, self.index_num) for p in paths)
@@ -252,11 +294,20 @@ class IndexService:
             return 0, 0
         return self.files[-1].end_timestamp, self.files[-1].end_phy_offset
 
-    def drop_after(self, physical_offset: int) -> None:
-        """Delete whole index files that start at or past *physical_offset*
-        (after recovery truncated the CommitLog there)."""
-        while self.files and self.files[-1].header()["begin_phy_offset"] >= physical_offset and len(self.files) > 1:
+    def truncate(self, physical_offset: int, store_timestamp_at) -> None:
+        """After recovery cut the CommitLog at *physical_offset*: delete index
+        files holding only later entries, and cut the entries of the file that
+        straddles it, so new records are indexed again and no entry points
+        past the end (P-16)."""
+        while self.files:
+            f = self.files[-1]
+            if f.end_phy_offset < physical_offset:
+                break
+            if f.truncate_entries(physical_offset, store_timestamp_at) >= 1:
+                break
+            log.warning("deleting index file %s: all its entries lie past offset %d", f.path, physical_offset)
             self.files.pop().destroy()
+            fsync_dir(self.directory)
 
     def flush(self) -> None:
         for f in self.files:
@@ -279,10 +330,11 @@ def infer_index_geometry(paths, hash_slot_num=None, index_num=None) -> tuple:
     Raises:
         ConfigError: files of different sizes, or no geometry fits.
     """
-    sizes = {os.path.getsize(p) for p in paths}
-    if len(sizes) != 1:
-        raise ConfigError(f"index files have different sizes: {sorted(sizes)}")
-    size = sizes.pop()
+    all_sizes = [os.path.getsize(p) for p in paths]
+    size = max(set(all_sizes), key=lambda n: (all_sizes.count(n), n))
+    for p, n in zip(paths, all_sizes):
+        if n != size:
+            raise CorruptedFileError(f"index file has {n} bytes, the others {size}", p, n)
     headers = []
     for p in paths:
         with open(p, "rb") as fh:
@@ -305,8 +357,8 @@ def infer_index_geometry(paths, hash_slot_num=None, index_num=None) -> tuple:
         if index_file_size(s, n) == size and all(_geometry_fits(p, s, n) for p in paths):
             return s, n
     if size > 64 * 1024 * 1024:
-        raise ConfigError(
-            f"cannot infer the geometry of {size}-byte index files; pass max_hash_slot_num and max_index_num"
+        raise CorruptedFileError(
+            f"neither the default nor a full file's geometry fits these {size}-byte index files", paths[0], 0
         )
     total = size - INDEX_HEADER_SIZE
     for s in range(1, total // INDEX_HASH_SLOT_SIZE):
@@ -316,7 +368,7 @@ def infer_index_geometry(paths, hash_slot_num=None, index_num=None) -> tuple:
         n = rest // INDEX_ENTRY_SIZE
         if n > 1 and all(h[5] <= n for h in headers) and all(_geometry_fits(p, s, n) for p in paths):
             return s, n
-    raise ConfigError(f"no index geometry fits {size}-byte index files")
+    raise CorruptedFileError(f"no slot/entry geometry fits these {size}-byte index files", paths[0], 0)
 
 
 def _geometry_fits(path, s, n) -> bool:

@@ -12,7 +12,7 @@ import logging
 import mmap
 import os
 
-from .exceptions import CorruptedFileError, DiskFullError, StoreClosedError
+from .exceptions import ConfigError, CorruptedFileError, DiskFullError, StoreClosedError
 
 __all__ = ["MappedFile", "MappedFileQueue", "offset_to_file_name", "fsync_dir"]
 
@@ -74,7 +74,7 @@ class MappedFile:
                 actual = os.fstat(self._fd).st_size
                 if actual != file_size:
                     raise CorruptedFileError(
-                        f"segment has {actual} bytes, expected {file_size}", self.path
+                        f"segment has {actual} bytes, expected {file_size}", self.path, actual
                     )
             access = mmap.ACCESS_READ if read_only else mmap.ACCESS_WRITE
             self.mm = mmap.mmap(self._fd, file_size, access=access)
@@ -207,17 +207,32 @@ class MappedFileQueue:
                 log.warning("removing empty last segment %s", paths[-1])
                 os.unlink(paths[-1])
             paths.pop()
-        if paths and self.file_size is None:
-            self.file_size = os.path.getsize(paths[0])
-            if self.file_size <= 0:
-                raise CorruptedFileError("empty segment file", paths[0])
+        sizes = [os.path.getsize(p) for p in paths]
+        if sizes:
+            # the size most segments have: a damaged one is then named as such
+            common = max(set(sizes), key=lambda n: (sizes.count(n), n))
+            if self.file_size is None:
+                if common <= 0:
+                    raise CorruptedFileError("empty segment file", paths[0], 0)
+                self.file_size = common
+            elif len(set(sizes)) == 1 and common != self.file_size:
+                raise ConfigError(
+                    f"segments in {self.directory} have {common} bytes but the config says {self.file_size}"
+                )
+        try:
+            self._map_all(paths)
+        except BaseException:
+            self.close()
+            self.files = []
+            raise
+
+    def _map_all(self, paths) -> None:
         prev = None
         for path in paths:
             mf = MappedFile(path, self.file_size, read_only=self.read_only)
             mf.wrote_position = mf.flushed_position = self.file_size
             if mf.file_from_offset % self.file_size or (prev is not None and mf.file_from_offset != prev + self.file_size):
-                self.files.append(mf)
-                self.close()
+                mf.close()
                 raise CorruptedFileError(
                     f"segment start {mf.file_from_offset} does not follow the previous segment", path
                 )

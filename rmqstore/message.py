@@ -282,6 +282,11 @@ class Message:
             raise IllegalMessageError("topic must not be empty")
         if not isinstance(body, (bytes, bytearray, memoryview)):
             raise MessageTypeError(f"body must be bytes-like, got {type(body).__name__}")
+        if isinstance(body, memoryview):
+            if not body.c_contiguous:
+                raise MessageTypeError("a memoryview body must be C-contiguous")
+            if body.ndim != 1 or body.format != "B":
+                body = body.cast("B")  # so len() counts bytes, not items
         self.topic = topic
         self.body = body
         self.queue_id = _check_int("queue_id", queue_id, minimum=0)
@@ -459,17 +464,19 @@ class MessageExt:
             d["body"] = self.body.hex()
         return d
 
+    def _stored(self) -> tuple:
+        return (
+            self.store_size, self.magic_code, self.body_crc, self.queue_id, self.flag, self.queue_offset,
+            self.physical_offset, self.sys_flag, self.born_timestamp, self._born_host, self.store_timestamp,
+            self._store_host, self.reconsume_times, self.prepared_transaction_offset, self.body, self.topic,
+            self.properties_blob,
+        )
+
     def __eq__(self, other):
+        """Equal when every stored field is equal."""
         if not isinstance(other, MessageExt):
             return NotImplemented
-        return (
-            self.physical_offset == other.physical_offset
-            and self.store_size == other.store_size
-            and self.body == other.body
-            and self.topic == other.topic
-            and self.properties_blob == other.properties_blob
-            and self.store_timestamp == other.store_timestamp
-        )
+        return self._stored() == other._stored()
 
     __hash__ = None
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import re
 import threading
 import time
 import warnings
@@ -17,6 +18,7 @@ import warnings
 from . import _kernels as k
 from ._layout import (
     KEY_SEPARATOR,
+    MAX_PROPERTIES_LENGTH,
     MAX_TOPIC_LENGTH_V1,
     MAX_TOPIC_LENGTH_V2,
     PROPERTY_CRC32,
@@ -37,9 +39,11 @@ from .config import StoreConfig
 from .consumequeue import ConsumeQueue, is_pre_blank
 from .exceptions import (
     ConfigError,
+    CorruptedFileError,
     IllegalMessageError,
     MessageTooLargeError,
     MessageTypeError,
+    PropertiesSizeExceededError,
     StoreClosedError,
     StoreLockedError,
     StoreReadOnlyError,
@@ -243,7 +247,7 @@ class MessageStore:
         self.commitlog.truncate(process_offset)
         report["truncated_bytes"] = max(0, before - process_offset) if reason else 0
         if not self.read_only:
-            self.index.drop_after(process_offset)
+            self.index.truncate(process_offset, lambda phy: self.commitlog.store_timestamp_at(phy, 1))
         cl_min = self.commitlog.min_offset()
         for key, cq in self._cqs.items():
             self._queue_offsets[key] = cq.max_offset_in_queue()
@@ -392,8 +396,10 @@ class MessageStore:
         props_len = len(props_b)
         if self._append_crc:
             props_len += (1 if props_b and props_b[-1] != 2 else 0) + 20
-            if props_len > 32767:
-                raise IllegalMessageError(f"properties of {props_len} bytes (with __CRC32#) exceed 32767")
+            if props_len > MAX_PROPERTIES_LENGTH:
+                raise PropertiesSizeExceededError(
+                    f"properties of {props_len} bytes (with __CRC32#) exceed {MAX_PROPERTIES_LENGTH}"
+                )
         size = k.record_size(sys_flag, len(body), len(topic_b), props_len, len(topic_b) > MAX_TOPIC_LENGTH_V1)
         if not self.commitlog.fits_in_new_segment(size):
             raise MessageTooLargeError(
@@ -474,9 +480,8 @@ class MessageStore:
         if topic == SCHEDULE_TOPIC:
             delay = props.get(PROPERTY_DELAY)
             if delay:
-                try:
-                    level = int(delay)
-                except ValueError:
+                level = _java_parse_int(delay)
+                if level is None:
                     log.warning("record in %s has a non-numeric DELAY %r; tags code kept", topic, delay)
                     return code  # P-8: not fatal
                 level = min(level, self.config.max_delay_level)
@@ -589,8 +594,9 @@ class MessageStore:
                     status = GetMessageStatus.MESSAGE_WAS_REMOVING
                     continue
                 fields = read(phy, strict=True)
-                if fields[0] != size:
-                    raise _unit_mismatch(cq, q - 1, phy, size, fields[0])
+                # the record must be the one the unit stands for (P-11)
+                if fields[0] != size or fields[5] != q - 1 or fields[3] != queue_id or fields[15] != topic:
+                    raise _unit_mismatch(cq, q - 1, phy, size, fields)
                 m = MessageExt(fields)
                 if wanted is not None and m.tags not in wanted[1]:
                     continue
@@ -666,6 +672,17 @@ class MessageStore:
         return f"<MessageStore {self.root_dir!r} {mode}{' closed' if self._closed else ''}>"
 
 
+def _java_parse_int(text: str):
+    """Java ``Integer.parseInt``: optional sign, ASCII digits, i32 range; else None."""
+    if not _JAVA_INT.fullmatch(text):
+        return None
+    v = int(text)
+    return v if -(1 << 31) <= v < (1 << 31) else None
+
+
+_JAVA_INT = re.compile(r"[+-]?[0-9]+")
+
+
 def _tag_filter(tags):
     if tags is None:
         return None
@@ -679,12 +696,11 @@ def _tag_filter(tags):
     return {k.java_hash(t) for t in names}, names
 
 
-def _unit_mismatch(cq, queue_offset, phy, size, actual):
-    from .exceptions import CorruptedFileError
-
+def _unit_mismatch(cq, queue_offset, phy, size, fields):
     mf = cq.queue.find(queue_offset * 20)
     return CorruptedFileError(
-        f"ConsumeQueue unit {queue_offset} says {size} bytes at physical offset {phy}, the record has {actual}",
+        f"ConsumeQueue {cq.topic}/{cq.queue_id} unit {queue_offset} ({size} bytes at physical offset {phy}) "
+        f"points at a record of {fields[0]} bytes for {fields[15]}/{fields[3]} queue offset {fields[5]}",
         mf.path if mf else cq.queue.directory,
         (queue_offset * 20 - mf.file_from_offset) if mf else None,
     )
