@@ -1,0 +1,991 @@
+# cython: language_level=3
+"""Cython kernels: the C twin of ``rmqstore/_pure.py``.
+
+Same names, signatures, results and exceptions as the pure module, whose
+docstrings define the semantics. A buffer is held only for the duration of
+one call; every big-endian access goes through memcpy (no unaligned casts);
+every record is bounds-checked once with overflow-safe arithmetic.
+
+Integer arguments follow two rules. Positions, limits, counts and bounds
+are saturated (``_idx``, ``_wide``): a value beyond +-2**63 compares against
+buffer sizes and field values exactly like the Python int, so results agree
+with ``_pure`` for ints of any size. Field values that get stored (queue ids,
+offsets, timestamps, ...) are converted up front, before anything is
+written: TypeError unless an int, OverflowError outside the field's width.
+"""
+
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
+from libc.limits cimport LLONG_MIN
+from libc.string cimport memchr, memcmp, memmove, memset
+from cpython.buffer cimport PyBUF_SIMPLE, PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.list cimport PyList_Append, PyList_CheckExact, PyList_GET_SIZE
+from cpython.long cimport PyLong_AsLongLongAndOverflow
+from cpython.number cimport PyNumber_Index
+
+cdef extern from "Python.h":
+    # PyObject_GetBuffer without Cython's error check, to try a writable view
+    int _try_getbuffer "PyObject_GetBuffer"(object obj, Py_buffer *view, int flags)
+    void PyErr_Clear()
+    object PyUnicode_DecodeUTF8(const char *s, Py_ssize_t size, const char *errors)
+    Py_ssize_t PyUnicode_GET_LENGTH(object o)
+    int PyUnicode_KIND(object o)
+    const void *PyUnicode_DATA(object o)
+    int PyUnicode_1BYTE_KIND, PyUnicode_2BYTE_KIND
+    Py_ssize_t PY_SSIZE_T_MAX, PY_SSIZE_T_MIN
+
+cdef extern from "zlib.h" nogil:
+    unsigned long crc32(unsigned long crc, const unsigned char *buf, unsigned int len)
+
+cdef extern from *:
+    """
+    #include <stdint.h>
+    #include <string.h>
+    #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    #  define RMQ_BE32(x) (x)
+    #  define RMQ_BE64(x) (x)
+    #else
+    #  define RMQ_BE32(x) __builtin_bswap32(x)
+    #  define RMQ_BE64(x) __builtin_bswap64(x)
+    #endif
+    static inline int32_t rmq_ld32(const unsigned char *p) { uint32_t v; memcpy(&v, p, 4); return (int32_t)RMQ_BE32(v); }
+    static inline int64_t rmq_ld64(const unsigned char *p) { uint64_t v; memcpy(&v, p, 8); return (int64_t)RMQ_BE64(v); }
+    static inline int32_t rmq_ld16(const unsigned char *p) { return (int16_t)(uint16_t)((p[0] << 8) | p[1]); }
+    static inline void rmq_st32(unsigned char *p, uint32_t v) { v = RMQ_BE32(v); memcpy(p, &v, 4); }
+    static inline void rmq_st64(unsigned char *p, uint64_t v) { v = RMQ_BE64(v); memcpy(p, &v, 8); }
+    static inline void rmq_st16(unsigned char *p, uint32_t v) { p[0] = (unsigned char)(v >> 8); p[1] = (unsigned char)v; }
+    /* 128-bit sums: file offsets plus positions, and index times, can pass 2**63 */
+    typedef __int128 rmq_i128;
+    static inline long long rmq_jdiv(long long a, long long b, long long u) { return (long long)(((rmq_i128)a + b) / u); }
+    #if PY_VERSION_HEX < 0x030C0000
+    #  define rmq_unicode_ready(o) PyUnicode_READY(o)
+    #else
+    #  define rmq_unicode_ready(o) 0
+    #endif
+    """
+    int32_t ld32 "rmq_ld32"(const unsigned char *p) nogil
+    int64_t ld64 "rmq_ld64"(const unsigned char *p) nogil
+    int32_t ld16 "rmq_ld16"(const unsigned char *p) nogil
+    void st32 "rmq_st32"(unsigned char *p, uint32_t v) nogil
+    void st64 "rmq_st64"(unsigned char *p, uint64_t v) nogil
+    void st16 "rmq_st16"(unsigned char *p, uint32_t v) nogil
+    ctypedef long long rmq_i128
+    long long jdiv "rmq_jdiv"(long long a, long long b, long long u) nogil
+    int rmq_unicode_ready(object o) except -1
+
+# Same values as rmqstore/_layout.py (checked by tests/test_kernels.py).
+cdef enum:
+    MESSAGE_MAGIC_CODE = -626843481
+    MESSAGE_MAGIC_CODE_V2 = -626843477
+    BLANK_MAGIC_CODE = -875286124
+    MIN_RECORD_SIZE = 91
+    MAX_PROPERTIES_LENGTH = 32767
+    MAX_TOPIC_LENGTH_V1 = 127
+    MAX_TOPIC_LENGTH_V2 = 32767
+    BORNHOST_V6_FLAG = 0x10
+    STOREHOSTADDRESS_V6_FLAG = 0x20
+    CRC32_RESERVED_LEN = 20
+    CQ_STORE_UNIT_SIZE = 20
+    PRE_BLANK_SIZE = 0x7FFFFFFF
+    INDEX_HEADER_SIZE = 40
+    INDEX_HASH_SLOT_SIZE = 4
+    INDEX_ENTRY_SIZE = 20
+    REC_BLANK = 0
+    REC_TRUNCATED = -1
+    REC_BAD_MAGIC = -2
+    REC_BAD_SIZE = -3
+    REC_LENGTH_MISMATCH = -4
+    REC_BODY_CRC = -5
+    REC_PROP_CRC = -6
+
+_LAYOUT = {
+    "MESSAGE_MAGIC_CODE": MESSAGE_MAGIC_CODE,
+    "MESSAGE_MAGIC_CODE_V2": MESSAGE_MAGIC_CODE_V2,
+    "BLANK_MAGIC_CODE": BLANK_MAGIC_CODE,
+    "MIN_RECORD_SIZE": MIN_RECORD_SIZE,
+    "MAX_PROPERTIES_LENGTH": MAX_PROPERTIES_LENGTH,
+    "MAX_TOPIC_LENGTH_V1": MAX_TOPIC_LENGTH_V1,
+    "MAX_TOPIC_LENGTH_V2": MAX_TOPIC_LENGTH_V2,
+    "BORNHOST_V6_FLAG": BORNHOST_V6_FLAG,
+    "STOREHOSTADDRESS_V6_FLAG": STOREHOSTADDRESS_V6_FLAG,
+    "CRC32_RESERVED_LEN": CRC32_RESERVED_LEN,
+    "CQ_STORE_UNIT_SIZE": CQ_STORE_UNIT_SIZE,
+    "PRE_BLANK_SIZE": PRE_BLANK_SIZE,
+    "INDEX_HEADER_SIZE": INDEX_HEADER_SIZE,
+    "INDEX_HASH_SLOT_SIZE": INDEX_HASH_SLOT_SIZE,
+    "INDEX_ENTRY_SIZE": INDEX_ENTRY_SIZE,
+    "REC_BLANK": REC_BLANK,
+    "REC_TRUNCATED": REC_TRUNCATED,
+    "REC_BAD_MAGIC": REC_BAD_MAGIC,
+    "REC_BAD_SIZE": REC_BAD_SIZE,
+    "REC_LENGTH_MISMATCH": REC_LENGTH_MISMATCH,
+    "REC_BODY_CRC": REC_BODY_CRC,
+    "REC_PROP_CRC": REC_PROP_CRC,
+}
+
+__all__ = [
+    "java_hash",
+    "index_key_hash",
+    "masked_crc32",
+    "parse_properties",
+    "record_size",
+    "write_record",
+    "encode_record",
+    "check_record",
+    "decode_record",
+    "read_store_timestamp",
+    "cq_put",
+    "cq_get",
+    "cq_units",
+    "cq_scan",
+    "cq_search_time",
+    "index_put",
+    "index_select",
+]
+
+# --- helpers --------------------------------------------------------------
+
+
+cdef inline Py_ssize_t _idx(object o) except? -1:
+    """*o* (any int) saturated to Py_ssize_t: exact for comparisons with buffer sizes."""
+    cdef int ovf = 0
+    cdef long long v = PyLong_AsLongLongAndOverflow(o, &ovf)
+    if ovf > 0 or v > PY_SSIZE_T_MAX:
+        return PY_SSIZE_T_MAX
+    if ovf < 0 or v < PY_SSIZE_T_MIN:
+        return PY_SSIZE_T_MIN
+    return <Py_ssize_t>v
+
+
+cdef inline long long _i64(object o) except? -1:
+    """A 64-bit field value: TypeError unless an int (no float truncation), OverflowError
+    when out of range (checked up front, before anything is stored)."""
+    cdef int ovf = 0
+    cdef long long v = PyLong_AsLongLongAndOverflow(o, &ovf)
+    if ovf:
+        raise OverflowError(f"{o} does not fit in a 64-bit field")
+    return v
+
+
+cdef inline int _i32(object o) except? -1:
+    cdef long long v = _i64(o)
+    if v < -2147483648 or v > 2147483647:
+        raise OverflowError(f"{o} does not fit in a 32-bit field")
+    return <int>v
+
+
+cdef inline rmq_i128 _wide(object o) except? -1:
+    """*o* as a 128-bit int, exact within +-2**100 (far beyond i64 + 2**31 * 1000)."""
+    cdef int ovf = 0
+    cdef long long v = PyLong_AsLongLongAndOverflow(o, &ovf)
+    if not ovf:
+        return <rmq_i128>v
+    o = min(max(PyNumber_Index(o), -(1 << 100)), 1 << 100)
+    return <rmq_i128><long long>(o >> 64) * ((<rmq_i128>1) << 64) + <unsigned long long>(o & 0xFFFFFFFFFFFFFFFF)
+
+
+cdef inline void _init_view(Py_buffer *v) noexcept:
+    memset(v, 0, sizeof(Py_buffer))
+
+
+cdef inline bint _get_rw(object obj, Py_buffer *view) except -1:
+    """Writable view of *obj* if it has one (True), else a read-only view
+    (False): callers raise TypeError only when they actually write, as
+    struct.pack_into would."""
+    if _try_getbuffer(obj, view, PyBUF_WRITABLE) == 0:
+        return True
+    PyErr_Clear()
+    _init_view(view)
+    PyObject_GetBuffer(obj, view, PyBUF_SIMPLE)
+    return False
+
+
+cdef inline int _not_writable(object obj) except -1:
+    raise TypeError(f"argument must be read-write bytes-like object, not {type(obj).__name__}")
+
+
+cdef uint32_t _crc(const unsigned char *p, Py_ssize_t n) noexcept:
+    """Masked CRC-32 (zlib takes 32-bit lengths, so chunk)."""
+    cdef unsigned long c = 0
+    cdef unsigned int k
+    if n > 65536:
+        with nogil:
+            while n > 0:
+                k = <unsigned int>(n if n < 0x40000000 else 0x40000000)
+                c = crc32(c, p, k)
+                p += k
+                n -= k
+    elif n > 0:
+        c = crc32(c, p, <unsigned int>n)
+    return <uint32_t>(c & 0x7FFFFFFF)
+
+
+cdef int32_t _java_hash(object s) except? -1:
+    if not isinstance(s, str):
+        raise TypeError(f"java_hash expects str, got {type(s).__name__}")
+    rmq_unicode_ready(s)
+    cdef Py_ssize_t i, n = PyUnicode_GET_LENGTH(s)
+    cdef int kind = PyUnicode_KIND(s)
+    cdef const void *data = PyUnicode_DATA(s)
+    cdef const uint8_t *p1
+    cdef const uint16_t *p2
+    cdef const uint32_t *p4
+    cdef uint32_t h = 0, c
+    if kind == PyUnicode_1BYTE_KIND:  # ASCII / Latin-1: one UTF-16 unit each
+        p1 = <const uint8_t *>data
+        for i in range(n):
+            h = 31 * h + p1[i]
+    elif kind == PyUnicode_2BYTE_KIND:  # BMP, lone surrogates included
+        p2 = <const uint16_t *>data
+        for i in range(n):
+            h = 31 * h + p2[i]
+    else:
+        p4 = <const uint32_t *>data
+        for i in range(n):
+            c = p4[i]
+            if c > 0xFFFF:  # surrogate pair
+                c -= 0x10000
+                h = 31 * h + (0xD800 + (c >> 10))
+                h = 31 * h + (0xDC00 + (c & 0x3FF))
+            else:
+                h = 31 * h + c
+    return <int32_t>h
+
+
+cdef inline int32_t _key_hash(object key) except? -1:
+    cdef int32_t h = _java_hash(key)
+    if h == -2147483648:
+        return 0
+    return -h if h < 0 else h
+
+
+# --- hashing and checksums ------------------------------------------------
+
+
+def java_hash(s):
+    return _java_hash(s)
+
+
+def index_key_hash(key):
+    return _key_hash(key)
+
+
+def masked_crc32(data, start=0, end=-1):
+    cdef Py_ssize_t s = _idx(start), e = _idx(end), n
+    cdef Py_buffer v
+    PyObject_GetBuffer(data, &v, PyBUF_SIMPLE)
+    try:
+        n = v.len
+        if e < 0:
+            e = n
+            end = n
+        if not (0 <= s <= e <= n):
+            raise ValueError(f"range [{start}, {end}) outside buffer of {n} bytes")
+        return _crc(<const unsigned char *>v.buf + s, e - s)
+    finally:
+        PyBuffer_Release(&v)
+
+
+# --- properties -----------------------------------------------------------
+
+
+def parse_properties(blob):
+    # Splitting raw bytes at 0x01/0x02 and decoding each piece equals decoding
+    # first: ASCII bytes are never part of a replaced (invalid) UTF-8 sequence.
+    if not PyBytes_CheckExact(blob):
+        blob = bytes(blob)
+    cdef const char *b = PyBytes_AS_STRING(blob)
+    cdef Py_ssize_t n = PyBytes_GET_SIZE(blob), s = 0, e, k
+    cdef const char *q
+    out = {}
+    while s <= n:
+        q = <const char *>memchr(b + s, 2, <size_t>(n - s))
+        e = q - b if q != NULL else n
+        q = <const char *>memchr(b + s, 1, <size_t>(e - s))
+        if q != NULL:
+            k = q - b
+            if s < k < e - 1:
+                out[PyUnicode_DecodeUTF8(b + s, k - s, "replace")] = \
+                    PyUnicode_DecodeUTF8(b + k + 1, e - k - 1, "replace")
+        s = e + 1
+    return out
+
+
+# --- CommitLog records ----------------------------------------------------
+
+
+cdef inline object _max0(object x):
+    return 0 if 0 > x else x  # builtin max(x, 0), operand order included
+
+
+def record_size(sys_flag, body_len, topic_len, props_len, v2):
+    # Object arithmetic: _pure accepts ints of any size here.
+    born = 20 if sys_flag & BORNHOST_V6_FLAG else 8
+    store = 20 if sys_flag & STOREHOSTADDRESS_V6_FLAG else 8
+    return 68 + born + store + 4 + _max0(body_len) + (2 if v2 else 1) + topic_len + 2 + _max0(props_len)
+
+
+cdef struct Rec:
+    int queue_id, flag, sys_flag, reconsume_times, bw, sw
+    long long queue_offset, physical_offset, born_timestamp, store_timestamp, prepared
+    const unsigned char *born
+    const unsigned char *store
+    const unsigned char *body
+    const unsigned char *topic
+    const unsigned char *props
+    Py_ssize_t born_len, store_len, body_len, topic_len, props_len, props_field, size
+    uint32_t body_crc
+    bint v2, append_crc, sep
+
+
+cdef int _fields(Rec *r, object queue_id, object flag, object queue_offset, object physical_offset,
+                 object sys_flag, object born_timestamp, object store_timestamp,
+                 object reconsume_times, object prepared) except -1:
+    r.queue_id = _i32(queue_id)
+    r.flag = _i32(flag)
+    r.queue_offset = _i64(queue_offset)
+    r.physical_offset = _i64(physical_offset)
+    r.sys_flag = _i32(sys_flag)
+    r.born_timestamp = _i64(born_timestamp)
+    r.store_timestamp = _i64(store_timestamp)
+    r.reconsume_times = _i32(reconsume_times)
+    r.prepared = _i64(prepared)
+    return 0
+
+
+cdef int _check_hosts(Rec *r, object born_host, object store_host) except -1:
+    r.bw = 20 if r.sys_flag & BORNHOST_V6_FLAG else 8
+    r.sw = 20 if r.sys_flag & STOREHOSTADDRESS_V6_FLAG else 8
+    if len(born_host) != r.bw or len(store_host) != r.sw:
+        raise ValueError("host field widths disagree with the sysflag V6 bits")
+    return 0
+
+
+cdef int _check_topic(Rec *r, Py_buffer *t) except -1:
+    r.topic = <const unsigned char *>t.buf
+    r.topic_len = t.len
+    if r.topic_len > MAX_TOPIC_LENGTH_V2:
+        raise ValueError(f"topic of {r.topic_len} bytes is too long")
+    r.v2 = r.topic_len > MAX_TOPIC_LENGTH_V1
+    return 0
+
+
+cdef int _check_props(Rec *r, Py_buffer *p) except -1:
+    r.props = <const unsigned char *>p.buf
+    r.props_len = r.props_field = p.len
+    r.sep = r.append_crc and r.props_len > 0 and r.props[r.props_len - 1] != 2
+    if r.append_crc:
+        r.props_field += r.sep + CRC32_RESERVED_LEN
+    if r.props_field > MAX_PROPERTIES_LENGTH:
+        raise ValueError(f"properties of {r.props_field} bytes exceed {MAX_PROPERTIES_LENGTH}")
+    return 0
+
+
+cdef int _check_size(Rec *r, Py_buffer *b) except -1:
+    r.body = <const unsigned char *>b.buf
+    r.body_len = b.len
+    r.size = (68 + r.bw + r.sw + 4 + r.body_len + (2 if r.v2 else 1) + r.topic_len + 2
+              + r.props_field)
+    if r.size > 0x7FFFFFFF:  # TOTALSIZE is an i32 (_pure: struct.error)
+        raise ValueError(f"record of {r.size} bytes is too large")
+    return 0
+
+
+cdef inline void _put_host(unsigned char *d, const unsigned char *h, Py_ssize_t n, int w) noexcept:
+    # struct's "Ns" pads short values with zeros and truncates long ones
+    memset(d, 0, w)
+    memmove(d, h, n if n < w else w)
+
+
+cdef void _emit(unsigned char *d, Rec *r) noexcept:
+    """Store the validated record *r* at *d* (same store order as _pure)."""
+    cdef unsigned char *q
+    cdef uint32_t crc
+    cdef int i
+    st32(d, <uint32_t>r.size)
+    st32(d + 4, <uint32_t>(MESSAGE_MAGIC_CODE_V2 if r.v2 else MESSAGE_MAGIC_CODE))
+    st32(d + 8, r.body_crc)
+    st32(d + 12, <uint32_t>r.queue_id)
+    st32(d + 16, <uint32_t>r.flag)
+    st64(d + 20, <uint64_t>r.queue_offset)
+    st64(d + 28, <uint64_t>r.physical_offset)
+    st32(d + 36, <uint32_t>r.sys_flag)
+    st64(d + 40, <uint64_t>r.born_timestamp)
+    q = d + 48
+    _put_host(q, r.born, r.born_len, r.bw)
+    q += r.bw
+    st64(q, <uint64_t>r.store_timestamp)
+    q += 8
+    _put_host(q, r.store, r.store_len, r.sw)
+    q += r.sw
+    st32(q, <uint32_t>r.reconsume_times)
+    st64(q + 4, <uint64_t>r.prepared)
+    st32(q + 12, <uint32_t>r.body_len)
+    q += 16
+    if r.body_len:  # memmove: a source view may alias the target buffer
+        memmove(q, r.body, r.body_len)
+    q += r.body_len
+    if r.v2:
+        st16(q, <uint32_t>r.topic_len)
+        q += 2
+    else:
+        q[0] = <unsigned char>r.topic_len
+        q += 1
+    if r.topic_len:
+        memmove(q, r.topic, r.topic_len)
+    q += r.topic_len
+    st16(q, <uint32_t>r.props_field)
+    q += 2
+    if r.props_len:
+        memmove(q, r.props, r.props_len)
+    q += r.props_len
+    if r.append_crc:
+        if r.sep:
+            q[0] = 2
+            q += 1
+        crc = _crc(d, q - d)
+        memmove(q, b"__CRC32#\x01", 9)
+        for i in range(10):  # least-significant digit first (SPEC 3.7)
+            q[9 + i] = <unsigned char>(48 + crc % 10)
+            crc //= 10
+        q[19] = 2
+
+
+cdef int _prepare(Rec *r, object born_host, object store_host, object body, object topic,
+                  object properties, Py_buffer *bv, Py_buffer *tv, Py_buffer *pv) except -1:
+    """Acquire the byte arguments and validate every length (ValueError)."""
+    PyObject_GetBuffer(body, bv, PyBUF_SIMPLE)
+    PyObject_GetBuffer(topic, tv, PyBUF_SIMPLE)
+    PyObject_GetBuffer(properties, pv, PyBUF_SIMPLE)
+    _check_hosts(r, born_host, store_host)
+    _check_topic(r, tv)
+    _check_props(r, pv)
+    _check_size(r, bv)
+    return 0
+
+
+def write_record(
+    buf, pos, queue_id, flag, queue_offset, physical_offset, sys_flag, born_timestamp,
+    born_host, store_timestamp, store_host, reconsume_times, prepared_transaction_offset,
+    body, topic, properties, bint append_crc,
+):
+    cdef Rec r
+    cdef Py_buffer tv, pv, bv, out
+    cdef Py_ssize_t p0
+    cdef bint writable
+    _fields(&r, queue_id, flag, queue_offset, physical_offset, sys_flag, born_timestamp,
+            store_timestamp, reconsume_times, prepared_transaction_offset)
+    r.append_crc = append_crc
+    p0 = _idx(pos)
+    _init_view(&tv)
+    _init_view(&pv)
+    _init_view(&bv)
+    _init_view(&out)
+    try:
+        # every check comes before the first store: an error writes nothing
+        _prepare(&r, born_host, store_host, body, topic, properties, &bv, &tv, &pv)
+        writable = _get_rw(buf, &out)
+        if p0 < 0 or r.size > out.len - p0:
+            raise ValueError(f"record of {r.size} bytes does not fit at position {pos}")
+        if not PyBytes_CheckExact(born_host):
+            born_host = bytes(born_host)
+        if not PyBytes_CheckExact(store_host):
+            store_host = bytes(store_host)
+        if not writable:
+            _not_writable(buf)
+        r.born = <const unsigned char *>PyBytes_AS_STRING(born_host)
+        r.born_len = PyBytes_GET_SIZE(born_host)
+        r.store = <const unsigned char *>PyBytes_AS_STRING(store_host)
+        r.store_len = PyBytes_GET_SIZE(store_host)
+        r.body_crc = _crc(r.body, r.body_len)
+        _emit(<unsigned char *>out.buf + p0, &r)
+        return r.size
+    finally:
+        PyBuffer_Release(&out)
+        PyBuffer_Release(&pv)
+        PyBuffer_Release(&tv)
+        PyBuffer_Release(&bv)
+
+
+def encode_record(
+    queue_id, flag, queue_offset, physical_offset, sys_flag, born_timestamp, born_host,
+    store_timestamp, store_host, reconsume_times, prepared_transaction_offset, body, topic,
+    properties, bint append_crc,
+):
+    cdef Rec r
+    cdef Py_buffer tv, pv, bv
+    _fields(&r, queue_id, flag, queue_offset, physical_offset, sys_flag, born_timestamp,
+            store_timestamp, reconsume_times, prepared_transaction_offset)
+    r.append_crc = append_crc
+    _init_view(&tv)
+    _init_view(&pv)
+    _init_view(&bv)
+    try:
+        _prepare(&r, born_host, store_host, body, topic, properties, &bv, &tv, &pv)
+        if not PyBytes_CheckExact(born_host):
+            born_host = bytes(born_host)
+        if not PyBytes_CheckExact(store_host):
+            store_host = bytes(store_host)
+        r.born = <const unsigned char *>PyBytes_AS_STRING(born_host)
+        r.born_len = PyBytes_GET_SIZE(born_host)
+        r.store = <const unsigned char *>PyBytes_AS_STRING(store_host)
+        r.store_len = PyBytes_GET_SIZE(store_host)
+        r.body_crc = _crc(r.body, r.body_len)
+        out = PyBytes_FromStringAndSize(NULL, r.size)
+        _emit(<unsigned char *>PyBytes_AS_STRING(out), &r)
+        return out
+    finally:
+        PyBuffer_Release(&pv)
+        PyBuffer_Release(&tv)
+        PyBuffer_Release(&bv)
+
+
+cdef bint _find_crc(const unsigned char *p, Py_ssize_t n, long long *out) noexcept:
+    """Value of the last ``__CRC32#`` entry in p[:n] (as _pure._find_crc_property)."""
+    cdef Py_ssize_t i = n - 9, k
+    cdef long long v = 0
+    while i >= 0:  # rfind
+        if p[i] == 95 and memcmp(p + i, b"__CRC32#\x01", 9) == 0:
+            break
+        i -= 1
+    if i < 0 or (i > 0 and p[i - 1] != 2) or n - (i + 9) < 10:
+        return False
+    for k in range(9, -1, -1):  # digits are stored least-significant first
+        if not 48 <= p[i + 9 + k] <= 57:
+            return False
+        v = v * 10 + (p[i + 9 + k] - 48)
+    out[0] = v
+    return True
+
+
+cdef int _check(const unsigned char *b, Py_ssize_t n, Py_ssize_t pos, Py_ssize_t limit,
+                bint check_crc, bint verify_prop_crc, Py_ssize_t max_size) noexcept:
+    cdef Py_ssize_t end, p, body_start
+    cdef int32_t size, magic, sys_flag, body_len, topic_len, props_len
+    cdef int tlw
+    cdef long long stored = 0
+    if limit > n:
+        limit = n
+    if pos < 0 or limit < pos or limit - pos < 8:
+        return REC_TRUNCATED
+    size = ld32(b + pos)
+    magic = ld32(b + pos + 4)
+    if magic == BLANK_MAGIC_CODE:
+        return REC_BLANK
+    if magic == MESSAGE_MAGIC_CODE:
+        tlw = 1
+    elif magic == MESSAGE_MAGIC_CODE_V2:
+        tlw = 2
+    else:
+        return REC_BAD_MAGIC
+    if size < MIN_RECORD_SIZE or size > max_size:
+        return REC_BAD_SIZE
+    if size > limit - pos:
+        return REC_TRUNCATED
+    # from here on pos + size <= n, and every sum below stays < n + 2**32
+    end = pos + size
+    sys_flag = ld32(b + pos + 36)
+    p = pos + 68 + (20 if sys_flag & BORNHOST_V6_FLAG else 8) + (20 if sys_flag & STOREHOSTADDRESS_V6_FLAG else 8)
+    if p + 4 > end:
+        return REC_LENGTH_MISMATCH
+    body_len = ld32(b + p)
+    p += 4
+    if body_len < 0:
+        return REC_BAD_SIZE
+    if p + body_len + tlw > end:
+        return REC_LENGTH_MISMATCH
+    body_start = p
+    p += body_len
+    if tlw == 1:
+        topic_len = b[p]
+        if topic_len > 127:  # Java reads a signed byte
+            return REC_BAD_SIZE
+    else:
+        topic_len = ld16(b + p)
+        if topic_len < 0:
+            return REC_BAD_SIZE
+    p += tlw + topic_len
+    if p + 2 > end:
+        return REC_LENGTH_MISMATCH
+    props_len = ld16(b + p)
+    if props_len < 0:
+        return REC_BAD_SIZE
+    p += 2
+    if p + props_len != end:
+        return REC_LENGTH_MISMATCH
+    if check_crc:
+        if verify_prop_crc:
+            if props_len < CRC32_RESERVED_LEN:
+                return REC_PROP_CRC
+            if not _find_crc(b + p, props_len, &stored) or \
+                    stored != _crc(b + pos, size - CRC32_RESERVED_LEN):
+                return REC_PROP_CRC
+        elif body_len > 0:
+            if <int64_t>_crc(b + body_start, body_len) != ld32(b + pos + 8):
+                return REC_BODY_CRC
+    return size
+
+
+def check_record(buf, pos, limit, bint check_crc, bint verify_prop_crc, max_size):
+    cdef Py_ssize_t p0 = _idx(pos), lim = _idx(limit), mx = _idx(max_size)
+    cdef Py_buffer v
+    PyObject_GetBuffer(buf, &v, PyBUF_SIMPLE)
+    try:
+        return _check(<const unsigned char *>v.buf, v.len, p0, lim, check_crc, verify_prop_crc, mx)
+    finally:
+        PyBuffer_Release(&v)
+
+
+def decode_record(buf, pos, bint with_body):
+    cdef Py_ssize_t p0 = _idx(pos), n, end, p
+    cdef const unsigned char *b
+    cdef const unsigned char *h
+    cdef int32_t size, magic, sys_flag, body_len, topic_len, props_len
+    cdef int bw, sw
+    cdef Py_buffer v
+    PyObject_GetBuffer(buf, &v, PyBUF_SIMPLE)
+    try:
+        b = <const unsigned char *>v.buf
+        n = v.len
+        if p0 < 0 or p0 > n - 8:
+            raise ValueError(f"no record at {pos}")
+        size = ld32(b + p0)
+        magic = ld32(b + p0 + 4)
+        if (magic != MESSAGE_MAGIC_CODE and magic != MESSAGE_MAGIC_CODE_V2) \
+                or size < MIN_RECORD_SIZE or size > n - p0:
+            raise ValueError(f"no valid record at {pos}")
+        sys_flag = ld32(b + p0 + 36)
+        bw = 20 if sys_flag & BORNHOST_V6_FLAG else 8
+        sw = 20 if sys_flag & STOREHOSTADDRESS_V6_FLAG else 8
+        end = p0 + size
+        if 72 + bw + sw > size:
+            raise ValueError(f"record at {pos} is shorter than its header")
+        h = b + p0 + 48 + bw  # STORETIMESTAMP
+        body_len = ld32(h + 20 + sw)
+        p = p0 + 72 + bw + sw
+        if body_len < 0 or body_len > end - p:
+            raise ValueError(f"record at {pos} has a bad body length")
+        body = PyBytes_FromStringAndSize(<const char *>b + p, body_len) if with_body else None
+        p += body_len
+        if magic == MESSAGE_MAGIC_CODE:
+            if p + 1 > end:
+                raise ValueError(f"record at {pos} is truncated")
+            topic_len = <signed char>b[p]
+            p += 1
+        else:
+            if p + 2 > end:
+                raise ValueError(f"record at {pos} is truncated")
+            topic_len = ld16(b + p)
+            p += 2
+        if topic_len < 0 or p + topic_len + 2 > end:
+            raise ValueError(f"record at {pos} has a bad topic length")
+        topic = PyUnicode_DecodeUTF8(<const char *>b + p, topic_len, "replace")
+        p += topic_len
+        props_len = ld16(b + p)
+        p += 2
+        if props_len < 0 or p + props_len > end:
+            raise ValueError(f"record at {pos} has a bad properties length")
+        return (
+            size, magic, ld32(b + p0 + 8), ld32(b + p0 + 12), ld32(b + p0 + 16),
+            ld64(b + p0 + 20), ld64(b + p0 + 28), sys_flag, ld64(b + p0 + 40),
+            PyBytes_FromStringAndSize(<const char *>b + p0 + 48, bw), ld64(h),
+            PyBytes_FromStringAndSize(<const char *>h + 8, sw), ld32(h + 8 + sw),
+            ld64(h + 12 + sw), body, topic,
+            PyBytes_FromStringAndSize(<const char *>b + p, props_len),
+        )
+    finally:
+        PyBuffer_Release(&v)
+
+
+def read_store_timestamp(buf, pos):
+    cdef Py_ssize_t p0 = _idx(pos), n, p
+    cdef Py_buffer v
+    cdef const unsigned char *b
+    PyObject_GetBuffer(buf, &v, PyBUF_SIMPLE)
+    try:
+        b = <const unsigned char *>v.buf
+        n = v.len
+        if p0 < 0 or p0 > n - 40:
+            return -1
+        p = p0 + 48 + (20 if ld32(b + p0 + 36) & BORNHOST_V6_FLAG else 8)
+        if p > n - 8:
+            return -1
+        return ld64(b + p)
+    finally:
+        PyBuffer_Release(&v)
+
+
+# --- ConsumeQueue ---------------------------------------------------------
+
+
+def cq_put(buf, pos, physical_offset, size, tags_code):
+    cdef long long phy = _i64(physical_offset), tags = _i64(tags_code)
+    cdef int sz = _i32(size)
+    cdef Py_ssize_t p0 = _idx(pos)
+    cdef unsigned char *b
+    cdef Py_buffer v
+    cdef bint writable = _get_rw(buf, &v)
+    try:
+        if p0 < 0 or p0 > v.len - CQ_STORE_UNIT_SIZE:
+            raise ValueError(f"no ConsumeQueue unit at {pos} in a buffer of {v.len} bytes")
+        if not writable:
+            _not_writable(buf)
+        b = <unsigned char *>v.buf + p0
+        st64(b, <uint64_t>phy)
+        st32(b + 8, <uint32_t>sz)
+        st64(b + 12, <uint64_t>tags)
+    finally:
+        PyBuffer_Release(&v)
+
+
+def cq_get(buf, pos):
+    cdef Py_ssize_t p0 = _idx(pos)
+    cdef Py_buffer v
+    cdef const unsigned char *b
+    PyObject_GetBuffer(buf, &v, PyBUF_SIMPLE)
+    try:
+        if p0 < 0 or p0 > v.len - CQ_STORE_UNIT_SIZE:
+            raise ValueError(f"no ConsumeQueue unit at {pos} in a buffer of {v.len} bytes")
+        b = <const unsigned char *>v.buf + p0
+        return (ld64(b), ld32(b + 8), ld64(b + 12))
+    finally:
+        PyBuffer_Release(&v)
+
+
+def cq_units(buf, start, end):
+    cdef Py_ssize_t s = _idx(start), e = _idx(end), p
+    cdef Py_buffer v
+    cdef const unsigned char *b
+    PyObject_GetBuffer(buf, &v, PyBUF_SIMPLE)
+    try:
+        if e > v.len:
+            e = v.len
+        if s < 0 or s >= e:
+            return []
+        e -= (e - s) % CQ_STORE_UNIT_SIZE
+        b = <const unsigned char *>v.buf
+        out = []
+        p = s
+        while p < e:
+            out.append((ld64(b + p), ld32(b + p + 8), ld64(b + p + 12)))
+            p += CQ_STORE_UNIT_SIZE
+        return out
+    finally:
+        PyBuffer_Release(&v)
+
+
+def cq_scan(buf, start, end):
+    cdef Py_ssize_t s = _idx(start), e = _idx(end), p
+    cdef int64_t phy, tags, last_phy = 0
+    cdef int32_t size, last_size = 0
+    cdef bint found = False
+    cdef Py_buffer v
+    cdef const unsigned char *b
+    PyObject_GetBuffer(buf, &v, PyBUF_SIMPLE)
+    try:
+        b = <const unsigned char *>v.buf
+        if e > v.len:
+            e = v.len
+        p = s if s > 0 else 0
+        while p < e and e - p >= CQ_STORE_UNIT_SIZE:
+            phy = ld64(b + p)
+            size = ld32(b + p + 8)
+            tags = ld64(b + p + 12)
+            if phy < 0 or size <= 0:
+                break
+            if not (phy == 0 and size == PRE_BLANK_SIZE and tags == 0):
+                last_phy = phy
+                last_size = size
+                found = True
+            p += CQ_STORE_UNIT_SIZE
+    finally:
+        PyBuffer_Release(&v)
+    # offset + size may pass 2**63: add as Python ints
+    max_end = (<object>last_phy) + last_size if found else -1
+    if s >= 0 and p == s:
+        return start, max_end  # _pure returns max(start, 0) itself
+    return p, max_end
+
+
+cdef inline object _time_of(const unsigned char *b, Py_ssize_t p, object time_at):
+    return time_at(ld64(b + p), ld32(b + p + 8))
+
+
+def cq_search_time(buf, file_start, low, range_, timestamp, bint upper, min_physical_offset, time_at):
+    # timestamp and time_at's results stay Python objects: compared exactly as _pure does
+    cdef long long fs = _i64(file_start), min_phy
+    cdef int min_ovf = 0
+    cdef Py_ssize_t lo = _idx(low), rng = _idx(range_), ceiling, floor, high, mid
+    cdef Py_ssize_t left = -1, right = -1, target = -1, result
+    cdef const unsigned char *b
+    cdef int64_t phy
+    cdef Py_buffer v
+    # a bound beyond i64 compares exactly: above all offsets (ovf > 0) or below all
+    min_phy = PyLong_AsLongLongAndOverflow(min_physical_offset, &min_ovf)
+    if min_ovf < 0:
+        min_phy = LLONG_MIN
+    PyObject_GetBuffer(buf, &v, PyBUF_SIMPLE)
+    try:
+        b = <const unsigned char *>v.buf
+        if rng > v.len:
+            rng = v.len
+        if rng < CQ_STORE_UNIT_SIZE:
+            return jdiv(fs, 0, CQ_STORE_UNIT_SIZE)
+        rng -= rng % CQ_STORE_UNIT_SIZE
+        if lo > rng - CQ_STORE_UNIT_SIZE:
+            return jdiv(fs, 0, CQ_STORE_UNIT_SIZE)
+        if lo < 0:  # _pure would read from the buffer's end
+            raise ValueError(f"low {low} is negative")
+        ceiling = rng - CQ_STORE_UNIT_SIZE
+        floor = lo
+        high = ceiling
+        if _time_of(b, ceiling, time_at) < timestamp:
+            return jdiv(fs, ceiling + (0 if upper else CQ_STORE_UNIT_SIZE), CQ_STORE_UNIT_SIZE)
+        if _time_of(b, floor, time_at) > timestamp:
+            return 0 if upper else jdiv(fs, 0, CQ_STORE_UNIT_SIZE)
+        while high >= lo:  # lo, high >= 0 here: C division floors like Python's //
+            mid = (lo + high) // (2 * CQ_STORE_UNIT_SIZE) * CQ_STORE_UNIT_SIZE
+            phy = ld64(b + mid)
+            if min_ovf > 0 or phy < min_phy:
+                lo = mid + CQ_STORE_UNIT_SIZE
+                left = mid
+                continue
+            t = time_at(phy, ld32(b + mid + 8))
+            if t < 0:
+                return 0
+            if t == timestamp:
+                target = mid
+                break
+            if t > timestamp:
+                high = mid - CQ_STORE_UNIT_SIZE
+                right = mid
+            else:
+                lo = mid + CQ_STORE_UNIT_SIZE
+                left = mid
+        if target != -1:
+            if upper:
+                while target + CQ_STORE_UNIT_SIZE <= ceiling and \
+                        _time_of(b, target + CQ_STORE_UNIT_SIZE, time_at) == timestamp:
+                    target += CQ_STORE_UNIT_SIZE
+            else:
+                while target - CQ_STORE_UNIT_SIZE >= floor and \
+                        _time_of(b, target - CQ_STORE_UNIT_SIZE, time_at) == timestamp:
+                    target -= CQ_STORE_UNIT_SIZE
+            result = target
+        else:
+            result = left if upper else right
+        return jdiv(fs, result, CQ_STORE_UNIT_SIZE)
+    finally:
+        PyBuffer_Release(&v)
+
+
+# --- IndexFile ------------------------------------------------------------
+
+
+cdef int _check_index(Py_buffer *v, object hash_slot_num, object index_num,
+                      Py_ssize_t *hsn, Py_ssize_t *idx) except -1:
+    """Validate that v holds header + slots + entries (overflow-safe)."""
+    cdef Py_ssize_t rem = v.len - INDEX_HEADER_SIZE
+    hsn[0] = _idx(hash_slot_num)
+    idx[0] = _idx(index_num)
+    if hsn[0] <= 0 or idx[0] <= 0 or rem < 0 or hsn[0] > rem // INDEX_HASH_SLOT_SIZE or \
+            idx[0] > (rem - hsn[0] * INDEX_HASH_SLOT_SIZE) // INDEX_ENTRY_SIZE:
+        need = INDEX_HEADER_SIZE + hash_slot_num * INDEX_HASH_SLOT_SIZE + index_num * INDEX_ENTRY_SIZE
+        raise ValueError(f"index buffer of {v.len} bytes is smaller than {need}")
+    return 0
+
+
+def index_put(buf, hash_slot_num, index_num, key, physical_offset, store_timestamp):
+    cdef long long phy = _i64(physical_offset), ts = _i64(store_timestamp)
+    cdef Py_ssize_t hsn = 0, idx = 0, slot_pos
+    cdef int32_t count, slot_value, key_hash
+    cdef int64_t begin_ts, time_diff
+    cdef unsigned char *b
+    cdef unsigned char *e
+    cdef Py_buffer v
+    cdef bint writable = _get_rw(buf, &v)
+    try:
+        _check_index(&v, hash_slot_num, index_num, &hsn, &idx)
+        b = <unsigned char *>v.buf
+        count = ld32(b + 36)
+        if count <= 0:
+            count = 1
+        if count >= idx:
+            return False
+        key_hash = _key_hash(key)
+        slot_pos = INDEX_HEADER_SIZE + (key_hash % hsn) * INDEX_HASH_SLOT_SIZE
+        slot_value = ld32(b + slot_pos)
+        if slot_value <= 0 or slot_value > count:
+            slot_value = 0
+        begin_ts = ld64(b)
+        if begin_ts <= 0 or ts <= begin_ts:
+            time_diff = 0  # a negative difference clamps to 0; no overflow below
+        else:
+            time_diff = (ts - begin_ts) // 1000
+            if time_diff > 0x7FFFFFFF:
+                time_diff = 0x7FFFFFFF
+        if not writable:
+            _not_writable(buf)
+        e = b + INDEX_HEADER_SIZE + hsn * INDEX_HASH_SLOT_SIZE + <Py_ssize_t>count * INDEX_ENTRY_SIZE
+        st32(e, <uint32_t>key_hash)
+        st64(e + 4, <uint64_t>phy)
+        st32(e + 12, <uint32_t>time_diff)
+        st32(e + 16, <uint32_t>slot_value)
+        st32(b + slot_pos, <uint32_t>count)
+        if count <= 1:
+            st64(b + 16, <uint64_t>phy)
+            st64(b, <uint64_t>ts)
+        if slot_value == 0:  # i32 counters wrap as in Java
+            st32(b + 32, <uint32_t>ld32(b + 32) + 1)
+        st32(b + 36, <uint32_t>count + 1)
+        st64(b + 24, <uint64_t>phy)
+        st64(b + 8, <uint64_t>ts)
+        return True
+    finally:
+        PyBuffer_Release(&v)
+
+
+def index_select(buf, hash_slot_num, index_num, key, max_num, begin, end, out):
+    cdef Py_ssize_t hsn = 0, idx = 0, visited = 0, limit = _idx(max_num)
+    cdef int32_t count, cur, key_hash, h, diff, prev
+    cdef int64_t phy, begin_ts
+    cdef rmq_i128 t, lo = _wide(begin), hi = _wide(end)
+    cdef const unsigned char *b
+    cdef const unsigned char *e
+    cdef Py_buffer v
+    cdef bint fast = PyList_CheckExact(out)
+    PyObject_GetBuffer(buf, &v, PyBUF_SIMPLE)
+    try:
+        _check_index(&v, hash_slot_num, index_num, &hsn, &idx)
+        b = <const unsigned char *>v.buf
+        count = ld32(b + 36)
+        if count <= 0:
+            count = 1
+        key_hash = _key_hash(key)
+        cur = ld32(b + INDEX_HEADER_SIZE + (key_hash % hsn) * INDEX_HASH_SLOT_SIZE)
+        if cur <= 0 or cur > count or count <= 1:
+            return
+        begin_ts = ld64(b)
+        # walk at most index_num entries, never outside [1, index_num)
+        while visited < idx:
+            visited += 1
+            if (PyList_GET_SIZE(out) if fast else len(out)) >= limit or cur >= idx:
+                break
+            e = b + INDEX_HEADER_SIZE + hsn * INDEX_HASH_SLOT_SIZE + <Py_ssize_t>cur * INDEX_ENTRY_SIZE
+            h = ld32(e)
+            phy = ld64(e + 4)
+            diff = ld32(e + 12)
+            prev = ld32(e + 16)
+            if diff < 0:
+                break
+            t = <rmq_i128>begin_ts + <rmq_i128>diff * 1000
+            if h == key_hash and lo <= t <= hi:
+                if fast:
+                    PyList_Append(out, phy)
+                else:
+                    out.append(phy)
+            if prev <= 0 or prev > count or prev == cur or t < lo:
+                break
+            cur = prev
+    finally:
+        PyBuffer_Release(&v)
