@@ -12,6 +12,7 @@ All multi-byte integers are big-endian (SPEC §0).
 
 from __future__ import annotations
 
+import operator
 import struct
 import zlib
 
@@ -77,6 +78,26 @@ _HEADERS = {
     for bw in (8, 20)
     for sw in (8, 20)
 }
+
+
+def _fields(*values_and_bits) -> None:
+    """Check stored field values before anything is written (as the Cython
+    core's conversions do): TypeError unless an int, OverflowError outside the
+    field width."""
+    for value, bits in values_and_bits:
+        v = operator.index(value)
+        if not -(1 << (bits - 1)) <= v < (1 << (bits - 1)):
+            raise OverflowError(f"{value} does not fit in a {bits}-bit field")
+
+
+def _wrap32(v: int) -> int:
+    return (v + (1 << 31)) % (1 << 32) - (1 << 31)
+
+
+def _check_unit_pos(buf, pos: int) -> None:
+    n = len(buf)
+    if pos < 0 or pos + CQ_STORE_UNIT_SIZE > n:
+        raise ValueError(f"no ConsumeQueue unit at {pos} in a buffer of {n} bytes")
 
 
 # --- hashing and checksums ------------------------------------------------
@@ -195,6 +216,11 @@ def write_record(
     Raises ValueError (nothing written) when the record does not fit in the
     buffer, a length is out of range or a host width disagrees with *sys_flag*.
     """
+    _fields(
+        (queue_id, 32), (flag, 32), (queue_offset, 64), (physical_offset, 64), (sys_flag, 32),
+        (born_timestamp, 64), (store_timestamp, 64), (reconsume_times, 32), (prepared_transaction_offset, 64),
+    )
+    body, topic, properties = memoryview(body), memoryview(topic), memoryview(properties)
     bw = 20 if sys_flag & BORNHOST_V6_FLAG else 8
     sw = 20 if sys_flag & STOREHOSTADDRESS_V6_FLAG else 8
     if len(born_host) != bw or len(store_host) != sw:
@@ -208,6 +234,8 @@ def write_record(
         raise ValueError(f"properties of {props_len} bytes exceed {MAX_PROPERTIES_LENGTH}")
     body_len = len(body)
     size = record_size(sys_flag, body_len, topic_len, props_len, v2)
+    if size > _INT_MAX:
+        raise ValueError(f"record of {size} bytes is too large")
     if pos < 0 or pos + size > len(buf):
         raise ValueError(f"record of {size} bytes does not fit at position {pos}")
     hdr = _HEADERS[(bw, sw)]
@@ -273,6 +301,10 @@ def encode_record(
     append_crc: bool,
 ) -> bytes:
     """``write_record`` into a new buffer; returns the record's bytes."""
+    _fields(
+        (queue_id, 32), (flag, 32), (queue_offset, 64), (physical_offset, 64), (sys_flag, 32),
+        (born_timestamp, 64), (store_timestamp, 64), (reconsume_times, 32), (prepared_transaction_offset, 64),
+    )
     v2 = len(topic) > MAX_TOPIC_LENGTH_V1
     size = record_size(
         sys_flag, len(body), len(topic), _encoded_props_len(properties, append_crc), v2
@@ -435,12 +467,17 @@ def read_store_timestamp(buf, pos: int) -> int:
 
 
 def cq_put(buf, pos: int, physical_offset: int, size: int, tags_code: int) -> None:
-    """Write one 20-byte ConsumeQueue unit at *pos* (SPEC §6.1)."""
+    """Write one 20-byte ConsumeQueue unit at *pos* (SPEC §6.1).
+    Raises ValueError for a position outside *buf*."""
+    _fields((physical_offset, 64), (size, 32), (tags_code, 64))
+    _check_unit_pos(buf, pos)
     _CQ_UNIT.pack_into(buf, pos, physical_offset, size, tags_code)
 
 
 def cq_get(buf, pos: int) -> tuple:
-    """Read the unit at *pos*: ``(physical_offset, size, tags_code)``."""
+    """Read the unit at *pos*: ``(physical_offset, size, tags_code)``.
+    Raises ValueError for a position outside *buf*."""
+    _check_unit_pos(buf, pos)
     return _CQ_UNIT.unpack_from(buf, pos)
 
 
@@ -491,11 +528,14 @@ def cq_search_time(
     store timestamp or -1. *upper* selects BoundaryType UPPER (else LOWER).
     The caller clamps the answer to the queue's [min, max] offsets.
     """
+    _fields((file_start, 64))
     U = CQ_STORE_UNIT_SIZE
     range_ = min(range_, len(buf))
     range_ -= range_ % U
     if range_ < U or low > range_ - U:
         return _jdiv(file_start, U)
+    if low < 0:
+        raise ValueError(f"low {low} is negative")
     unpack = _CQ_UNIT.unpack_from
 
     def time_of(p):
@@ -557,6 +597,7 @@ def index_put(buf, hash_slot_num: int, index_num: int, key: str, physical_offset
     is full (``indexCount >= index_num``). Raises ValueError if *buf* is
     smaller than ``40 + 4*hash_slot_num + 20*index_num`` bytes.
     """
+    _fields((physical_offset, 64), (store_timestamp, 64))
     _check_index_buf(buf, hash_slot_num, index_num)
     count = _index_count(buf)
     if count >= index_num:
@@ -579,8 +620,8 @@ def index_put(buf, hash_slot_num: int, index_num: int, key: str, physical_offset
         _I64.pack_into(buf, 16, physical_offset)
         _I64.pack_into(buf, 0, store_timestamp)
     if slot_value == 0:
-        _I32.pack_into(buf, 32, _I32.unpack_from(buf, 32)[0] + 1)
-    _I32.pack_into(buf, 36, count + 1)
+        _I32.pack_into(buf, 32, _wrap32(_I32.unpack_from(buf, 32)[0] + 1))
+    _I32.pack_into(buf, 36, _wrap32(count + 1))
     _I64.pack_into(buf, 24, physical_offset)
     _I64.pack_into(buf, 8, store_timestamp)
     return True

@@ -153,6 +153,7 @@ class MessageStore:
         try:
             store._start()
         except BaseException:
+            store._closed = True
             store._release()
             raise
         return store

@@ -196,3 +196,22 @@ def read_bytes(path) -> bytes:
 
 def env_pure_python() -> bool:
     return os.environ.get("RMQSTORE_PURE_PYTHON", "").strip().lower() not in ("", "0", "false", "no")
+
+
+# Hypothesis: CI runs a fixed, reproducible set of examples (a red CI is then a
+# real, repeatable failure); developers get fresh random examples each run.
+# RMQSTORE_HYPOTHESIS_SCALE (default 1) multiplies the example counts of every
+# property test, for long fuzzing runs: RMQSTORE_HYPOTHESIS_SCALE=50 pytest.
+from hypothesis import settings as _hyp_settings  # noqa: E402
+
+HYPOTHESIS_SCALE = max(1, int(os.environ.get("RMQSTORE_HYPOTHESIS_SCALE", "1")))
+
+
+def scaled(n: int) -> int:
+    """A test's example count times RMQSTORE_HYPOTHESIS_SCALE."""
+    return n * HYPOTHESIS_SCALE
+
+
+_hyp_settings.register_profile("ci", derandomize=True, print_blob=True)
+if os.environ.get("CI"):
+    _hyp_settings.load_profile("ci")

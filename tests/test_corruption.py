@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import (
+    scaled,
     STORE_HOST,
     copy_golden_store,
     dump_messages,
@@ -498,7 +499,7 @@ def _original_commitlog():
     return _ORIGINAL["data"]
 
 
-@settings(max_examples=25, deadline=None, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=scaled(25), deadline=None, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     flips=st.lists(
         st.tuples(
@@ -545,9 +546,20 @@ def test_random_byte_flips(tmp_path_factory, flips):
             assert len(got) == len(records)
         for q in load_dump(GOLD)["consumeQueues"][:3]:
             n = s.get_max_offset_in_queue(q["topic"], q["queueId"])
-            res = s.get_messages(q["topic"], q["queueId"], 0, max_count=64) if n else None
-            if res is not None:
-                assert [m.physical_offset for m in res.messages] == [u["commitLogOffset"] for u in q["units"][:n]][:64]
+            if not n:
+                continue
+            try:
+                res = s.get_messages(q["topic"], q["queueId"], 0, max_count=64)
+            except CorruptedFileError:
+                # allowed only when a flip hit the header of one of this queue's
+                # records (queue id/offset and topic are checked against the unit)
+                hit = [
+                    u for u in q["units"][:n]
+                    if any(u["commitLogOffset"] <= p < u["commitLogOffset"] + u["size"] for p in touched)
+                ]
+                assert hit
+                continue
+            assert [m.physical_offset for m in res.messages] == [u["commitLogOffset"] for u in q["units"][:n]][:64]
 
 
 # --- writable recovery of a damaged store ------------------------------------------------------------------

@@ -17,6 +17,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 import rmqstore
 from conftest import (
+    scaled,
     BLANK_MAGIC,
     DELAY_LEVEL_MS,
     V1_MAGIC,
@@ -528,7 +529,7 @@ def test_offset_by_time_spec_vectors(tmp_path):
         assert g("Time", 0, 2**62, "lower") == s.get_max_offset_in_queue("Time", 0)
 
 
-@settings(max_examples=20, deadline=None, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=scaled(20), deadline=None, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(groups=st.lists(st.integers(1, 4), min_size=1, max_size=12), gaps=st.lists(st.integers(1, 3000), min_size=12, max_size=12))
 def test_offset_by_time_equal_timestamps(tmp_path_factory, groups, gaps):
     """Several messages per store time, over several ConsumeQueue files (10
@@ -1043,6 +1044,6 @@ def test_store_model(tmp_path):
     StoreModel.base_dir = str(tmp_path)
     run_state_machine_as_test(
         StoreModel,
-        settings=settings(max_examples=30, stateful_step_count=20, deadline=None, database=None,
+        settings=settings(max_examples=scaled(30), stateful_step_count=20, deadline=None, database=None,
                           suppress_health_check=[HealthCheck.too_slow]),
     )
