@@ -16,7 +16,7 @@ written: TypeError unless an int, OverflowError outside the field's width.
 
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.limits cimport LLONG_MIN
-from libc.string cimport memchr, memcmp, memmove, memset
+from libc.string cimport memchr, memcmp, memcpy, memmove, memset
 from cpython.buffer cimport PyBUF_SIMPLE, PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.list cimport PyList_Append, PyList_CheckExact, PyList_GET_SIZE
@@ -206,7 +206,11 @@ cdef inline int _not_writable(object obj) except -1:
 
 cdef uint32_t _crc(const unsigned char *p, Py_ssize_t n) noexcept:
     """Masked CRC-32 (zlib takes 32-bit lengths, so chunk)."""
-    cdef unsigned long c = 0
+    return <uint32_t>(_crc_from(0, p, n) & 0x7FFFFFFF)
+
+
+cdef unsigned long _crc_from(unsigned long c, const unsigned char *p, Py_ssize_t n) noexcept:
+    """Raw CRC-32 of *p* continuing from *c*."""
     cdef unsigned int k
     if n > 65536:
         with nogil:
@@ -217,7 +221,7 @@ cdef uint32_t _crc(const unsigned char *p, Py_ssize_t n) noexcept:
                 n -= k
     elif n > 0:
         c = crc32(c, p, <unsigned int>n)
-    return <uint32_t>(c & 0x7FFFFFFF)
+    return c
 
 
 cdef int32_t _java_hash(object s) except? -1:
@@ -398,12 +402,15 @@ cdef inline void _put_host(unsigned char *d, const unsigned char *h, Py_ssize_t 
 
 
 cdef void _emit(unsigned char *d, Rec *r) noexcept:
-    """Store the validated record *r* at *d* (same store order as _pure)."""
+    """Store the validated record *r* at *d* (same store order as _pure):
+    TOTALSIZE and the magic code go last, so a record torn by a crash has no
+    magic and recovery stops there instead of accepting half a record."""
     cdef unsigned char *q
     cdef uint32_t crc
     cdef int i
-    st32(d, <uint32_t>r.size)
-    st32(d + 4, <uint32_t>(MESSAGE_MAGIC_CODE_V2 if r.v2 else MESSAGE_MAGIC_CODE))
+    cdef unsigned char head[8]
+    st32(head, <uint32_t>r.size)
+    st32(head + 4, <uint32_t>(MESSAGE_MAGIC_CODE_V2 if r.v2 else MESSAGE_MAGIC_CODE))
     st32(d + 8, r.body_crc)
     st32(d + 12, <uint32_t>r.queue_id)
     st32(d + 16, <uint32_t>r.flag)
@@ -443,12 +450,13 @@ cdef void _emit(unsigned char *d, Rec *r) noexcept:
         if r.sep:
             q[0] = 2
             q += 1
-        crc = _crc(d, q - d)
+        crc = <uint32_t>(_crc_from(_crc_from(0, head, 8), d + 8, q - d - 8) & 0x7FFFFFFF)
         memmove(q, b"__CRC32#\x01", 9)
         for i in range(10):  # least-significant digit first (SPEC 3.7)
             q[9 + i] = <unsigned char>(48 + crc % 10)
             crc //= 10
         q[19] = 2
+    memcpy(d, head, 8)
 
 
 cdef int _prepare(Rec *r, object born_host, object store_host, object body, object topic,
@@ -559,7 +567,7 @@ cdef bint _find_crc(const unsigned char *p, Py_ssize_t n, long long *out) noexce
 
 
 cdef int _check(const unsigned char *b, Py_ssize_t n, Py_ssize_t pos, Py_ssize_t limit,
-                bint check_crc, bint verify_prop_crc, Py_ssize_t max_size) noexcept:
+                bint check_crc, int verify_prop_crc, Py_ssize_t max_size) noexcept:
     cdef Py_ssize_t end, p, body_start
     cdef int32_t size, magic, sys_flag, body_len, topic_len, props_len
     cdef int tlw
@@ -614,19 +622,40 @@ cdef int _check(const unsigned char *b, Py_ssize_t n, Py_ssize_t pos, Py_ssize_t
     if p + props_len != end:
         return REC_LENGTH_MISMATCH
     if check_crc:
-        if verify_prop_crc:
+        if verify_prop_crc == 1:
             if props_len < CRC32_RESERVED_LEN:
                 return REC_PROP_CRC
             if not _find_crc(b + p, props_len, &stored) or \
                     stored != _crc(b + pos, size - CRC32_RESERVED_LEN):
                 return REC_PROP_CRC
-        elif body_len > 0:
-            if <int64_t>_crc(b + body_start, body_len) != ld32(b + pos + 8):
+        else:
+            if body_len > 0 and <int64_t>_crc(b + body_start, body_len) != ld32(b + pos + 8):
                 return REC_BODY_CRC
+            if verify_prop_crc == 2 and _tail_crc(b + p, props_len, &stored) and \
+                    stored != _crc(b + pos, size - CRC32_RESERVED_LEN):
+                return REC_PROP_CRC
     return size
 
 
-def check_record(buf, pos, limit, bint check_crc, bint verify_prop_crc, max_size):
+cdef bint _tail_crc(const unsigned char *p, Py_ssize_t n, long long *out) noexcept:
+    """Whether the blob ends with a whole ``__CRC32#`` entry (the store's own,
+    appended last); its value into *out*."""
+    cdef Py_ssize_t i, t
+    cdef long long v = 0
+    if n < CRC32_RESERVED_LEN:
+        return False
+    t = n - CRC32_RESERVED_LEN
+    if (t > 0 and p[t - 1] != 2) or memcmp(p + t, b"__CRC32#\x01", 9) != 0 or p[n - 1] != 2:
+        return False
+    for i in range(n - 2, t + 8, -1):  # digits, most significant last
+        if p[i] < 48 or p[i] > 57:
+            return False
+        v = v * 10 + (p[i] - 48)
+    out[0] = v
+    return True
+
+
+def check_record(buf, pos, limit, bint check_crc, int verify_prop_crc, max_size):
     cdef Py_ssize_t p0 = _idx(pos), lim = _idx(limit), mx = _idx(max_size)
     cdef Py_buffer v
     PyObject_GetBuffer(buf, &v, PyBUF_SIMPLE)
@@ -731,9 +760,10 @@ def cq_put(buf, pos, physical_offset, size, tags_code):
         if not writable:
             _not_writable(buf)
         b = <unsigned char *>v.buf + p0
+        # size last: a unit torn by a crash has size 0 and is invalid
         st64(b, <uint64_t>phy)
-        st32(b + 8, <uint32_t>sz)
         st64(b + 12, <uint64_t>tags)
+        st32(b + 8, <uint32_t>sz)
     finally:
         PyBuffer_Release(&v)
 

@@ -239,11 +239,14 @@ def write_record(
     if pos < 0 or pos + size > len(buf):
         raise ValueError(f"record of {size} bytes does not fit at position {pos}")
     hdr = _HEADERS[(bw, sw)]
+    # TOTALSIZE and the magic code go last (zeros until then), so a record torn
+    # by a crash has no magic and recovery stops there
+    head = _SIZE_MAGIC.pack(size, MESSAGE_MAGIC_CODE_V2 if v2 else MESSAGE_MAGIC_CODE)
     hdr.pack_into(
         buf,
         pos,
-        size,
-        MESSAGE_MAGIC_CODE_V2 if v2 else MESSAGE_MAGIC_CODE,
+        0,
+        0,
         zlib.crc32(body) & 0x7FFFFFFF if body_len else 0,
         queue_id,
         flag,
@@ -278,8 +281,10 @@ def write_record(
         if n and properties[-1] != 2:
             buf[p] = 2
             p += 1
-        crc = masked_crc32(buf, pos, p)
+        with memoryview(buf) as mv:
+            crc = zlib.crc32(mv[pos + 8 : p], zlib.crc32(head)) & 0x7FFFFFFF
         buf[p : p + CRC32_RESERVED_LEN] = b"__CRC32#\x01" + _crc_digits(crc) + b"\x02"
+    buf[pos : pos + 8] = head
     return size
 
 
@@ -329,14 +334,16 @@ def _find_crc_property(props: bytes):
     return int(digits[::-1])
 
 
-def check_record(buf, pos: int, limit: int, check_crc: bool, verify_prop_crc: bool, max_size: int) -> int:
+def check_record(buf, pos: int, limit: int, check_crc: bool, verify_prop_crc: int, max_size: int) -> int:
     """Validate the record at ``buf[pos:limit]`` (RocketMQ ``checkMessageAndReturnSize``, SPEC §9.2).
 
     Returns the record size (> 0) for a valid message, ``REC_BLANK`` (0) for
     the END_OF_FILE record, or a negative ``REC_*`` code (see ``_layout``).
     TOTALSIZE is checked against ``[MIN_RECORD_SIZE, max_size]`` and the bytes
-    left before anything is read (P-9). With *check_crc* the body CRC is
-    verified, or with *verify_prop_crc* the ``__CRC32#`` property instead.
+    left before anything is read (P-9). With *check_crc*, *verify_prop_crc*
+    selects what is verified: 0 the body CRC; 1 the ``__CRC32#`` property
+    instead, which must be present (RocketMQ's forceVerifyPropCRC); 2 the body
+    CRC and, when the record ends with the store's ``__CRC32#`` entry, that too.
     """
     limit = min(limit, len(buf))
     remaining = limit - pos
@@ -383,16 +390,32 @@ def check_record(buf, pos: int, limit: int, check_crc: bool, verify_prop_crc: bo
     if p + props_len != end:
         return REC_LENGTH_MISMATCH
     if check_crc:
-        if verify_prop_crc:
+        if verify_prop_crc == 1:
             if props_len < CRC32_RESERVED_LEN:
                 return REC_PROP_CRC
             stored = _find_crc_property(bytes(buf[p : end]))
             if stored is None or stored != masked_crc32(buf, pos, end - CRC32_RESERVED_LEN):
                 return REC_PROP_CRC
-        elif body_len > 0:
-            if masked_crc32(buf, body_start, body_start + body_len) != _I32.unpack_from(buf, pos + 8)[0]:
+        else:
+            if body_len > 0 and masked_crc32(buf, body_start, body_start + body_len) != _I32.unpack_from(buf, pos + 8)[0]:
                 return REC_BODY_CRC
+            if verify_prop_crc == 2:
+                stored = _tail_crc_property(bytes(buf[p:end]))
+                if stored is not None and stored != masked_crc32(buf, pos, end - CRC32_RESERVED_LEN):
+                    return REC_PROP_CRC
     return size
+
+
+def _tail_crc_property(props: bytes):
+    """The value of a whole ``__CRC32#`` entry ending the blob (the store's own,
+    appended last), or None."""
+    t = len(props) - CRC32_RESERVED_LEN
+    if t < 0 or (t > 0 and props[t - 1] != 2) or props[t : t + 9] != b"__CRC32#\x01" or props[-1] != 2:
+        return None
+    digits = props[t + 9 : t + 19]
+    if not digits.isdigit():
+        return None
+    return int(digits[::-1])
 
 
 def decode_record(buf, pos: int, with_body: bool) -> tuple:
@@ -471,7 +494,10 @@ def cq_put(buf, pos: int, physical_offset: int, size: int, tags_code: int) -> No
     Raises ValueError for a position outside *buf*."""
     _fields((physical_offset, 64), (size, 32), (tags_code, 64))
     _check_unit_pos(buf, pos)
-    _CQ_UNIT.pack_into(buf, pos, physical_offset, size, tags_code)
+    # size last: a unit torn by a crash has size 0 and is invalid
+    _I64.pack_into(buf, pos, physical_offset)
+    _I64.pack_into(buf, pos + 12, tags_code)
+    _I32.pack_into(buf, pos + 8, size)
 
 
 def cq_get(buf, pos: int) -> tuple:
