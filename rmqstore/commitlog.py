@@ -175,10 +175,11 @@ class CommitLog:
 
     # --- recovery -------------------------------------------------------------------
 
-    def scan_valid(self, start_index: int, check_crc: bool, verify_prop_crc: bool, on_record=None):
+    def scan_valid(self, start_index: int, check_crc: bool, verify_prop_crc: int, on_record=None):
         """Recovery scan (SPEC §10.2 step 2) from segment *start_index*: walk
-        records while they validate (length formula, magic, CRC when asked, and
-        the stored physical offset equal to the position — P-11), crossing
+        records while they validate (length formula, magic, CRC when asked —
+        *verify_prop_crc* as for ``check_record`` — and the stored physical
+        offset equal to the position, P-11), crossing
         blank records. Calls ``on_record(segment, position, size)`` for each.
 
         Returns ``(process_offset, stop_reason)``: the physical offset just past
@@ -229,8 +230,16 @@ class CommitLog:
         """Drop every byte from physical *offset* on (zeroing stale tails, P-12)."""
         self.queue.truncate_dirty(offset)
 
-    def flush(self) -> None:
-        self.queue.flush()
+    def flushed_offset(self) -> int:
+        """Physical offset up to which every segment is known to be on disk."""
+        for mf in self.queue.files:
+            if mf.flushed_position < mf.file_size:
+                return mf.file_from_offset + mf.flushed_position
+        return self.queue.max_offset()
+
+    def flush(self, least_pages: int = 0) -> None:
+        """Force appended records to disk (``least_pages`` as RocketMQ's flush services)."""
+        self.queue.flush(least_pages)
 
     def close(self) -> None:
         self.queue.close()

@@ -22,7 +22,7 @@ from ._layout import (
     TRANSACTION_ROLLBACK_TYPE,
 )
 from .exceptions import ConfigError, CorruptedFileError
-from .mapped_file import fsync_dir
+from .mapped_file import allocate_file, fsync_dir
 
 __all__ = ["IndexFile", "IndexService", "index_file_size"]
 
@@ -53,6 +53,7 @@ class IndexFile:
         self.name = os.path.basename(self.path)
         self.hash_slot_num = hash_slot_num
         self.index_num = index_num
+        self.read_only = read_only
         size = index_file_size(hash_slot_num, index_num)
         flags = os.O_RDONLY if read_only else os.O_RDWR
         if create:
@@ -60,7 +61,7 @@ class IndexFile:
         fd = os.open(self.path, flags | getattr(os, "O_CLOEXEC", 0), 0o644)
         try:
             if create:
-                os.ftruncate(fd, size)  # sparse: most of a 400 MB index stays unwritten
+                allocate_file(fd, size, self.path)  # reserved: a full disk fails here, not as SIGBUS later
             elif os.fstat(fd).st_size != size:
                 raise CorruptedFileError(
                     f"index file has {os.fstat(fd).st_size} bytes, expected {size} "
@@ -150,12 +151,58 @@ class IndexFile:
         mm.flush()
         return n
 
+    def trailing_entries_at(self, physical_offset: int) -> int:
+        """Number of entries at the end of this file whose physical offset is
+        *physical_offset*."""
+        base = INDEX_HEADER_SIZE + INDEX_HASH_SLOT_SIZE * self.hash_slot_num
+        n = min(self.index_count, self.index_num) - 1
+        c = 0
+        while n >= 1 and _ENTRY.unpack_from(self.mm, base + n * INDEX_ENTRY_SIZE)[1] == physical_offset:
+            c += 1
+            n -= 1
+        return c
+
+    def is_consistent(self) -> bool:
+        """Structural check of a file that may have been torn by a crash: header
+        counts in range, entries 1..indexCount-1 with non-negative key hashes,
+        non-decreasing physical offsets and earlier predecessors, slots pointing
+        at entries of their own slot, and the header's end offset equal to the
+        last entry's."""
+        mm, s = self.mm, self.hash_slot_num
+        _, _, _, end_phy, slot_count, count = _HEADER.unpack_from(mm, 0)
+        count = max(count, 1)
+        if count > self.index_num or slot_count < 0:
+            return False
+        base = INDEX_HEADER_SIZE + INDEX_HASH_SLOT_SIZE * s
+        last = -1
+        with memoryview(mm) as mv:
+            entries = mv[base + INDEX_ENTRY_SIZE : base + count * INDEX_ENTRY_SIZE]
+            try:
+                for n, (key_hash, phy, diff, prev) in enumerate(_ENTRY.iter_unpack(entries), 1):
+                    if key_hash < 0 or phy < last or not 0 <= prev < n or diff < 0:
+                        return False
+                    last = phy
+            finally:
+                entries.release()
+            slots = mv[INDEX_HEADER_SIZE:base]
+            try:
+                used = 0
+                for slot, (v,) in enumerate(struct.iter_unpack(">i", slots)):
+                    if v == 0:
+                        continue
+                    used += 1
+                    if not 0 < v < count or _ENTRY.unpack_from(mm, base + v * INDEX_ENTRY_SIZE)[0] % s != slot:
+                        return False
+            finally:
+                slots.release()
+        return used == slot_count and (count == 1 or last == end_phy)
+
     def is_time_matched(self, begin: int, end: int) -> bool:
         fb, fe = self.begin_timestamp, self.end_timestamp
         return (begin < fb and end > fe) or (fb <= begin <= fe) or (fb <= end <= fe)
 
     def flush(self) -> None:
-        if not self.mm.closed:
+        if not self.mm.closed and not self.read_only:
             self.mm.flush()
 
     def close(self) -> None:
@@ -191,6 +238,8 @@ class IndexService:
         self._last_name = ""
         #: end timestamp of the newest full file (the checkpoint's indexMsgTimestamp)
         self.last_full_end_timestamp = 0
+        #: keys put since the service was created (for recovery reports)
+        self.keys_added = 0
 
     def load(self) -> None:
         """Map every index file, ordered by (end physical offset, name) rather
@@ -250,21 +299,39 @@ class IndexService:
 
     def build_index(self, topic: str, physical_offset: int, store_timestamp: int, sys_flag: int, uniq_key, keys) -> None:
         """Index one dispatched record (SPEC §7.6): ``topic#UNIQ_KEY`` first, then
-        each non-empty space-separated key. Rollback records are not indexed;
-        a record already covered by the index is skipped (avoids P-6 duplicates)."""
+        each non-empty space-separated key. Rollback records are not indexed.
+        Keys the index already holds for this record are skipped, so dispatching
+        a record again (recovery) neither duplicates entries (P-6) nor misses the
+        keys a crash kept it from writing."""
         if sys_flag & 0xC == TRANSACTION_ROLLBACK_TYPE:
             return
         f = self._writable_file()
-        if physical_offset < f.end_phy_offset or (physical_offset == f.end_phy_offset and f.index_count > 1):
+        if physical_offset < f.end_phy_offset:
             return
+        todo = []
         if uniq_key:
-            f = self._put(f, f"{topic}#{uniq_key}", physical_offset, store_timestamp)
+            todo.append(uniq_key)
         if keys:
-            for key in keys.split(KEY_SEPARATOR):
-                if key:
-                    f = self._put(f, f"{topic}#{key}", physical_offset, store_timestamp)
+            todo.extend(key for key in keys.split(KEY_SEPARATOR) if key)
+        if physical_offset == f.end_phy_offset:
+            done = self._keys_already_indexed(physical_offset)
+            todo = todo[done:]
+        for key in todo:
+            f = self._put(f, f"{topic}#{key}", physical_offset, store_timestamp)
+
+    def _keys_already_indexed(self, physical_offset: int) -> int:
+        """How many entries at the end of the index point at *physical_offset*
+        (a record may straddle two files when the first fills up)."""
+        n = 0
+        for f in reversed(self.files[-2:]):
+            c = f.trailing_entries_at(physical_offset)
+            n += c
+            if c < f.index_count - 1:
+                break  # the record does not reach back into an older file
+        return n
 
     def _put(self, f, key, phy, ts):
+        self.keys_added += 1
         if f.put_key(key, phy, ts):
             return f
         f = self._writable_file()

@@ -11,6 +11,7 @@ import errno
 import logging
 import mmap
 import os
+import sys
 
 from .exceptions import ConfigError, CorruptedFileError, DiskFullError, StoreClosedError
 
@@ -18,6 +19,7 @@ __all__ = ["MappedFile", "MappedFileQueue", "offset_to_file_name", "fsync_dir"]
 
 log = logging.getLogger("rmqstore.mapped_file")
 
+PAGE = 4096  # RocketMQ's OS_PAGE_SIZE, the unit of the least-pages rules
 _ZERO_CHUNK = 1 << 20
 _ZEROS = bytes(_ZERO_CHUNK)
 
@@ -69,7 +71,7 @@ class MappedFile:
         self._fd = os.open(self.path, flags | getattr(os, "O_CLOEXEC", 0), 0o644)
         try:
             if create:
-                _allocate(self._fd, file_size, self.path)
+                allocate_file(self._fd, file_size, self.path)
             else:
                 actual = os.fstat(self._fd).st_size
                 if actual != file_size:
@@ -93,17 +95,22 @@ class MappedFile:
     def is_full(self) -> bool:
         return self.wrote_position >= self.file_size
 
-    def flush(self) -> int:
-        """Force written bytes to disk; returns the new flushed position (relative)."""
+    def flush(self, least_pages: int = 0) -> bool:
+        """Force appended bytes to disk (RocketMQ ``MappedFile.flush``): always
+        when the file is full; else when at least *least_pages* 4 KiB pages
+        are dirty (any dirty byte when 0). Returns whether it synced.
+        Raises OSError from the sync: the caller decides what a failure means."""
         if self._fd < 0:
             raise StoreClosedError(f"{self.path} is closed")
-        wrote = self.wrote_position
-        if not self.read_only and wrote > self.flushed_position:
-            # msync whole pages covering [flushed, wrote)
-            start = self.flushed_position - self.flushed_position % mmap.PAGESIZE
-            self.mm.flush(start, wrote - start)
-            self.flushed_position = wrote
-        return self.flushed_position
+        wrote = self.wrote_position  # captured first: bytes after it are not promised
+        flushed = self.flushed_position
+        if self.read_only or wrote <= flushed:
+            return False
+        if least_pages > 0 and wrote < self.file_size and wrote // PAGE - flushed // PAGE < least_pages:
+            return False
+        _sync(self)
+        self.flushed_position = wrote
+        return True
 
     def zero_tail(self, position: int) -> bool:
         """Zero ``[position, file_size)`` where it is not zero yet, so stale bytes
@@ -119,7 +126,7 @@ class MappedFile:
                 wrote_any = True
             p = end
         if wrote_any:
-            mm.flush()
+            _sync(self)
         return wrote_any
 
     def close(self) -> None:
@@ -141,7 +148,21 @@ class MappedFile:
         return f"MappedFile({self.path!r}, wrote={self.wrote_position}, size={self.file_size})"
 
 
-def _allocate(fd: int, size: int, path: str) -> None:
+if sys.platform.startswith("linux"):
+
+    def _sync(mf) -> None:
+        # fdatasync covers pages dirtied through the mapping (Linux has one page
+        # cache) and, unlike mmap.flush, releases the GIL: producers keep
+        # appending while a group commit waits for the disk
+        os.fdatasync(mf._fd)
+
+else:  # pragma: no cover - exercised on macOS only
+
+    def _sync(mf) -> None:
+        mf.mm.flush()
+
+
+def allocate_file(fd: int, size: int, path: str) -> None:
     """Give a new segment its full size. posix_fallocate reserves the blocks, so a
     full disk is an error here rather than SIGBUS on a later write."""
     try:
@@ -326,10 +347,11 @@ class MappedFileQueue:
             mf.destroy()
             fsync_dir(self.directory)
 
-    def flush(self) -> None:
+    def flush(self, least_pages: int = 0) -> None:
+        """Flush every segment with unflushed bytes (see ``MappedFile.flush``)."""
         for mf in self.files:
             if mf.flushed_position < mf.wrote_position:
-                mf.flush()
+                mf.flush(least_pages)
 
     def close(self) -> None:
         for mf in self.files:

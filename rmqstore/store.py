@@ -7,6 +7,7 @@ Dispatch is synchronous: a message is in its ConsumeQueue and the index when
 
 from __future__ import annotations
 
+import collections
 import fcntl
 import logging
 import os
@@ -35,11 +36,12 @@ from ._layout import (
 )
 from .checkpoint import StoreCheckpoint
 from .commitlog import CommitLog
-from .config import StoreConfig
+from .config import SYNC_FLUSH, StoreConfig
 from .consumequeue import ConsumeQueue, is_pre_blank
 from .exceptions import (
     ConfigError,
     CorruptedFileError,
+    FlushError,
     IllegalMessageError,
     MessageTooLargeError,
     MessageTypeError,
@@ -101,6 +103,18 @@ class MessageStore:
         self._cqs: dict = {}
         self._queue_offsets: dict = {}
         self._append_crc = config.enabled_append_prop_crc
+        self._sync_flush = config.flush_disk_type == SYNC_FLUSH
+        # records appended but not yet dispatched, in CommitLog order
+        self._pending: collections.deque = collections.deque()
+        self._dispatch_lock = threading.Lock()
+        self._flush_lock = threading.Lock()  # group commit: one thread syncs for all waiters
+        self._written_end = 0  # physical offset past the last appended record
+        self._flushed_where = 0  # physical offset up to which the CommitLog is on disk
+        self._last_store_ts = 0  # store time of the last appended record
+        self._last_logics_ts = 0  # store time of the last record dispatched to a ConsumeQueue
+        self._write_error = None  # OSError of a failed flush: the store takes no more writes
+        self._flusher = None
+        self._stop = threading.Event()
         self.last_exit_ok = True
         self.recovery_report: dict = {}
         self.checkpoint = StoreCheckpoint(os.path.join(self.root_dir, "checkpoint"))
@@ -168,14 +182,25 @@ class MessageStore:
             self._take_lock()
         abort_path = os.path.join(root, "abort")
         self.last_exit_ok = not os.path.exists(abort_path)
+        if not self.read_only:
+            # before recovery writes anything: a crash during recovery then
+            # leads to abnormal recovery next time (recovery is idempotent)
+            self._write_abort(abort_path)
         self.commitlog.load()
         self._load_consume_queues()
         self.checkpoint.load()
         self.index.load()
         self.index.last_full_end_timestamp = self.checkpoint.index_msg_timestamp
         self._recover()
+        self._written_end = self._flushed_where = self.commitlog.max_offset()
+        self._last_store_ts = self.checkpoint.physic_msg_timestamp
+        self._last_logics_ts = self.checkpoint.logics_msg_timestamp
         if not self.read_only:
-            self._write_abort(abort_path)
+            self._flush_all()  # what recovery wrote or re-dispatched is durable before new writes
+            self._flusher = threading.Thread(
+                target=self._flush_loop, name=f"rmqstore-flush:{os.path.basename(self.root_dir)}", daemon=True
+            )
+            self._flusher.start()
 
     def _take_lock(self) -> None:
         key = os.path.realpath(self.root_dir)
@@ -227,7 +252,7 @@ class MessageStore:
             cq.recover()
         max_cq_phy = max((cq.max_physic_offset for cq in self._cqs.values()), default=-1)
         files = self.commitlog.queue.files
-        report = {"last_exit_ok": self.last_exit_ok, "max_cq_physical_offset": max_cq_phy}
+        report = self.recovery_report = {"last_exit_ok": self.last_exit_ok, "max_cq_physical_offset": max_cq_phy}
         if not files:
             process_offset = 0
             reason = None
@@ -235,11 +260,12 @@ class MessageStore:
             start = self._normal_start(max_cq_phy) if self.last_exit_ok else self._abnormal_start()
             dispatch_from = max_cq_phy if self.last_exit_ok else -1
             on_record = None if self.read_only else self._recovery_dispatcher(dispatch_from)
-            process_offset, reason = self.commitlog.scan_valid(
-                start, cfg.check_crc_on_recover, cfg.force_verify_prop_crc, on_record
-            )
+            # body CRC, and the store's own __CRC32# entry when it writes one
+            crc_mode = 1 if cfg.force_verify_prop_crc else (2 if cfg.enabled_append_prop_crc else 0)
+            process_offset, reason = self.commitlog.scan_valid(start, cfg.check_crc_on_recover, crc_mode, on_record)
             report["start_file"] = files[start].path
         report["process_offset"] = process_offset
+        report["index_keys_added"] = 0
         report["stopped_because"] = reason
         if max_cq_phy >= process_offset:
             for cq in self._cqs.values():
@@ -247,14 +273,37 @@ class MessageStore:
         before = self.commitlog.max_offset()
         self.commitlog.truncate(process_offset)
         report["truncated_bytes"] = max(0, before - process_offset) if reason else 0
-        if not self.read_only:
-            self.index.truncate(process_offset, lambda phy: self.commitlog.store_timestamp_at(phy, 1))
+        if not self.read_only and cfg.message_index_enable:
+            self._recover_index(process_offset)
+        # keys indexed by recovery: re-dispatched records and the catch-up above
+        report["index_keys_added"] = self.index.keys_added
+        if self.index.keys_added:
+            log.warning("recovery indexed %d keys the index was missing", self.index.keys_added)
         cl_min = self.commitlog.min_offset()
         for key, cq in self._cqs.items():
             self._queue_offsets[key] = cq.max_offset_in_queue()
             cq.correct_min_offset(cl_min)
         self.recovery_report = report
         log.info("recovered %s: %s", self.root_dir, report)
+
+    def _recover_index(self, process_offset: int) -> None:
+        """Make the index cover exactly the CommitLog: after a crash drop a last
+        index file that is not consistent (torn by a power loss), cut entries past
+        *process_offset* (P-16), then index every record the index lacks straight
+        from the CommitLog — RocketMQ instead deletes unflushed index files after
+        a crash and never rebuilds them (P-7)."""
+        index = self.index
+        ts_at = lambda phy: self.commitlog.store_timestamp_at(phy, 1)  # noqa: E731
+        if not self.last_exit_ok and index.files and not index.files[-1].is_consistent():
+            log.warning("index file %s is not consistent after a crash; rebuilding it", index.files[-1].path)
+            index.files.pop().destroy()
+        index.truncate(process_offset, ts_at)
+        last = index.files[-1] if index.files else None
+        start = max(last.end_phy_offset if last else 0, self.commitlog.min_offset())
+        for phy, size in self.commitlog.iter_offsets(start):
+            f = self.commitlog.read(phy, with_body=False, strict=True)
+            props = k.parse_properties(f[16])
+            index.build_index(f[15], phy, f[10], f[7], props.get(PROPERTY_UNIQ_KEY), props.get(PROPERTY_KEYS))
 
     def _normal_start(self, max_cq_phy: int) -> int:
         """The last three segments, or earlier when the queues lag behind
@@ -290,23 +339,44 @@ class MessageStore:
         return on_record
 
     def close(self) -> None:
-        """Flush everything, write the checkpoint, remove ``abort``, release the
-        lock and unmap every file. Idempotent."""
+        """Stop the flush thread, flush everything, write the checkpoint, remove
+        ``abort`` (kept after a failed flush, so the next open recovers),
+        release the lock and unmap every file. Idempotent."""
         if self._closed:
             return
+        self._stop_flusher()
         with self._lock:
             if self._closed:
                 return
             try:
                 if not self.read_only:
-                    self._flush_all()
-                    try:
-                        os.unlink(os.path.join(self.root_dir, "abort"))
-                    except FileNotFoundError:
-                        pass
+                    with self._dispatch_lock:
+                        if self._write_error is None:
+                            self._flush_all()
+                    if self._write_error is None and not self._pending:
+                        try:
+                            os.unlink(os.path.join(self.root_dir, "abort"))
+                        except FileNotFoundError:
+                            pass
             finally:
                 self._closed = True
                 self._release()
+
+    def _crash(self) -> None:
+        """Test hook: drop the store as a killed process would. Nothing is
+        flushed, the checkpoint is not written, ``abort`` stays, the lock is
+        released. Data already in the mappings stays in the page cache, exactly
+        as after ``kill -9``."""
+        self._stop_flusher()
+        with self._lock:
+            self._closed = True
+            self._release()
+
+    def _stop_flusher(self) -> None:
+        self._stop.set()
+        t = self._flusher
+        if t is not None and t is not threading.current_thread():
+            t.join()
 
     def _release(self) -> None:
         self.commitlog.close()
@@ -321,21 +391,108 @@ class MessageStore:
                 _open_writers.discard(os.path.realpath(self.root_dir))
             self._registered = False
 
+    # --- flushing (SPEC §11) --------------------------------------------------------
+
+    def _fail_write(self, err: OSError) -> FlushError:
+        """A sync failed: refuse every later write (never retry into a PUT_OK)."""
+        if self._write_error is None:
+            self._write_error = err
+            log.error("flush of %s failed, the store takes no more writes: %s", self.root_dir, err)
+        return FlushError(err.errno, f"flush failed, the store takes no more writes: {err.strerror or err}")
+
+    def _check_write_error(self) -> None:
+        err = self._write_error
+        if err is not None:
+            raise FlushError(err.errno, f"a flush failed earlier, the store takes no more writes: {err.strerror or err}")
+
+    def _flush_commit_log(self, least_pages: int, needed: int = MAX_OFFSET) -> None:
+        """Flush the CommitLog unless it is already on disk up to *needed*;
+        after a complete flush publish how far it is on disk and the store time
+        of the last record known to be there (P-24)."""
+        with self._flush_lock:
+            if self._flushed_where >= needed:
+                return  # a sync that started after our append covered us (group commit)
+            with self._lock:
+                target, ts = self._written_end, self._last_store_ts
+            if self._flushed_where >= target:
+                return
+            try:
+                self.commitlog.flush(least_pages)
+            except OSError as e:
+                raise self._fail_write(e) from e
+            if least_pages == 0:
+                # the sync also covered what was appended while it ran
+                self._flushed_where = max(target, self.commitlog.flushed_offset())
+                self.checkpoint.physic_msg_timestamp = ts
+
+    def _flush_consume_queues(self, least_pages: int) -> None:
+        ts = self._last_logics_ts  # captured before: only what the flush covers is published
+        try:
+            for cq in list(self._cqs.values()):
+                cq.flush(least_pages)
+        except OSError as e:
+            raise self._fail_write(e) from e
+        if least_pages == 0:
+            self.checkpoint.logics_msg_timestamp = ts
+
     def _flush_all(self) -> None:
-        self.commitlog.flush()
-        for cq in self._cqs.values():
-            cq.flush()
-        self.index.flush()
-        cp = self.checkpoint
-        cp.index_msg_timestamp = self.index.last_full_end_timestamp
-        cp.flush()
+        self._flush_commit_log(0)
+        self._flush_consume_queues(0)
+        try:
+            self.index.flush()
+            self.checkpoint.index_msg_timestamp = self.index.last_full_end_timestamp
+            self.checkpoint.flush()
+        except OSError as e:
+            raise self._fail_write(e) from e
+
+    def _flush_loop(self) -> None:
+        """RocketMQ's flush services in one thread: the CommitLog every
+        ``flush_interval_commit_log`` ms (ASYNC_FLUSH; least-pages rule, a
+        complete flush every ``flush_commit_log_thorough_interval``), the
+        ConsumeQueues every ``flush_interval_consume_queue`` ms (complete every
+        ``flush_consume_queue_thorough_interval``), the checkpoint every second."""
+        cfg = self.config
+        now = time.monotonic()
+        next_cl = next_cq = next_cp = now
+        thorough_cl = thorough_cq = now
+        tick = min(cfg.flush_interval_commit_log, cfg.flush_interval_consume_queue, 1000) / 1000
+        while not self._stop.wait(tick):
+            if self._write_error is not None:
+                return
+            now = time.monotonic()
+            try:
+                if not self._sync_flush and now >= next_cl:
+                    complete = now - thorough_cl >= cfg.flush_commit_log_thorough_interval / 1000
+                    self._flush_commit_log(0 if complete else cfg.flush_commit_log_least_pages)
+                    thorough_cl = now if complete else thorough_cl
+                    next_cl = now + cfg.flush_interval_commit_log / 1000
+                if now >= next_cq:
+                    complete = now - thorough_cq >= cfg.flush_consume_queue_thorough_interval / 1000
+                    with self._dispatch_lock:
+                        self._flush_consume_queues(0 if complete else cfg.flush_consume_queue_least_pages)
+                    thorough_cq = now if complete else thorough_cq
+                    next_cq = now + cfg.flush_interval_consume_queue / 1000
+                if now >= next_cp:
+                    self.checkpoint.index_msg_timestamp = self.index.last_full_end_timestamp
+                    self.checkpoint.flush()
+                    next_cp = now + 1.0
+            except FlushError:
+                return  # _fail_write logged it; puts now raise FlushError
+            except OSError as e:
+                self._fail_write(e)
+                return
+            except (ValueError, StoreClosedError):  # pragma: no cover - closed under us
+                return
 
     def flush(self) -> None:
-        """Force CommitLog, ConsumeQueues, index and checkpoint to disk."""
+        """Force CommitLog, ConsumeQueues, index and checkpoint to disk.
+
+        Raises FlushError if a sync fails (the store then takes no more writes)."""
         self._ensure_open()
         if self.read_only:
             return
-        with self._lock:
+        self._check_write_error()
+        with self._dispatch_lock:
             self._flush_all()
 
     @property
@@ -409,6 +566,8 @@ class MessageStore:
         return (topic, topic_b, msg, sys_flag, born_raw, store_raw, body, props_b, props, size)
 
     def _append(self, prepared) -> PutMessageResult:
+        """Append one prepared message; the caller holds the append lock. The
+        record joins the pending-dispatch queue in CommitLog order."""
         topic, topic_b, msg, sys_flag, born_raw, store_raw, body, props_b, props, size = prepared
         store_ts = self._clock()
         qid = msg.queue_id
@@ -423,15 +582,36 @@ class MessageStore:
         )
         if consumed:
             self._queue_offsets[key] = queue_offset + 1
-        self.checkpoint.physic_msg_timestamp = store_ts
-        self._dispatch(topic, qid, queue_offset, phy, size, sys_flag, store_ts, props)
+        self._written_end = phy + size
+        self._last_store_ts = store_ts
+        self._pending.append((topic, qid, queue_offset, phy, size, sys_flag, store_ts, props))
         return PutMessageResult(
             PutMessageStatus.PUT_OK, offset_msg_id(store_raw, phy), phy, size, queue_offset, store_ts
         )
 
+    def _dispatch_pending(self, upto: int) -> None:
+        """Dispatch pending records that end at or before physical offset *upto*,
+        in CommitLog order."""
+        pending = self._pending
+        with self._dispatch_lock:
+            while pending and pending[0][3] + pending[0][4] <= upto:
+                self._dispatch(*pending.popleft())
+
+    def _commit(self, end: int) -> None:
+        """SYNC_FLUSH: return once the CommitLog is on disk up to *end* (group
+        commit: whichever waiting thread gets the flush lock syncs for all),
+        then dispatch what is on disk (RocketMQ 5.3.2+ dispatches only flushed
+        data in this mode)."""
+        if self._flushed_where < end:
+            self._check_write_error()
+            self._flush_commit_log(0, end)
+        self._dispatch_pending(self._flushed_where)
+
     def put_message(self, msg: Message) -> PutMessageResult:
         """Append *msg* to the CommitLog and dispatch it to its ConsumeQueue and
-        the index before returning (RocketMQ ``putMessage`` + reput).
+        the index before returning (RocketMQ ``putMessage`` + reput). Under
+        SYNC_FLUSH it returns only once the record is on disk; concurrent
+        producers share one sync (group commit).
 
         Returns a :class:`PutMessageResult` with status PUT_OK.
 
@@ -439,24 +619,39 @@ class MessageStore:
             MessageTypeError, IllegalMessageError, MessageTooLargeError,
             PropertiesSizeExceededError: bad input; nothing is written.
             StoreReadOnlyError, StoreClosedError: the store cannot take writes.
+            FlushError: the sync failed (SYNC_FLUSH), now or earlier; the store
+                takes no more writes. The record may still be found after a
+                restart (the outcome of this put is unknown, never PUT_OK).
             DiskFullError: no room for a new CommitLog file.
         """
         self._ensure_writable()
         prepared = self._prepare(msg)
         with self._lock:
             self._ensure_open()
-            return self._append(prepared)
+            self._check_write_error()
+            result = self._append(prepared)
+            if not self._sync_flush:
+                self._dispatch_pending(MAX_OFFSET)
+        if self._sync_flush:
+            self._commit(result.wrote_offset + result.wrote_bytes)
+        return result
 
     def put_messages(self, msgs) -> list:
         """Put each message of *msgs* (an iterable of :class:`Message`) under one
-        append lock, as separate records. Every message is validated first, so
-        bad input raises before anything is written. Returns the list of
-        :class:`PutMessageResult`."""
+        append lock, as separate records (and, under SYNC_FLUSH, one sync).
+        Every message is validated first, so bad input raises before anything
+        is written. Returns the list of :class:`PutMessageResult`."""
         self._ensure_writable()
         prepared = [self._prepare(m) for m in msgs]
         with self._lock:
             self._ensure_open()
-            return [self._append(p) for p in prepared]
+            self._check_write_error()
+            results = [self._append(p) for p in prepared]
+            if not self._sync_flush:
+                self._dispatch_pending(MAX_OFFSET)
+        if self._sync_flush and results:
+            self._commit(results[-1].wrote_offset + results[-1].wrote_bytes)
+        return results
 
     def _dispatch(self, topic, queue_id, queue_offset, phy, size, sys_flag, store_ts, props) -> None:
         """Build the ConsumeQueue unit and the index entries of one record (SPEC §9)."""
@@ -470,7 +665,7 @@ class MessageStore:
                 )
                 self._cqs[(topic, queue_id)] = cq
             cq.put(phy, size, self._tags_code(topic, props, store_ts), queue_offset)
-            self.checkpoint.logics_msg_timestamp = store_ts
+            self._last_logics_ts = store_ts
         if self.config.message_index_enable:
             self.index.build_index(topic, phy, store_ts, sys_flag, props.get(PROPERTY_UNIQ_KEY), props.get(PROPERTY_KEYS))
 
