@@ -27,6 +27,26 @@ __all__ = ["CommitLog"]
 log = logging.getLogger("rmqstore.commitlog")
 
 _BLANK = struct.Struct(">ii")
+_PROBE = 16 * 1024 * 1024  # how far past a stop recovery looks for more data
+_CHUNK = 1 << 16
+_ZEROS = bytes(_CHUNK)
+
+
+def _data_after(mf, pos: int, last: bool = False):
+    """Within ``_PROBE`` bytes from *pos*: the position of the first non-zero
+    byte (or, with *last*, just past the last one); None when all zero."""
+    end = min(mf.file_size, pos + _PROBE)
+    found = None
+    p = pos
+    while p < end:
+        q = min(end, p + _CHUNK)
+        chunk = mf.mm[p:q]
+        if chunk != _ZEROS[: q - p]:
+            if not last:
+                return p + next(i for i, b in enumerate(chunk) if b)
+            found = p + len(chunk.rstrip(b"\0"))
+        p = q
+    return found
 _I64 = struct.Struct(">q")
 
 
@@ -212,10 +232,29 @@ class CommitLog:
                 continue
             if any(mf.mm[pos : pos + 8]):
                 reason = REC_STATUS_TEXT.get(status, "bad record")
+            elif i + 1 < len(files):
+                reason = "zeroed bytes inside a segment that later segments follow"
+            else:
+                data = _data_after(mf, pos)
+                if data is not None:  # zeros are the end of data only when nothing follows them
+                    reason = f"zeroed record header followed by data at position {data}"
             break
         if reason is not None:
             log.warning("CommitLog recovery stops at %s position %d: %s", mf.path, pos, reason)
         return mf.file_from_offset + pos, reason
+
+    def data_end_estimate(self, offset: int) -> int:
+        """Physical offset past the last non-zero byte at or after *offset*:
+        whole later segments count as data, the segment holding *offset* is
+        probed up to ``_PROBE`` bytes. For reports of what a truncation drops."""
+        files = self.queue.files
+        mf = self.queue.find(offset)
+        if mf is None:
+            return offset
+        if mf is not files[-1]:
+            return files[-1].file_from_offset + self.file_size
+        end = _data_after(mf, offset - mf.file_from_offset, last=True)
+        return offset if end is None else mf.file_from_offset + end
 
     def first_record_timestamp(self, index: int) -> int:
         """Store time of the first record of segment *index* if that record

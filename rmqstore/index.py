@@ -395,7 +395,8 @@ def infer_index_geometry(paths, hash_slot_num=None, index_num=None) -> tuple:
     of used slots equals the header's hashSlotCount).
 
     Raises:
-        ConfigError: files of different sizes, or no geometry fits.
+        CorruptedFileError: a file whose size or content fits no geometry the
+            others share (naming that file), or no geometry fits at all.
     """
     all_sizes = [os.path.getsize(p) for p in paths]
     size = max(set(all_sizes), key=lambda n: (all_sizes.count(n), n))
@@ -420,9 +421,21 @@ def infer_index_geometry(paths, hash_slot_num=None, index_num=None) -> tuple:
             rest = size - INDEX_HEADER_SIZE - INDEX_ENTRY_SIZE * n
             if rest % INDEX_HASH_SLOT_SIZE == 0:
                 candidates.append((rest // INDEX_HASH_SLOT_SIZE, n))
+    best = None  # (files that fit, candidate, first file that does not)
     for s, n in candidates:
-        if index_file_size(s, n) == size and all(_geometry_fits(p, s, n) for p in paths):
+        if index_file_size(s, n) != size:
+            continue
+        fits = [_geometry_fits(p, s, n) for p in paths]
+        if all(fits):
             return s, n
+        if best is None or sum(fits) > best[0]:
+            best = (sum(fits), (s, n), paths[fits.index(False)])
+    if best is not None and best[0] > 0:
+        # the geometry most files agree on is right: name the file that breaks it
+        raise CorruptedFileError(
+            f"index file does not match the geometry of the others ({best[1][0]} slots, {best[1][1]} entries)",
+            best[2], 0,
+        )
     if size > 64 * 1024 * 1024:
         raise CorruptedFileError(
             f"neither the default nor a full file's geometry fits these {size}-byte index files", paths[0], 0
@@ -433,8 +446,15 @@ def infer_index_geometry(paths, hash_slot_num=None, index_num=None) -> tuple:
         if rest % INDEX_ENTRY_SIZE:
             continue
         n = rest // INDEX_ENTRY_SIZE
-        if n > 1 and all(h[5] <= n for h in headers) and all(_geometry_fits(p, s, n) for p in paths):
-            return s, n
+        if n > 1 and all(h[5] <= n for h in headers):
+            fits = [_geometry_fits(p, s, n) for p in paths]
+            if all(fits):
+                return s, n
+            if any(fits):
+                raise CorruptedFileError(
+                    f"index file does not match the geometry of the others ({s} slots, {n} entries)",
+                    paths[fits.index(False)], 0,
+                )
     raise CorruptedFileError(f"no slot/entry geometry fits these {size}-byte index files", paths[0], 0)
 
 

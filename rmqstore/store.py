@@ -107,13 +107,15 @@ class MessageStore:
         # records appended but not yet dispatched, in CommitLog order
         self._pending: collections.deque = collections.deque()
         self._dispatch_lock = threading.Lock()
-        self._flush_lock = threading.Lock()  # group commit: one thread syncs for all waiters
+        self._flush_lock = threading.Lock()  # one CommitLog sync at a time
+        self._commit_cond = threading.Condition()  # SYNC_FLUSH producers wait here
+        self._committing = False  # a group-commit leader is syncing
         self._written_end = 0  # physical offset past the last appended record
         self._flushed_where = 0  # physical offset up to which the CommitLog is on disk
         self._last_store_ts = 0  # store time of the last appended record
         self._last_logics_ts = 0  # store time of the last record dispatched to a ConsumeQueue
-        self._write_error = None  # OSError of a failed flush: the store takes no more writes
-        self._flusher = None
+        self._write_error: OSError | None = None  # a failed flush: the store takes no more writes
+        self._flusher: threading.Thread | None = None
         self._stop = threading.Event()
         self.last_exit_ok = True
         self.recovery_report: dict = {}
@@ -270,9 +272,9 @@ class MessageStore:
         if max_cq_phy >= process_offset:
             for cq in self._cqs.values():
                 cq.truncate_dirty_logic_files(process_offset)
-        before = self.commitlog.max_offset()
+        # bytes of data the cut drops (not the zeros a preallocated segment ends with)
+        report["truncated_bytes"] = max(0, self.commitlog.data_end_estimate(process_offset) - process_offset)
         self.commitlog.truncate(process_offset)
-        report["truncated_bytes"] = max(0, before - process_offset) if reason else 0
         if not self.read_only and cfg.message_index_enable:
             self._recover_index(process_offset)
         # keys indexed by recovery: re-dispatched records and the catch-up above
@@ -598,13 +600,26 @@ class MessageStore:
                 self._dispatch(*pending.popleft())
 
     def _commit(self, end: int) -> None:
-        """SYNC_FLUSH: return once the CommitLog is on disk up to *end* (group
-        commit: whichever waiting thread gets the flush lock syncs for all),
-        then dispatch what is on disk (RocketMQ 5.3.2+ dispatches only flushed
-        data in this mode)."""
-        if self._flushed_where < end:
-            self._check_write_error()
-            self._flush_commit_log(0, end)
+        """SYNC_FLUSH: return once the CommitLog is on disk up to *end*, then
+        dispatch what is on disk (RocketMQ 5.3.2+ dispatches only flushed data
+        in this mode). Group commit: one leader syncs at a time; every producer
+        whose record the sync covered wakes and returns together, and all of
+        them append again during the next sync, which then covers them all."""
+        cond = self._commit_cond
+        with cond:
+            while self._flushed_where < end and self._committing:
+                cond.wait()
+            lead = self._flushed_where < end
+            if lead:
+                self._check_write_error()
+                self._committing = True
+        if lead:
+            try:
+                self._flush_commit_log(0, end)
+            finally:
+                with cond:
+                    self._committing = False
+                    cond.notify_all()
         self._dispatch_pending(self._flushed_where)
 
     def put_message(self, msg: Message) -> PutMessageResult:
@@ -888,8 +903,8 @@ def _tag_filter(tags):
         names = [t.strip() for t in tags.split("||")]
     else:
         names = [str(t) for t in tags]
-    names = {t for t in names if t}
-    return {k.java_hash(t) for t in names}, names
+    kept = {t for t in names if t}
+    return {k.java_hash(t) for t in kept}, kept
 
 
 def _unit_mismatch(cq, queue_offset, phy, size, fields):

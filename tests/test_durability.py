@@ -89,8 +89,10 @@ def test_group_commit_shares_syncs_between_threads(tmp_path, counted_sync):
         assert not errors
         assert len(results) == threads * per_thread
         cl_syncs = len({i for i, c in enumerate(calls) if "commitlog" in c})
-        # one sync serves every producer waiting behind it
-        assert cl_syncs <= threads * per_thread // 2, cl_syncs
+        # one sync serves every producer waiting behind it: with 8 producers
+        # and a slow disk about one sync per round of 8 puts (~30 here); a
+        # convoy of waiters that each sync again would need close to 200
+        assert cl_syncs <= threads * per_thread // 3, cl_syncs
         for q in range(4):
             got = s.get_messages("T", q, 0, 1000).messages
             assert [m.queue_offset for m in got] == list(range(len(got)))
