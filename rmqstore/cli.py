@@ -15,6 +15,7 @@ import time
 from datetime import datetime, timezone
 
 from . import IMPLEMENTATION, __version__
+from .config import StoreConfig
 from .exceptions import RmqStoreError
 from .message import Message
 from .store import MAX_OFFSET, MessageStore
@@ -239,6 +240,71 @@ def cmd_demo(args) -> int:
     return 0
 
 
+def _config_arg(args):
+    """The StoreConfig of ``--config broker.properties``, or None."""
+    path = getattr(args, "config", None)
+    return StoreConfig.from_properties(path) if path else None
+
+
+def cmd_verify(args) -> int:
+    from .tools import verify_store
+
+    config = _config_arg(args)
+    try:
+        problems = verify_store(args.store, config=config)
+    except OSError as e:
+        print(f"rmqstore verify: cannot read the store: {e}", file=sys.stderr)
+        return 2
+    errors = sum(1 for p in problems if p.severity == "error")
+    warnings = len(problems) - errors
+    if args.json:
+        _print_json([p._asdict() for p in problems])
+    else:
+        for p in problems:
+            print(str(p))
+        if problems:
+            print(f"{args.store}: {errors} error(s), {warnings} warning(s)")
+        else:
+            print(f"{args.store}: OK, no problems found")
+    if errors or (args.strict and warnings):
+        return 1
+    return 0
+
+
+def cmd_salvage(args) -> int:
+    from .tools import salvage_store
+
+    try:
+        report = salvage_store(args.store, args.out, config=_config_arg(args))
+    except (OSError, ValueError) as e:
+        print(f"rmqstore salvage: {e}", file=sys.stderr)
+        return 2
+    _print_json(report)
+    lost = bool(report["bad_regions"] or report["not_copied"])
+    print(f"salvaged {report['messages_copied']} of {report['records_found']} valid message(s) into {report['output']}; "
+          f"{report['bytes_skipped']} byte(s) skipped in {len(report['bad_regions'])} bad region(s), "
+          f"{len(report['not_copied'])} message(s) not copied")
+    return 1 if lost else 0
+
+
+def cmd_recover(args) -> int:
+    from .exceptions import StoreLockedError
+    from .tools import recover_store
+
+    try:
+        report = recover_store(args.store, config=_config_arg(args))
+    except StoreLockedError as e:
+        print(f"rmqstore recover: refusing to recover: {e} (stop the writer first)", file=sys.stderr)
+        return 2
+    _print_json(report)
+    kind = "normal recovery" if report.get("last_exit_ok") else "abnormal recovery (the store was not shut down cleanly)"
+    why = report.get("stopped_because")
+    print(f"{kind} of {report['store']}: valid data ends at physical offset {report.get('process_offset')}; "
+          f"truncated {report.get('truncated_bytes', 0)} byte(s)" + (f" because: {why}" if why else "")
+          + f"; {report['consume_queue_units_dropped']} ConsumeQueue unit(s) dropped")
+    return 0
+
+
 # --- parser -------------------------------------------------------------------
 
 
@@ -299,6 +365,21 @@ def _parser() -> argparse.ArgumentParser:
     sp.add_argument("timestamp", help="ms since epoch or ISO-8601 (UTC unless a zone is given)")
     sp.add_argument("--boundary", choices=["lower", "upper"], default="lower")
     sp.set_defaults(func=cmd_offset_for_time)
+
+    sp = store_cmd("verify", "check every file of a store (read-only); non-zero exit when something is wrong")
+    sp.add_argument("--json", action="store_true", help="print the problems as one JSON list")
+    sp.add_argument("--strict", action="store_true", help="exit 1 on warnings too")
+    sp.add_argument("--config", help="broker .properties file (delay levels, maxMessageSize)")
+    sp.set_defaults(func=cmd_verify)
+
+    sp = store_cmd("salvage", "copy every verifiable message into a new store (the source is only read)")
+    sp.add_argument("out", help="new store directory (must not exist or be empty)")
+    sp.add_argument("--config", help="broker .properties file for settings not inferred from the files")
+    sp.set_defaults(func=cmd_salvage)
+
+    sp = store_cmd("recover", "open the store for writing, which runs recovery, and report what was truncated")
+    sp.add_argument("--config", help="broker .properties file for settings not inferred from the files")
+    sp.set_defaults(func=cmd_recover)
 
     sp = sub.add_parser("demo", help="write, consume and query a demo store with default settings",
                         description="Writes messages into a store under the current directory with RocketMQ's "

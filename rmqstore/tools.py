@@ -1,0 +1,1131 @@
+"""Tools for damaged stores: ``verify``, ``salvage`` and ``recover``.
+
+* :func:`verify_store` reads every file of a store (read-only mappings; it
+  never opens anything writable and never calls ``MessageStore.open``) and
+  returns the list of :class:`Problem` found, each with the file (relative to
+  the store root) and the byte offset in that file.
+* :func:`salvage_store` copies every message that still validates (body CRC,
+  ``__CRC32#`` when present, stored physical offset) into a new store,
+  resynchronising after damaged regions; the source is only read.
+* :func:`recover_store` opens the store writable (which runs recovery,
+  SPEC §10) and closes it again, returning ``MessageStore.recovery_report``.
+
+File sizes and the index geometry of the store are inferred from its files
+(:func:`infer_config`), so stores written with non-default sizes work.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+from typing import NamedTuple, Optional
+
+from . import _kernels as k
+from ._layout import (
+    BLANK_MAGIC_CODE,
+    BORNHOST_V6_FLAG,
+    CHECKPOINT_FILE_SIZE,
+    CQ_STORE_UNIT_SIZE,
+    CRC32_RESERVED_LEN,
+    INDEX_ENTRY_SIZE,
+    INDEX_HASH_SLOT_SIZE,
+    INDEX_HEADER_SIZE,
+    KEY_SEPARATOR,
+    MESSAGE_MAGIC_CODE,
+    MESSAGE_MAGIC_CODE_V2,
+    POS_PHYSICALOFFSET,
+    PRE_BLANK_SIZE,
+    PROPERTY_CRC32,
+    PROPERTY_DELAY,
+    PROPERTY_KEYS,
+    PROPERTY_TAGS,
+    PROPERTY_UNIQ_KEY,
+    REC_BAD_SIZE,
+    REC_PROP_CRC,
+    REC_STATUS_TEXT,
+    RECORD_SIZE_SLACK,
+    SCHEDULE_TOPIC,
+    STOREHOSTADDRESS_V6_FLAG,
+    TRANSACTION_COMMIT_TYPE,
+    TRANSACTION_MASK,
+    TRANSACTION_NOT_TYPE,
+)
+from .config import StoreConfig
+from .exceptions import RmqStoreError
+from .index import index_file_size, infer_index_geometry
+from .message import Message, decode_host
+
+__all__ = [
+    "Problem",
+    "verify_store",
+    "salvage_store",
+    "recover_store",
+    "infer_config",
+]
+
+_I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
+_INDEX_HEADER = struct.Struct(">qqqqii")
+_INDEX_ENTRY = struct.Struct(">iqii")
+_CRC_PREFIX = PROPERTY_CRC32.encode("ascii") + b"\x01"
+
+#: check status (beside the REC_* codes) for a record whose PHYSICALOFFSET
+#: field disagrees with its position (P-11)
+_PHY_MISMATCH = -100
+_STATUS_TEXT = dict(REC_STATUS_TEXT)
+_STATUS_TEXT[_PHY_MISMATCH] = "PHYSICALOFFSET field disagrees with the record's position"
+
+_MAGICS = (
+    _I32.pack(MESSAGE_MAGIC_CODE),
+    _I32.pack(MESSAGE_MAGIC_CODE_V2),
+    _I32.pack(BLANK_MAGIC_CODE),
+)
+
+_ZCHUNK = 1 << 20
+_ZEROS = bytes(_ZCHUNK)
+#: smallest tags code that is a ConsumeQueue extension address (SPEC §5 step 4)
+_CQ_EXT_ADDRESS_MAX = -(1 << 31) - 1
+
+
+class Problem(NamedTuple):
+    """One finding of :func:`verify_store`.
+
+    Attributes:
+        file (str): path relative to the store root, ``/``-separated.
+        offset (int): byte offset in that file.
+        problem (str): what is wrong.
+        severity (str): ``"error"`` (data is wrong or lost) or ``"warning"``.
+    """
+
+    file: str
+    offset: int
+    problem: str
+    severity: str
+
+    def __str__(self) -> str:
+        return f"{self.severity} {self.file}@{self.offset}: {self.problem}"
+
+
+# --- small helpers --------------------------------------------------------------------------------
+
+
+class _RO:
+    """A file mapped read-only (``buf`` is ``b""`` for an empty file)."""
+
+    __slots__ = ("path", "rel", "start", "size", "buf", "_mm")
+
+    def __init__(self, path: str, rel: str, start: int = 0):
+        self.path = path
+        self.rel = rel
+        self.start = start
+        self._mm: Optional[mmap.mmap] = None
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        try:
+            self.size = os.fstat(fd).st_size
+            if self.size:
+                self._mm = mmap.mmap(fd, self.size, access=mmap.ACCESS_READ)
+        finally:
+            os.close(fd)
+        self.buf = self._mm if self._mm is not None else b""
+
+    def close(self) -> None:
+        if self._mm is not None and not self._mm.closed:
+            self._mm.close()
+
+
+def _first_nonzero(buf, start: int, end: int) -> int:
+    """Position of the first non-zero byte in ``buf[start:end]``, or -1."""
+    p = start
+    while p < end:
+        q = min(end, p + _ZCHUNK)
+        chunk = buf[p:q]
+        if chunk != _ZEROS[: q - p]:
+            return p + len(chunk) - len(chunk.lstrip(b"\0"))
+        p = q
+    return -1
+
+
+def _nonzero_end(buf, start: int, end: int) -> int:
+    """Position just past the last non-zero byte of ``buf[start:end]``, or *start*."""
+    q = end
+    while q > start:
+        p = max(start, q - _ZCHUNK)
+        chunk = buf[p:q]
+        if chunk != _ZEROS[: q - p]:
+            return p + len(chunk.rstrip(b"\0"))
+        q = p
+    return start
+
+
+def _common_size(sizes) -> int:
+    """The size most files have (ties: the larger), as ``MappedFileQueue.load``."""
+    return max(set(sizes), key=lambda n: (sizes.count(n), n))
+
+
+def _numeric_files(directory: str):
+    """``[(number, name, path)]`` of the regular files with a decimal name, by
+    number, and the names of other (non-directory) entries."""
+    try:
+        names = os.listdir(directory)
+    except (FileNotFoundError, NotADirectoryError):
+        return [], []
+    files, other = [], []
+    for name in names:
+        path = os.path.join(directory, name)
+        if name.isdigit() and os.path.isfile(path):
+            files.append((int(name), name, path))
+        elif not os.path.isdir(path):
+            other.append(name)
+    files.sort()
+    return files, sorted(other)
+
+
+def _java_parse_int(text: str):
+    """Java ``Integer.parseInt``: optional sign and ASCII digits in i32 range, else None."""
+    body = text[1:] if text[:1] in "+-" else text
+    if not body or not body.isascii() or not body.isdigit():
+        return None
+    v = int(text)
+    return v if -(1 << 31) <= v < (1 << 31) else None
+
+
+def _tags_code(topic: str, props: dict, store_ts: int, cfg: StoreConfig) -> int:
+    """The ConsumeQueue tags code dispatch computes for a record (SPEC §5;
+    the same rules as ``MessageStore._tags_code``)."""
+    tags = props.get(PROPERTY_TAGS)
+    code = k.java_hash(tags) if tags else 0
+    if topic == SCHEDULE_TOPIC:
+        delay = props.get(PROPERTY_DELAY)
+        if delay:
+            level = _java_parse_int(delay)
+            if level is None:
+                return code
+            level = min(level, cfg.max_delay_level)
+            if level > 0:
+                code = store_ts + cfg.delay_millis(level)
+    return code
+
+
+def _key_hashes(topic: str, props: dict) -> frozenset:
+    """Index key hashes of a record: ``topic#UNIQ_KEY`` and ``topic#k`` per KEYS piece (SPEC §7.6)."""
+    keys = []
+    uniq = props.get(PROPERTY_UNIQ_KEY)
+    if uniq:
+        keys.append(uniq)
+    ks = props.get(PROPERTY_KEYS)
+    if ks:
+        keys.extend(x for x in ks.split(KEY_SEPARATOR) if x)
+    return frozenset(k.index_key_hash(f"{topic}#{x}") for x in keys)
+
+
+def _prop_crc(buf, pos: int, size: int, props: bytes):
+    """``None`` when the record's properties do not end with a ``__CRC32#``
+    entry (SPEC §3.7), else ``(stored, computed)``."""
+    n = len(props)
+    if n < CRC32_RESERVED_LEN:
+        return None
+    tail = props[n - CRC32_RESERVED_LEN :]
+    digits = tail[9:19]
+    if tail[:9] != _CRC_PREFIX or tail[19] != 2 or not digits.isdigit():
+        return None
+    if n > CRC32_RESERVED_LEN and props[n - CRC32_RESERVED_LEN - 1] != 2:
+        return None
+    return int(digits[::-1]), k.masked_crc32(buf, pos, pos + size - CRC32_RESERVED_LEN)
+
+
+def _validate(buf, pos: int, limit: int, phys: int, max_size: int):
+    """Validate the record at *pos* as recovery with CRC does, plus the stored
+    physical offset (P-11) and a trailing ``__CRC32#``.
+
+    Returns ``(status, fields)``: the size and the ``decode_record`` tuple of a
+    valid record, ``(0, None)`` for a blank record, or a negative code."""
+    st = k.check_record(buf, pos, limit, True, False, max_size)
+    if st <= 0:
+        return st, None
+    if _I64.unpack_from(buf, pos + POS_PHYSICALOFFSET)[0] != phys:
+        return _PHY_MISMATCH, None
+    try:
+        fields = k.decode_record(buf, pos, False)
+    except ValueError:
+        return REC_BAD_SIZE, None  # cannot happen after check_record accepted it
+    crc = _prop_crc(buf, pos, st, fields[16])
+    if crc is not None and crc[0] != crc[1]:
+        return REC_PROP_CRC, None
+    return st, fields
+
+
+def _resync(buf, start: int, limit: int, file_from: int, file_size: int, max_size: int):
+    """The first position >= *start* where a valid record starts (as
+    :func:`_validate` says) or a blank record that fills the segment exactly.
+    Returns ``(position, status)`` or None. Candidates are found by searching
+    the magic codes (at record offset +4) with ``find``."""
+    cands = [buf.find(m, start + 4, limit) for m in _MAGICS]
+    while True:
+        live = [c for c in cands if c >= 0]
+        if not live:
+            return None
+        c = min(live)
+        i = cands.index(c)
+        q = c - 4
+        if i == 2:
+            if _I32.unpack_from(buf, q)[0] == file_size - q:
+                return q, 0
+        else:
+            st, _ = _validate(buf, q, limit, file_from + q, max_size)
+            if st > 0:
+                return q, st
+        cands[i] = buf.find(_MAGICS[i], c + 1, limit)
+
+
+def _rel(root: str, path: str) -> str:
+    return os.path.relpath(path, root).replace(os.sep, "/")
+
+
+# --- configuration inference -----------------------------------------------------------------------
+
+
+def infer_config(root, base: Optional[StoreConfig] = None):
+    """A :class:`StoreConfig` whose file sizes match the store in *root*:
+    CommitLog segment size, ConsumeQueue file size (the most common sizes) and
+    the index geometry (``infer_index_geometry``). Everything else comes from
+    *base* (default: RocketMQ's defaults). Returns ``(config, notes)``, notes
+    being a list of texts about values that could not be inferred."""
+    root = os.fspath(root)
+    cfg = base if base is not None else StoreConfig()
+    notes: list = []
+    changes: dict = {}
+    segs, _ = _numeric_files(os.path.join(root, "commitlog"))
+    sizes = [os.path.getsize(p) for _, _, p in segs]
+    sizes = [s for s in sizes if s > 0]
+    if sizes:
+        fs = _common_size(sizes)
+        if fs >= 4096:
+            changes["mapped_file_size_commit_log"] = fs
+        else:
+            notes.append(f"CommitLog segments of {fs} bytes are below StoreConfig's minimum; using {cfg.mapped_file_size_commit_log}")
+    cq_sizes = []
+    for _topic, _qid, qdir in _queue_dirs(root):
+        for _, _, p in _numeric_files(qdir)[0]:
+            n = os.path.getsize(p)
+            if n > 0:
+                cq_sizes.append(n)
+    if cq_sizes:
+        cs = _common_size(cq_sizes)
+        if cs % CQ_STORE_UNIT_SIZE == 0:
+            changes["mapped_file_size_consume_queue"] = cs
+        else:
+            notes.append(f"ConsumeQueue files of {cs} bytes are not whole units; using {cfg.mapped_file_size_consume_queue}")
+    idx, _ = _numeric_files(os.path.join(root, "index"))
+    if idx:
+        paths = [p for _, _, p in idx]
+        try:
+            s, n = infer_index_geometry(paths, cfg.max_hash_slot_num, cfg.max_index_num)
+            changes["max_hash_slot_num"], changes["max_index_num"] = s, n
+        except (RmqStoreError, ValueError, OSError) as e:
+            sizes = [os.path.getsize(p) for p in paths]
+            geo = _header_geometry(paths, _common_size(sizes))
+            if geo is not None:
+                changes["max_hash_slot_num"], changes["max_index_num"] = geo
+                notes.append(f"index geometry taken from the index headers ({e})")
+            else:
+                notes.append(f"index geometry not inferred ({e}); using {cfg.max_hash_slot_num} slots x {cfg.max_index_num} entries")
+    if changes:
+        cfg = cfg.replace(**changes)
+    return cfg, notes
+
+
+def _queue_dirs(root: str):
+    """``[(topic, queue_id, directory)]`` of ``consumequeue/<topic>/<qid>/``, sorted."""
+    base = os.path.join(root, "consumequeue")
+    out: list[tuple[str, int, str]] = []
+    try:
+        topics = sorted(os.listdir(base))
+    except (FileNotFoundError, NotADirectoryError):
+        return out
+    for topic in topics:
+        tdir = os.path.join(base, topic)
+        if not os.path.isdir(tdir):
+            continue
+        for q in sorted(os.listdir(tdir)):
+            qdir = os.path.join(tdir, q)
+            if q.isdigit() and os.path.isdir(qdir):
+                out.append((topic, int(q), qdir))
+    out.sort(key=lambda t: (t[0], t[1]))
+    return out
+
+
+# --- verify ---------------------------------------------------------------------------------------
+
+
+class _Rec(NamedTuple):
+    file: str  # commitlog/<segment>
+    pos: int
+    phys: int
+    size: int
+    topic: str
+    queue_id: int
+    queue_offset: int
+    sys_flag: int
+    tags_code: int
+    key_hashes: frozenset
+
+
+class _Verifier:
+    def __init__(self, root: str, config: Optional[StoreConfig]):
+        self.root = root
+        self.cfg = config if config is not None else StoreConfig()
+        self.explicit_max = None if config is None else config.max_message_size + RECORD_SIZE_SLACK
+        self.problems: list = []
+        self.segments: list = []  # _RO per CommitLog segment, by start offset
+        self.fs = 0
+        self.cl_min = 0
+        self.cl_end = 0
+        self.records: dict = {}  # physical offset -> _Rec (records reached by the walk)
+        self.seg_by_start: dict = {}
+        self._lookup_cache: dict = {}
+        self.queues: dict = {}  # (topic, qid) -> (file size, {file start: _RO})
+        self.abort = os.path.exists(os.path.join(root, "abort"))
+        self._open: list = []
+
+    # -- reporting
+
+    def error(self, file, offset, text) -> None:
+        self.problems.append(Problem(file, int(offset), text, "error"))
+
+    def warning(self, file, offset, text) -> None:
+        self.problems.append(Problem(file, int(offset), text, "warning"))
+
+    def _map(self, path, start=0):
+        ro = _RO(path, _rel(self.root, path), start)
+        self._open.append(ro)
+        return ro
+
+    def close(self) -> None:
+        for ro in self._open:
+            ro.close()
+        self._open = []
+
+    def max_size(self) -> int:
+        return self.explicit_max if self.explicit_max is not None else max(self.fs, 1)
+
+    # -- CommitLog
+
+    def commitlog(self) -> None:
+        d = os.path.join(self.root, "commitlog")
+        files, other = _numeric_files(d)
+        for name in other:
+            self.warning(f"commitlog/{name}", 0, "not a CommitLog segment (name is not a number); ignored")
+        if not files:
+            return
+        if os.path.getsize(files[-1][2]) == 0:
+            self.warning(_rel(self.root, files[-1][2]), 0, "empty last segment (a writable open removes it)")
+            files = files[:-1]
+            if not files:
+                return
+        sizes = [os.path.getsize(p) for _, _, p in files]
+        fs = _common_size(sizes)
+        if fs == 0:
+            for (_, _, path), size in zip(files, sizes):
+                if size == 0:
+                    self.error(_rel(self.root, path), 0, "empty CommitLog segment")
+            kept = [(n, f) for n, f in zip(sizes, files) if n]
+            sizes = [n for n, _ in kept]
+            files = [f for _, f in kept]
+            if not files:
+                return
+            fs = _common_size(list(sizes))
+        self.fs = fs
+        prev = None
+        for (start, _name, path), size in zip(files, sizes):
+            rel = _rel(self.root, path)
+            if size != fs:
+                self.error(rel, min(size, fs), f"segment has {size} bytes, the other segments {fs}")
+            if fs and start % fs:
+                self.error(rel, 0, f"segment name {start} is not a multiple of the segment size {fs}")
+            elif prev is not None and start != prev + fs:
+                self.error(rel, 0, f"segment starts at {start}, expected {prev + fs} after the previous segment")
+            prev = start
+            try:
+                self.segments.append(self._map(path, start))
+            except OSError as e:
+                self.error(rel, 0, f"cannot read the segment: {e}")
+        if not self.segments:
+            return
+        self.cl_min = self.segments[0].start
+        self.seg_by_start = {seg.start: seg for seg in self.segments}
+        for i, seg in enumerate(self.segments):
+            last = i == len(self.segments) - 1
+            end, clean = self._walk(seg, last)
+            if last:
+                # after damage, records further on are still looked up one by one
+                self.cl_end = seg.start + (end if clean else _nonzero_end(seg.buf, end, seg.size))
+
+    def _walk(self, seg: _RO, is_last: bool):
+        """Walk the records of one segment. Returns ``(end, clean)``: where its
+        data ends (the segment size after a blank record) and whether it ended
+        normally (blank record, or zeros in the last segment)."""
+        buf, n, fs, rel = seg.buf, seg.size, self.fs, seg.rel
+        max_size = self.max_size()
+        pos = 0
+        while True:
+            if pos >= n:
+                if not is_last and n == fs:
+                    self.error(rel, pos, "segment ends without a blank (END_OF_FILE) record")
+                return pos, True
+            st, fields = _validate(buf, pos, n, seg.start + pos, max_size)
+            if st > 0:
+                self._add_record(seg, pos, st, fields)
+                pos += st
+                continue
+            if st == 0:
+                blank = _I32.unpack_from(buf, pos)[0]
+                if blank != fs - pos:
+                    self.warning(rel, pos, f"blank record's TOTALSIZE is {blank}, but {fs - pos} bytes are left in the segment")
+                return fs, True
+            phys = seg.start + pos
+            if not any(buf[pos : pos + 8]):
+                if not is_last:
+                    self.error(rel, pos, f"zeros at physical offset {phys} where a record or the blank record "
+                                         "should be: a hole in a segment that is not the last")
+                    return pos, False
+                q = _first_nonzero(buf, pos, n)
+                if q >= 0:
+                    found = _resync(buf, pos, n, seg.start, fs, max_size)
+                    if found is not None and found[1] > 0:
+                        self.error(rel, pos, f"zeros at physical offset {phys}, but valid records follow at "
+                                             f"position {found[0]}: a hole (recovery would discard everything after it)")
+                        return pos, False
+                    else:
+                        self.warning(rel, q, f"non-zero bytes after the end of written data (physical offset "
+                                             f"{seg.start + q}): stale or garbage data")
+                return pos, True
+            why = _STATUS_TEXT.get(st, f"invalid record (status {st})")
+            if st == _PHY_MISMATCH:
+                stored = _I64.unpack_from(buf, pos + POS_PHYSICALOFFSET)[0]
+                why = f"PHYSICALOFFSET field holds {stored}, but the record is at {phys}"
+            elif st == REC_PROP_CRC:
+                why = "__CRC32# property differs from the record's CRC"
+            self.error(rel, pos, f"invalid record at physical offset {phys}: {why}")
+            return pos, False
+
+    def _make_rec(self, seg: _RO, pos: int, size: int, fields) -> _Rec:
+        props = k.parse_properties(fields[16])
+        topic = fields[15]
+        return _Rec(
+            seg.rel, pos, seg.start + pos, size, topic, fields[3], fields[5], fields[7],
+            _tags_code(topic, props, fields[10], self.cfg), _key_hashes(topic, props),
+        )
+
+    def _add_record(self, seg, pos, size, fields) -> None:
+        rec = self._make_rec(seg, pos, size, fields)
+        self.records[rec.phys] = rec
+
+    def lookup(self, phys: int):
+        """The valid record starting at *phys* (reached by the walk, or checked
+        on its own when the walk of its segment stopped before it), or None."""
+        rec = self.records.get(phys)
+        if rec is not None or not self.segments or phys < self.cl_min:
+            return rec
+        if phys in self._lookup_cache:
+            return self._lookup_cache[phys]
+        rec = None
+        seg = self.seg_by_start.get(phys - phys % self.fs) if self.fs else None
+        if seg is not None:
+            pos = phys - seg.start
+            if pos < seg.size:
+                st, fields = _validate(seg.buf, pos, seg.size, phys, self.max_size())
+                if st > 0:
+                    rec = self._make_rec(seg, pos, st, fields)
+        self._lookup_cache[phys] = rec
+        return rec
+
+    # -- ConsumeQueues
+
+    def consume_queues(self) -> None:
+        for topic, qid, qdir in _queue_dirs(self.root):
+            self._queue(topic, qid, qdir)
+
+    def _queue(self, topic: str, qid: int, qdir: str) -> None:
+        U = CQ_STORE_UNIT_SIZE
+        files, other = _numeric_files(qdir)
+        for name in other:
+            self.warning(_rel(self.root, os.path.join(qdir, name)), 0, "not a ConsumeQueue file (name is not a number); ignored")
+        if not files:
+            return
+        if os.path.getsize(files[-1][2]) == 0:
+            self.warning(_rel(self.root, files[-1][2]), 0, "empty last ConsumeQueue file (a writable open removes it)")
+            files = files[:-1]
+            if not files:
+                return
+        sizes = [os.path.getsize(p) for _, _, p in files]
+        fs = _common_size(sizes)
+        if fs == 0:
+            for (_, _, path), size in zip(files, sizes):
+                if size == 0:
+                    self.error(_rel(self.root, path), 0, "empty ConsumeQueue file")
+            kept = [(n, f) for n, f in zip(sizes, files) if n]
+            sizes = [n for n, _ in kept]
+            files = [f for _, f in kept]
+            if not files:
+                return
+            fs = _common_size(list(sizes))
+        mapped: dict = {}
+        prev = None
+        for (start, _name, path), size in zip(files, sizes):
+            rel = _rel(self.root, path)
+            if size != fs:
+                self.error(rel, min(size, fs), f"ConsumeQueue file has {size} bytes, the other files {fs}")
+            elif size % U:
+                self.error(rel, size - size % U, f"ConsumeQueue file size {size} is not a multiple of {U}")
+            if start % fs:
+                self.error(rel, 0, f"file name {start} is not a multiple of the file size {fs}")
+            elif prev is not None and start != prev + fs:
+                self.error(rel, 0, f"file starts at {start}, expected {prev + fs} after the previous file")
+            prev = start
+            try:
+                mapped[start] = self._map(path, start)
+            except OSError as e:
+                self.error(rel, 0, f"cannot read the file: {e}")
+        self.queues[(topic, qid)] = (fs, mapped)
+        real_seen = False
+        zero_seen = False
+        stale_reported = False
+        for start in sorted(mapped):
+            f = mapped[start]
+            for j, unit in enumerate(k.cq_units(f.buf, 0, f.size)):
+                upos = j * U
+                phy, size, tags = unit
+                q = (start + upos) // U
+                if phy == 0 and size == 0 and tags == 0:
+                    zero_seen = True
+                    continue
+                if zero_seen:
+                    if not stale_reported:
+                        self.warning(f.rel, upos, f"non-zero unit (queue offset {q}) after an all-zero unit: stale "
+                                                  "units after the end of the queue (recovery drops them)")
+                        stale_reported = True
+                    continue
+                if phy == 0 and size == PRE_BLANK_SIZE and tags == 0:
+                    if real_seen:
+                        self.error(f.rel, upos, f"pre-blank placeholder at queue offset {q} after the queue's first real unit")
+                    continue
+                real_seen = True
+                self._check_unit(f, upos, q, topic, qid, phy, size, tags)
+
+    def _check_unit(self, f, upos, q, topic, qid, phy, size, tags) -> None:
+        where = f"unit for queue offset {q} ({size} bytes at physical offset {phy})"
+        if phy < 0 or size <= 0:
+            self.error(f.rel, upos, f"invalid {where}: recovery cuts the queue here")
+            return
+        if phy < self.cl_min:
+            return  # expired: the CommitLog no longer holds it
+        if phy + size > self.cl_end:
+            self.error(f.rel, upos, f"{where} points beyond the CommitLog end ({self.cl_end})")
+            return
+        rec = self.lookup(phy)
+        if rec is None:
+            self.error(f.rel, upos, f"{where} points where no valid record starts")
+            return
+        tran = rec.sys_flag & TRANSACTION_MASK
+        if (rec.size != size or rec.topic != topic or rec.queue_id != qid or rec.queue_offset != q
+                or tran not in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE)):
+            self.error(f.rel, upos, f"{where} points at a record of {rec.size} bytes for {rec.topic}/{rec.queue_id} "
+                                    f"queue offset {rec.queue_offset} (transaction type {tran})")
+            return
+        if tags > _CQ_EXT_ADDRESS_MAX and tags != rec.tags_code:
+            self.error(f.rel, upos, f"{where} has tags code {tags}, dispatch computes {rec.tags_code}")
+
+    def missing_units(self) -> None:
+        """Every NOT_TYPE/COMMIT record must be the target of the unit at its queue offset."""
+        U = CQ_STORE_UNIT_SIZE
+        hint = " (the store was not shut down cleanly: recovery dispatches it again)" if self.abort else ""
+        for rec in self.records.values():
+            if rec.sys_flag & TRANSACTION_MASK not in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE):
+                continue
+            what = (f"message missing from ConsumeQueue: {rec.topic}/{rec.queue_id} queue offset {rec.queue_offset} "
+                    f"(record at physical offset {rec.phys}, {rec.file}@{rec.pos})")
+            entry = self.queues.get((rec.topic, rec.queue_id))
+            if entry is None or rec.queue_offset < 0:
+                self.error(rec.file, rec.pos, f"{what}: no such queue{hint}" if entry is None else what)
+                continue
+            fs, mapped = entry
+            logical = rec.queue_offset * U
+            start = logical - logical % fs
+            upos = logical - start
+            f = mapped.get(start)
+            if f is None:
+                path = os.path.join(self.root, "consumequeue", rec.topic, str(rec.queue_id), f"{start:020d}")
+                self.error(_rel(self.root, path), upos, f"{what}: the queue has no such file{hint}")
+                continue
+            if upos + U > f.size:
+                self.error(f.rel, upos, f"{what}: the file ends before the unit{hint}")
+                continue
+            phy, size, _tags = k.cq_get(f.buf, upos)
+            if phy != rec.phys or size != rec.size:
+                self.error(f.rel, upos, f"{what}: the unit holds ({phy}, {size}){hint}")
+
+    # -- index
+
+    def index(self) -> None:
+        d = os.path.join(self.root, "index")
+        files, _other = _numeric_files(d)
+        if not files:
+            return
+        sizes = [os.path.getsize(p) for _, _, p in files]
+        common = _common_size(sizes)
+        good = []
+        for (_, _, path), size in zip(files, sizes):
+            if size != common:
+                self.error(_rel(self.root, path), min(size, common), f"index file has {size} bytes, the others {common}")
+            else:
+                good.append(path)
+        try:
+            s, n = infer_index_geometry(good)
+        except (RmqStoreError, ValueError, OSError) as e:
+            geo = _header_geometry(good, common)
+            if geo is None:
+                path = getattr(e, "path", None) or good[0]
+                self.error(_rel(self.root, path), getattr(e, "offset", None) or 0,
+                           f"cannot determine the index geometry: {e}")
+                return
+            s, n = geo
+        for path in good:
+            try:
+                f = self._map(path)
+            except OSError as e:
+                self.error(_rel(self.root, path), 0, f"cannot read the index file: {e}")
+                continue
+            self._index_file(f, s, n)
+
+    def _index_file(self, f: _RO, s: int, n: int) -> None:
+        buf, rel = f.buf, f.rel
+        if f.size != index_file_size(s, n):
+            self.error(rel, 0, f"index file has {f.size} bytes, {index_file_size(s, n)} expected for {s} slots x {n} entries")
+            return
+        _bt, _et, begin_phy, end_phy, slot_count, raw_count = _INDEX_HEADER.unpack_from(buf, 0)
+        count = raw_count if raw_count > 0 else 1
+        if raw_count < 0 or raw_count > n:
+            self.error(rel, 36, f"indexCount {raw_count} outside [1, {n}]")
+            count = min(max(count, 1), n)
+        base = INDEX_HEADER_SIZE + INDEX_HASH_SLOT_SIZE * s
+        entry = _INDEX_ENTRY.unpack_from
+        visited = bytearray(count)
+        used = 0
+        with memoryview(buf) as mv:
+            for slot, (v,) in enumerate(struct.iter_unpack(">i", mv[INDEX_HEADER_SIZE:base])):
+                if v == 0:
+                    continue
+                used += 1
+                if v < 0 or v >= count:
+                    self.error(rel, INDEX_HEADER_SIZE + INDEX_HASH_SLOT_SIZE * slot,
+                               f"hash slot {slot} holds entry {v}, outside [1, indexCount={count})")
+                    continue
+                # bounded chain walk (each entry once): every entry on it must hash to this slot
+                e = v
+                while 0 < e < count and not visited[e]:
+                    visited[e] = 1
+                    h, _phy, _diff, p = entry(buf, base + INDEX_ENTRY_SIZE * e)
+                    if h >= 0 and h % s != slot:
+                        self.error(rel, base + INDEX_ENTRY_SIZE * e,
+                                   f"index entry {e} on the chain of hash slot {slot} has key hash {h}, "
+                                   f"which belongs to slot {h % s}")
+                        break
+                    if p >= e:
+                        break  # reported with the entry below
+                    e = p
+            if used != slot_count:
+                self.warning(rel, 32, f"hashSlotCount is {slot_count}, but {used} hash slots are in use")
+            if any(buf[base : base + INDEX_ENTRY_SIZE]):
+                self.warning(rel, base, "index entry 0 (never used) is not zero")
+            last_phy = None
+            entries = mv[base + INDEX_ENTRY_SIZE : base + INDEX_ENTRY_SIZE * count]
+            try:
+                for i, (h, phy, diff, prev) in enumerate(_INDEX_ENTRY.iter_unpack(entries), 1):
+                    self._index_entry(rel, base + INDEX_ENTRY_SIZE * i, i, h, phy, diff, prev, last_phy)
+                    last_phy = phy
+            finally:
+                entries.release()
+        if count > 1:
+            first_phy = entry(buf, base + INDEX_ENTRY_SIZE)[1]
+            if begin_phy != first_phy:
+                self.warning(rel, 16, f"beginPhyOffset is {begin_phy}, but the first entry points at {first_phy}")
+            if end_phy != last_phy:
+                self.warning(rel, 24, f"endPhyOffset is {end_phy}, but the last entry points at {last_phy}")
+            unreached = [i for i in range(1, count) if not visited[i]]
+            if unreached:
+                i = unreached[0]
+                self.warning(rel, base + INDEX_ENTRY_SIZE * i,
+                             f"{len(unreached)} index entries (the first: entry {i}) are not reachable from their "
+                             "hash slot: key lookups miss them")
+        q = _first_nonzero(buf, base + INDEX_ENTRY_SIZE * count, f.size)
+        if q >= 0:
+            self.warning(rel, q, f"non-zero bytes in the entry area after indexCount={count}: stale entries")
+
+    def _index_entry(self, rel, off, i, h, phy, diff, prev, last_phy) -> None:
+        if h < 0:
+            self.error(rel, off, f"index entry {i} has a negative key hash {h}")
+        if prev < 0 or prev >= i:
+            self.error(rel, off, f"index entry {i} links to previous entry {prev}, outside [0, {i})")
+        if diff < 0:
+            self.error(rel, off, f"index entry {i} has a negative time difference {diff}")
+        if last_phy is not None and phy < last_phy:
+            self.warning(rel, off, f"index entry {i} points at physical offset {phy}, before the previous "
+                                   f"entry's {last_phy} (entries are added in CommitLog order)")
+        if phy < self.cl_min:
+            return  # expired
+        if phy >= self.cl_end:
+            self.error(rel, off, f"index entry {i} points at physical offset {phy}, beyond the CommitLog end ({self.cl_end})")
+            return
+        rec = self.lookup(phy)
+        if rec is None:
+            self.error(rel, off, f"index entry {i} points at physical offset {phy}, where no valid record starts")
+        elif h not in rec.key_hashes:
+            self.error(rel, off, f"index entry {i} (key hash {h}) points at a record of {rec.topic} at physical "
+                                 f"offset {phy} that has no key with this hash")
+
+    # -- checkpoint, abort
+
+    def misc(self) -> None:
+        cp = os.path.join(self.root, "checkpoint")
+        if not os.path.exists(cp):
+            self.warning("checkpoint", 0, "checkpoint file is missing")
+        else:
+            size = os.path.getsize(cp)
+            if size < 40:
+                self.error("checkpoint", size, f"checkpoint holds {size} bytes; its five fields need 40 ({CHECKPOINT_FILE_SIZE} expected)")
+            elif size != CHECKPOINT_FILE_SIZE:
+                self.warning("checkpoint", min(size, CHECKPOINT_FILE_SIZE), f"checkpoint holds {size} bytes, {CHECKPOINT_FILE_SIZE} expected")
+        if self.abort:
+            self.warning("abort", 0, "store was not shut down cleanly (abort file present; the next writable open runs abnormal recovery)")
+
+
+def _header_geometry(paths, size: int):
+    """Fallback geometry when ``infer_index_geometry`` rejects damaged files:
+    the geometry implied by the largest ``indexCount`` of any file (a full
+    file's count is ``index_num``) whose arithmetic fits the file size, or the
+    defaults if they fit. None when nothing fits."""
+    counts = []
+    for p in paths:
+        with open(p, "rb") as fh:
+            head = fh.read(INDEX_HEADER_SIZE)
+        if len(head) == INDEX_HEADER_SIZE:
+            counts.append(_INDEX_HEADER.unpack(head)[5])
+    default = StoreConfig()
+    if index_file_size(default.max_hash_slot_num, default.max_index_num) == size:
+        return default.max_hash_slot_num, default.max_index_num
+    for n in sorted(set(counts), reverse=True):
+        rest = size - INDEX_HEADER_SIZE - INDEX_ENTRY_SIZE * n
+        if n > 1 and rest > 0 and rest % INDEX_HASH_SLOT_SIZE == 0:
+            return rest // INDEX_HASH_SLOT_SIZE, n
+    return None
+
+
+def verify_store(root, config: Optional[StoreConfig] = None) -> list:
+    """Check every file of the store in *root* without writing anything.
+
+    Returns a list of :class:`Problem` (empty for a healthy store). *config*
+    only supplies the delay-level table and ``max_message_size`` (without it,
+    any record that fits in a segment is accepted); file sizes and the index
+    geometry come from the files.
+
+    Raises:
+        FileNotFoundError, NotADirectoryError, PermissionError: *root* is not a
+            readable directory.
+    """
+    root = os.path.abspath(os.fspath(root))
+    if not os.path.exists(root):
+        raise FileNotFoundError(f"no store directory at {root}")
+    if not os.path.isdir(root):
+        raise NotADirectoryError(f"{root} is not a directory")
+    os.listdir(root)  # PermissionError when unreadable
+    v = _Verifier(root, config)
+    try:
+        v.commitlog()
+        v.consume_queues()
+        v.missing_units()
+        v.index()
+        v.misc()
+    finally:
+        v.close()
+    return v.problems
+
+
+# --- salvage --------------------------------------------------------------------------------------
+
+
+def _ordered_properties(blob: bytes):
+    """Ordered dict from a property blob keeping empty values, so the store
+    re-encodes the same bytes; ``(dict, exact)``. When the blob cannot be
+    rebuilt (invalid UTF-8, a piece without 0x01, duplicate or empty names, a
+    missing final 0x02), RocketMQ's decoding is used and *exact* is False
+    (pairs whose value holds 0x01, which a Message cannot carry, are dropped)."""
+    raw = bytes(blob)
+    text = raw.decode("utf-8", "replace")
+    out: dict = {}
+    pieces = text.split("\x02")
+    if pieces[-1] == "":
+        pieces.pop()
+    exact = True
+    for piece in pieces:
+        name, sep, value = piece.partition("\x01")
+        if not sep or not name or name in out or "\x01" in value:
+            exact = False
+            break
+        out[name] = value
+    if exact and "".join(f"{a}\x01{b}\x02" for a, b in out.items()).encode("utf-8") == raw:
+        return out, True
+    props = k.parse_properties(raw)
+    return {a: b for a, b in props.items() if "\x01" not in b}, False
+
+
+def salvage_store(src, out, config: Optional[StoreConfig] = None) -> dict:
+    """Copy every verifiable message of the store in *src* into a new store at
+    *out* (which must not exist or be an empty directory). *src* is only read.
+
+    Each CommitLog segment is walked from position 0; after a record that
+    does not validate (body CRC, ``__CRC32#`` when present, stored physical
+    offset) the walk resynchronises at the next valid record, and the skipped
+    bytes are reported. The new store gets the source's file sizes and index
+    geometry (inferred, see :func:`infer_config`; *config* supplies the rest),
+    the original store timestamps, hosts and fields; queue offsets are
+    renumbered densely per queue and prepared-transaction offsets remapped to
+    the new physical offsets.
+
+    Returns a report dict: ``records_found``, ``messages_copied``,
+    ``bytes_skipped``, ``bad_regions`` (list of ``(file, offset, length)``),
+    ``not_copied`` (``(file, offset, reason)``), ``queue_offsets_renumbered``,
+    ``properties_rewritten``, ``config`` and ``notes``.
+
+    Raises:
+        FileNotFoundError: *src* is not a directory.
+        FileExistsError: *out* exists and is not an empty directory.
+        ValueError: *out* is inside *src*.
+    """
+    from .store import MessageStore
+
+    src = os.path.abspath(os.fspath(src))
+    out = os.path.abspath(os.fspath(out))
+    if not os.path.isdir(src):
+        raise FileNotFoundError(f"no store directory at {src}")
+    if os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)):
+        raise FileExistsError(f"{out} exists and is not an empty directory")
+    real_src, real_out = os.path.realpath(src), os.path.realpath(out)
+    if real_out == real_src or real_out.startswith(real_src.rstrip(os.sep) + os.sep):
+        raise ValueError(f"the output {out} must not be inside the source store {src}")
+
+    cfg, notes = infer_config(src, config)
+    files, _ = _numeric_files(os.path.join(src, "commitlog"))
+    segs: list = []
+    bad_regions: list = []
+    records: list = []  # (segment index, position, size, has_crc, body length)
+    try:
+        for start, _name, path in files:
+            ro = _RO(path, _rel(src, path), start)
+            if ro.size == 0:
+                ro.close()
+                continue
+            segs.append(ro)
+        fs = cfg.mapped_file_size_commit_log
+        if segs:
+            fs = _common_size([s.size for s in segs])
+        max_size = max(fs, 1)
+        for si, seg in enumerate(segs):
+            _salvage_segment(si, seg, si == len(segs) - 1, fs, max_size, records, bad_regions)
+        max_body = max((r[4] for r in records), default=0)
+        changes: dict = {}
+        if max_body > cfg.max_message_size:
+            changes["max_message_size"] = max_body
+        with_crc = sum(1 for r in records if r[3])
+        if with_crc * 2 > len(records) and not cfg.enabled_append_prop_crc:
+            changes["enabled_append_prop_crc"] = True
+        if changes:
+            cfg = cfg.replace(**changes)
+        report = {
+            "source": src,
+            "output": out,
+            "records_found": len(records),
+            "messages_copied": 0,
+            "bytes_skipped": sum(r[2] for r in bad_regions),
+            "bad_regions": bad_regions,
+            "not_copied": [],
+            "queue_offsets_renumbered": 0,
+            "properties_rewritten": 0,
+            "config": {
+                "mapped_file_size_commit_log": cfg.mapped_file_size_commit_log,
+                "mapped_file_size_consume_queue": cfg.mapped_file_size_consume_queue,
+                "max_hash_slot_num": cfg.max_hash_slot_num,
+                "max_index_num": cfg.max_index_num,
+            },
+            "notes": notes + ["queue offsets are renumbered densely per queue, in CommitLog order"],
+        }
+        now = [0]
+        store = MessageStore.open(out, config=cfg, store_host="127.0.0.1:10911", clock=lambda: now[0])
+        try:
+            _copy_records(store, segs, records, now, report)
+        finally:
+            store.close()
+    finally:
+        for s in segs:
+            s.close()
+    return report
+
+
+def _salvage_segment(si, seg: _RO, is_last: bool, fs: int, max_size: int, records: list, bad_regions: list) -> None:
+    buf, n = seg.buf, seg.size
+    data_end = _nonzero_end(buf, 0, n)
+    pos = 0
+    while pos < data_end:
+        st, fields = _validate(buf, pos, n, seg.start + pos, max_size)
+        if st > 0:
+            crc = _prop_crc(buf, pos, st, fields[16])
+            records.append((si, pos, st, crc is not None, _body_len(buf, pos, fields)))
+            pos += st
+            continue
+        if st == 0:
+            return  # blank record: the rest of the segment is filler
+        found = _resync(buf, pos + 1, n, seg.start, fs, max_size)
+        if found is None:
+            end = data_end if is_last else n
+            bad_regions.append((seg.rel, pos, end - pos))
+            return
+        bad_regions.append((seg.rel, pos, found[0] - pos))
+        pos = found[0]
+        if found[1] == 0:
+            return
+    if not is_last and pos < n:
+        # zeros where the records and the blank record of a full segment should be
+        bad_regions.append((seg.rel, pos, n - pos))
+
+
+def _body_len(buf, pos: int, fields) -> int:
+    sys_flag = fields[7]
+    bw = 20 if sys_flag & BORNHOST_V6_FLAG else 8
+    sw = 20 if sys_flag & STOREHOSTADDRESS_V6_FLAG else 8
+    return _I32.unpack_from(buf, pos + 68 + bw + sw)[0]
+
+
+def _copy_records(store, segs, records, now, report) -> None:
+    remap: dict = {}
+    default_crc = store.config.enabled_append_prop_crc
+    for si, pos, _size, has_crc, _blen in records:
+        seg = segs[si]
+        f = k.decode_record(seg.buf, pos, True)
+        old_phys = seg.start + pos
+        props, exact = _ordered_properties(f[16])
+        if not exact:
+            report["properties_rewritten"] += 1
+        try:
+            msg = Message(
+                f[15], f[14], queue_id=f[3], flag=f[4], properties=props, born_timestamp=f[8],
+                born_host=decode_host(f[9]), store_host=decode_host(f[11]), reconsume_times=f[12],
+                sys_flag=f[7], prepared_transaction_offset=remap.get(f[13], f[13]),
+            )
+            now[0] = f[10]
+            if hasattr(store, "_append_crc"):
+                # a store may mix records with and without __CRC32#: keep each as it was
+                store._append_crc = has_crc
+            r = store.put_message(msg)
+        except (RmqStoreError, ValueError, TypeError, OverflowError) as e:
+            report["not_copied"].append((seg.rel, pos, str(e)))
+            continue
+        finally:
+            if hasattr(store, "_append_crc"):
+                store._append_crc = default_crc
+        remap[old_phys] = r.wrote_offset
+        report["messages_copied"] += 1
+        tran = f[7] & TRANSACTION_MASK
+        if tran in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE) and r.queue_offset != f[5]:
+            report["queue_offsets_renumbered"] += 1
+
+
+# --- recover --------------------------------------------------------------------------------------
+
+
+def _commitlog_data_end(root: str) -> int:
+    """Physical offset just past the last non-zero byte of the CommitLog (0 if none)."""
+    files, _ = _numeric_files(os.path.join(root, "commitlog"))
+    for start, _name, path in reversed(files):
+        if os.path.getsize(path) == 0:
+            continue
+        ro = _RO(path, path, start)
+        try:
+            end = _nonzero_end(ro.buf, 0, ro.size)
+        finally:
+            ro.close()
+        if end > 0:
+            return start + end
+    return 0
+
+
+def _queue_ends(root: str) -> dict:
+    """``{(topic, qid): units}``: where each ConsumeQueue's valid units end
+    (the recovery scan of its last file, SPEC §6.6)."""
+    out = {}
+    for topic, qid, qdir in _queue_dirs(root):
+        files, _ = _numeric_files(qdir)
+        end = 0
+        for start, _name, path in files:
+            if os.path.getsize(path) == 0:
+                continue
+            ro = _RO(path, path, start)
+            try:
+                valid_end, _ = k.cq_scan(ro.buf, 0, ro.size)
+            finally:
+                ro.close()
+            if valid_end > 0:
+                end = start + valid_end
+        out[(topic, qid)] = end // CQ_STORE_UNIT_SIZE
+    return out
+
+
+def recover_store(root, config: Optional[StoreConfig] = None) -> dict:
+    """Run recovery on the store in *root* explicitly: open it writable (which
+    recovers, SPEC §10) and close it (clean shutdown).
+
+    Returns ``MessageStore.recovery_report`` (``last_exit_ok``,
+    ``process_offset``, ``stopped_because``, ``truncated_bytes``,
+    ``start_file``, ...) plus ``store``, ``data_end_before`` (physical offset
+    past the last non-zero CommitLog byte before recovery),
+    ``data_bytes_dropped`` (``data_end_before - process_offset`` when
+    positive: bytes recovery cut off, zeros inside them included),
+    ``consume_queue_units_dropped`` and ``config`` (the inferred file sizes).
+
+    Raises:
+        StoreLockedError: another writer holds the store.
+        FileNotFoundError: *root* is not a directory, or holds none of a
+            store's files (nothing is created there).
+        CorruptedFileError, ConfigError: the store cannot be opened.
+    """
+    from .store import MessageStore
+
+    root = os.path.abspath(os.fspath(root))
+    if not os.path.isdir(root):
+        raise FileNotFoundError(f"no store directory at {root}")
+    if not any(os.path.exists(os.path.join(root, n)) for n in ("commitlog", "consumequeue", "index", "checkpoint")):
+        raise FileNotFoundError(f"{root} does not look like a store (no commitlog/, consumequeue/, index/ or checkpoint)")
+    cfg, notes = infer_config(root, config)
+    data_end = _commitlog_data_end(root)
+    ends_before = _queue_ends(root)
+    store = MessageStore.open(root, config=cfg)
+    try:
+        report = dict(store.recovery_report)
+        ends_after = {q: store.get_max_offset_in_queue(*q) for q in store.queues()}
+    finally:
+        store.close()
+    dropped_units = sum(max(0, n - ends_after.get(q, 0)) for q, n in ends_before.items())
+    process = report.get("process_offset", 0)
+    report.update(
+        store=root,
+        data_end_before=data_end,
+        data_bytes_dropped=max(0, data_end - process),
+        consume_queue_units_dropped=dropped_units,
+        config={
+            "mapped_file_size_commit_log": cfg.mapped_file_size_commit_log,
+            "mapped_file_size_consume_queue": cfg.mapped_file_size_consume_queue,
+            "max_hash_slot_num": cfg.max_hash_slot_num,
+            "max_index_num": cfg.max_index_num,
+        },
+        notes=notes,
+    )
+    return report
