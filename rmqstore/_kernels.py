@@ -9,12 +9,17 @@ here.
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from types import ModuleType
 
 
 def _truthy(name: str) -> bool:
     return os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no")
 
 
+k: ModuleType
 if _truthy("RMQSTORE_PURE_PYTHON"):
     if _truthy("RMQSTORE_REQUIRE_EXTENSION"):
         raise ImportError("RMQSTORE_PURE_PYTHON and RMQSTORE_REQUIRE_EXTENSION are both set")
@@ -23,7 +28,7 @@ if _truthy("RMQSTORE_PURE_PYTHON"):
     IMPLEMENTATION = "python"
 else:
     try:
-        from . import _core as k  # type: ignore[attr-defined]
+        from . import _core as k
 
         IMPLEMENTATION = "cython"
     except ImportError:
@@ -40,7 +45,31 @@ KERNELS = (
 )
 
 
-def _bind(module) -> None:
+if TYPE_CHECKING:
+    # For type checkers only: the names _bind() puts into this module at run
+    # time, with the signatures of rmqstore/_core.pyi (_pure has the same ones).
+    from ._core import (
+        check_record,
+        cq_get,
+        cq_put,
+        cq_scan,
+        cq_search_time,
+        cq_units,
+        decode_record,
+        encode_record,
+        index_key_hash,
+        index_put,
+        index_select,
+        java_hash,
+        masked_crc32,
+        parse_properties,
+        read_store_timestamp,
+        record_size,
+        write_record,
+    )
+
+
+def _bind(module: ModuleType) -> None:
     g = globals()
     for name in KERNELS:
         g[name] = getattr(module, name)
@@ -55,8 +84,9 @@ def select(implementation: str) -> str:
     process; stores opened before keep working (kernels are stateless).
     Raises ImportError when the Cython core is not built."""
     global IMPLEMENTATION
+    module: ModuleType
     if implementation == "cython":
-        from . import _core as module  # type: ignore[attr-defined]
+        from . import _core as module
     elif implementation == "python":
         from . import _pure as module
     else:

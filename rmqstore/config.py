@@ -78,12 +78,12 @@ class StoreConfig:
     duplication_enable: bool = False
     _delay_table: tuple = field(default=(), init=False, repr=False, compare=False)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         for f in fields(self):
             if not f.init:
                 continue
             v = getattr(self, f.name)
-            want = type(f.default)
+            want: type = type(f.default)
             if want is bool:
                 if not isinstance(v, bool):
                     raise ConfigError(f"{f.name} must be a bool, got {v!r}")

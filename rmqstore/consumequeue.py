@@ -213,8 +213,8 @@ class ConsumeQueue:
                 return mf
         return files[-1]
 
-    def flush(self) -> None:
-        self.queue.flush()
+    def flush(self, least_pages: int = 0) -> None:
+        self.queue.flush(least_pages)
 
     def close(self) -> None:
         self.queue.close()

@@ -153,6 +153,8 @@ def decode_offset_msg_id(msg_id: str) -> tuple:
 class _UniqueKeyFactory:
     """Client-compatible UNIQ_KEY generator (``MessageClientIDSetter``, SPEC §4.2)."""
 
+    _pid: int  # set on first use, with _prefix
+
     def __init__(self):
         self._lock = threading.Lock()
         self._counter = 0
@@ -478,7 +480,7 @@ class MessageExt:
             return NotImplemented
         return self._stored() == other._stored()
 
-    __hash__ = None
+    __hash__ = None  # type: ignore[assignment]  # deliberately unhashable
 
     def __repr__(self):
         return (

@@ -1,0 +1,127 @@
+"""Type stub of the Cython core ``rmqstore/_core.pyx``.
+
+The compiled module has the same names, parameters (names, kinds, defaults),
+results and exceptions as its pure-Python twin ``rmqstore/_pure.py``, whose
+docstrings define the semantics. CI keeps this stub honest with
+``python -m mypy.stubtest --mypy-config-file pyproject.toml rmqstore._core``
+against the built extension (.ci/wheel-check, .github/workflows/tests.yml).
+
+Buffers: every kernel takes any object with the buffer protocol (``mmap``,
+``bytearray``, ``bytes``, ``memoryview``); writers need a writable one. The
+``_typeshed`` aliases exist for type checkers only: a stub is never imported
+at run time, so they add no dependency.
+"""
+
+from collections.abc import Callable
+
+from _typeshed import ReadableBuffer, WriteableBuffer
+
+__all__ = [
+    "java_hash",
+    "index_key_hash",
+    "masked_crc32",
+    "parse_properties",
+    "record_size",
+    "write_record",
+    "encode_record",
+    "check_record",
+    "decode_record",
+    "read_store_timestamp",
+    "cq_put",
+    "cq_get",
+    "cq_units",
+    "cq_scan",
+    "cq_search_time",
+    "index_put",
+    "index_select",
+]
+
+# (total_size, magic, body_crc, queue_id, flag, queue_offset, physical_offset,
+#  sys_flag, born_timestamp, born_host, store_timestamp, store_host,
+#  reconsume_times, prepared_transaction_offset, body, topic, properties)
+_DecodedRecord = tuple[
+    int, int, int, int, int, int, int, int, int, bytes, int, bytes, int, int, bytes | None, str, bytes
+]
+
+# --- hashing and checksums ---
+def java_hash(s: str) -> int: ...
+def index_key_hash(key: str) -> int: ...
+def masked_crc32(data: ReadableBuffer, start: int = 0, end: int = -1) -> int: ...
+
+# --- properties ---
+def parse_properties(blob: ReadableBuffer) -> dict[str, str]: ...
+
+# --- CommitLog records ---
+def record_size(sys_flag: int, body_len: int, topic_len: int, props_len: int, v2: bool) -> int: ...
+def write_record(
+    buf: WriteableBuffer,
+    pos: int,
+    queue_id: int,
+    flag: int,
+    queue_offset: int,
+    physical_offset: int,
+    sys_flag: int,
+    born_timestamp: int,
+    born_host: ReadableBuffer,
+    store_timestamp: int,
+    store_host: ReadableBuffer,
+    reconsume_times: int,
+    prepared_transaction_offset: int,
+    body: ReadableBuffer,
+    topic: ReadableBuffer,
+    properties: ReadableBuffer,
+    append_crc: bool,
+) -> int: ...
+def encode_record(
+    queue_id: int,
+    flag: int,
+    queue_offset: int,
+    physical_offset: int,
+    sys_flag: int,
+    born_timestamp: int,
+    born_host: ReadableBuffer,
+    store_timestamp: int,
+    store_host: ReadableBuffer,
+    reconsume_times: int,
+    prepared_transaction_offset: int,
+    body: ReadableBuffer,
+    topic: ReadableBuffer,
+    properties: ReadableBuffer,
+    append_crc: bool,
+) -> bytes: ...
+def check_record(
+    buf: ReadableBuffer, pos: int, limit: int, check_crc: bool, verify_prop_crc: int, max_size: int
+) -> int: ...
+def decode_record(buf: ReadableBuffer, pos: int, with_body: bool) -> _DecodedRecord: ...
+def read_store_timestamp(buf: ReadableBuffer, pos: int) -> int: ...
+
+# --- ConsumeQueue ---
+def cq_put(buf: WriteableBuffer, pos: int, physical_offset: int, size: int, tags_code: int) -> None: ...
+def cq_get(buf: ReadableBuffer, pos: int) -> tuple[int, int, int]: ...
+def cq_units(buf: ReadableBuffer, start: int, end: int) -> list[tuple[int, int, int]]: ...
+def cq_scan(buf: ReadableBuffer, start: int, end: int) -> tuple[int, int]: ...
+def cq_search_time(
+    buf: ReadableBuffer,
+    file_start: int,
+    low: int,
+    range_: int,
+    timestamp: int,
+    upper: bool,
+    min_physical_offset: int,
+    time_at: Callable[[int, int], int],
+) -> int: ...
+
+# --- IndexFile ---
+def index_put(
+    buf: WriteableBuffer, hash_slot_num: int, index_num: int, key: str, physical_offset: int, store_timestamp: int
+) -> bool: ...
+def index_select(
+    buf: ReadableBuffer,
+    hash_slot_num: int,
+    index_num: int,
+    key: str,
+    max_num: int,
+    begin: int,
+    end: int,
+    out: list[int],
+) -> None: ...
