@@ -59,6 +59,6 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
                 f"{group:<16} cython {ops / c:>12,.0f}/s   python {ops / p:>12,.0f}/s   ratio {p / c:5.1f}x"
             )
     if lines:
-        terminalreporter.write_sep("-", f"rmqstore: Cython core vs pure Python (medians, N={N})")
+        terminalreporter.write_sep("-", "rmqstore: Cython core vs pure Python (medians; ops per second)")
         for line in lines:
             terminalreporter.write_line(line)
