@@ -97,6 +97,7 @@ cdef enum:
     REC_LENGTH_MISMATCH = -4
     REC_BODY_CRC = -5
     REC_PROP_CRC = -6
+    REC_TORN = -7
 
 _LAYOUT = {
     "MESSAGE_MAGIC_CODE": MESSAGE_MAGIC_CODE,
@@ -121,6 +122,7 @@ _LAYOUT = {
     "REC_LENGTH_MISMATCH": REC_LENGTH_MISMATCH,
     "REC_BODY_CRC": REC_BODY_CRC,
     "REC_PROP_CRC": REC_PROP_CRC,
+    "REC_TORN": REC_TORN,
 }
 
 __all__ = [
@@ -622,6 +624,10 @@ cdef int _check(const unsigned char *b, Py_ssize_t n, Py_ssize_t pos, Py_ssize_t
     if p + props_len != end:
         return REC_LENGTH_MISMATCH
     if check_crc:
+        # every RocketMQ writer ends a property blob with 0x02; without it the
+        # record was cut short, which neither CRC may cover (topic, properties)
+        if props_len > 0 and b[end - 1] != 2:
+            return REC_TORN
         if verify_prop_crc == 1:
             if props_len < CRC32_RESERVED_LEN:
                 return REC_PROP_CRC

@@ -76,6 +76,7 @@ REC_BAD_SIZE = -3  # TOTALSIZE or a length field outside its legal range
 REC_LENGTH_MISMATCH = -4  # TOTALSIZE differs from the length formula
 REC_BODY_CRC = -5  # BODYCRC differs from the body's masked CRC32
 REC_PROP_CRC = -6  # __CRC32# property missing or wrong
+REC_TORN = -7  # properties do not end with 0x02: a record cut short (checked with CRCs)
 
 REC_STATUS_TEXT = {
     REC_TRUNCATED: "record runs past the end of the data",
@@ -84,4 +85,5 @@ REC_STATUS_TEXT = {
     REC_LENGTH_MISMATCH: "TOTALSIZE differs from the record's field lengths",
     REC_BODY_CRC: "body CRC mismatch",
     REC_PROP_CRC: "__CRC32# property missing or mismatched",
+    REC_TORN: "properties do not end with 0x02 (a torn record)",
 }

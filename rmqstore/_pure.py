@@ -37,6 +37,7 @@ from ._layout import (
     REC_BODY_CRC,
     REC_LENGTH_MISMATCH,
     REC_PROP_CRC,
+    REC_TORN,
     REC_TRUNCATED,
     STOREHOSTADDRESS_V6_FLAG,
 )
@@ -344,6 +345,8 @@ def check_record(buf, pos: int, limit: int, check_crc: bool, verify_prop_crc: in
     selects what is verified: 0 the body CRC; 1 the ``__CRC32#`` property
     instead, which must be present (RocketMQ's forceVerifyPropCRC); 2 the body
     CRC and, when the record ends with the store's ``__CRC32#`` entry, that too.
+    With *check_crc* a non-empty property blob must also end with 0x02
+    (``REC_TORN`` otherwise).
     """
     limit = min(limit, len(buf))
     remaining = limit - pos
@@ -390,6 +393,10 @@ def check_record(buf, pos: int, limit: int, check_crc: bool, verify_prop_crc: in
     if p + props_len != end:
         return REC_LENGTH_MISMATCH
     if check_crc:
+        # every RocketMQ writer ends a property blob with 0x02; without it the
+        # record was cut short, which neither CRC may cover (topic, properties)
+        if props_len > 0 and buf[end - 1] != 2:
+            return REC_TORN
         if verify_prop_crc == 1:
             if props_len < CRC32_RESERVED_LEN:
                 return REC_PROP_CRC

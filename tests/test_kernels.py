@@ -395,7 +395,7 @@ def test_check_record_codes(k):
     assert chk(_patch(R4, ">B", 100, 0), prop=True) == L.REC_PROP_CRC
     assert chk(_patch(R4, ">B", 175, ord("9")), prop=True) == L.REC_PROP_CRC  # stored digits
     assert chk(_patch(R4, ">B", 165, ord("x")), prop=True) == L.REC_PROP_CRC  # name
-    assert chk(_patch(R4, ">B", 179, ord("x")), prop=True) == 180  # trailing 0x02 not verified
+    assert chk(_patch(R4, ">B", 179, ord("x")), prop=True) == L.REC_TORN  # blob must end with 0x02
     v2 = k.encode_record(*R3_ARGS)
     assert chk(_patch(v2, ">h", 98, -1)) == L.REC_BAD_SIZE
     assert chk(_patch(v2, ">h", 98, 300)) == L.REC_LENGTH_MISMATCH
@@ -583,8 +583,11 @@ def test_parity_encode_decode(core, rec, pos, extra):
         assert kern.write_record(buf, pos, *rec) == size
         assert buf[pos:pos + size] == enc and buf[:pos] == b"\xa5" * pos
         assert buf[pos + size:] == b"\xa5" * extra
-        assert kern.check_record(buf, pos, len(buf), True, False, MAX) == size
-        assert kern.check_record(buf, pos, len(buf), True, rec[14], MAX) == size
+        # an unterminated property blob (never written by a store) reads as torn
+        ok = size if rec[14] or not props or props[-1] == 2 else L.REC_TORN
+        assert kern.check_record(buf, pos, len(buf), False, False, MAX) == size
+        assert kern.check_record(buf, pos, len(buf), True, False, MAX) == ok
+        assert kern.check_record(buf, pos, len(buf), True, rec[14], MAX) == ok
         d = kern.decode_record(buf, pos, True)
         assert d[0] == size and d[1] == (L.MESSAGE_MAGIC_CODE_V2 if len(topic) > 127
                                          else L.MESSAGE_MAGIC_CODE)
@@ -794,3 +797,14 @@ def test_parity_hostile_buffers(core):
                      (lambda m: m.index_select(bytearray(192), 8, 6, 5, 1, 0, 1, []), ())):
         assert outcome(fn, core) == outcome(fn, _pure)
     assert core.parse_properties([65, 1, 66]) == _pure.parse_properties([65, 1, 66]) == {"A": "B"}
+
+
+def test_torn_properties_are_caught_only_when_validating(k):
+    """A record whose property blob does not end with 0x02 was cut short: with
+    CRC checks on (recovery, verify) it is REC_TORN; a plain read passes it."""
+    torn = bytearray(R1)
+    torn[-1] = 0  # the trailing 0x02 of the last property
+    assert k.check_record(torn, 0, len(torn), True, 0, MAX) == L.REC_TORN
+    assert k.check_record(torn, 0, len(torn), True, 2, MAX) == L.REC_TORN
+    assert k.check_record(torn, 0, len(torn), False, 0, MAX) == len(R1)
+    assert k.check_record(R1, 0, len(R1), True, 0, MAX) == len(R1)
