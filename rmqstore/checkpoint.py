@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import struct
 
 from ._layout import CHECKPOINT_FILE_SIZE
-from .exceptions import CorruptedFileError
-
 __all__ = ["StoreCheckpoint"]
+
+log = logging.getLogger("rmqstore.checkpoint")
 
 _FIELDS = struct.Struct(">qqqqq")
 
@@ -35,17 +36,18 @@ class StoreCheckpoint:
         self.confirm_phy_offset = 0
 
     def load(self) -> bool:
-        """Read the file if it exists; returns whether it did. A file shorter
-        than 40 bytes raises CorruptedFileError."""
+        """Read the file if it exists; returns whether it held the five fields.
+        A missing, empty or short file (a crash during its first write) leaves
+        every field 0: recovery then starts from the first CommitLog segment,
+        which is always safe. The checkpoint only advises where to start."""
         try:
             with open(self.path, "rb") as fh:
                 data = fh.read(_FIELDS.size)
         except FileNotFoundError:
             return False
         if len(data) < _FIELDS.size:
-            raise CorruptedFileError(
-                f"checkpoint holds {len(data)} bytes, expected {CHECKPOINT_FILE_SIZE}", self.path, len(data)
-            )
+            log.warning("checkpoint %s holds %d bytes; ignoring it (full recovery scan)", self.path, len(data))
+            return False
         (
             self.physic_msg_timestamp, self.logics_msg_timestamp, self.index_msg_timestamp,
             self.master_flushed_offset, self.confirm_phy_offset,

@@ -55,32 +55,41 @@ class IndexFile:
         self.index_num = index_num
         self.read_only = read_only
         size = index_file_size(hash_slot_num, index_num)
-        flags = os.O_RDONLY if read_only else os.O_RDWR
         if create:
-            flags |= os.O_CREAT | os.O_EXCL
-        fd = os.open(self.path, flags | getattr(os, "O_CLOEXEC", 0), 0o644)
+            self._create(size, end_phy_offset, end_timestamp)
+        fd = os.open(self.path, (os.O_RDONLY if read_only else os.O_RDWR) | getattr(os, "O_CLOEXEC", 0))
         try:
-            if create:
-                allocate_file(fd, size, self.path)  # reserved: a full disk fails here, not as SIGBUS later
-            elif os.fstat(fd).st_size != size:
+            actual = os.fstat(fd).st_size
+            if actual != size:
                 raise CorruptedFileError(
-                    f"index file has {os.fstat(fd).st_size} bytes, expected {size} "
-                    f"({hash_slot_num} slots, {index_num} entries)",
-                    self.path,
+                    f"index file has {actual} bytes, expected {size} ({hash_slot_num} slots, {index_num} entries)",
+                    self.path, actual,
                 )
             self.mm = mmap.mmap(fd, size, access=mmap.ACCESS_READ if read_only else mmap.ACCESS_WRITE)
+        finally:
+            os.close(fd)  # the mapping keeps the file
+
+    def _create(self, size: int, end_phy_offset: int, end_timestamp: int) -> None:
+        """Build the new file under a temporary name and rename it into place,
+        so a crash can never leave a short or empty index file behind."""
+        tmp = self.path + ".tmp"
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o644)
+        try:
+            allocate_file(fd, size, tmp)  # reserved: a full disk fails here, not as SIGBUS later
+            head = bytearray(INDEX_HEADER_SIZE)
+            if end_phy_offset > 0:
+                struct.pack_into(">qq", head, 16, end_phy_offset, end_phy_offset)
+            if end_timestamp > 0:
+                struct.pack_into(">qq", head, 0, end_timestamp, end_timestamp)
+            struct.pack_into(">i", head, 36, 1)
+            os.pwrite(fd, head, 0)
+            os.fsync(fd)
         except BaseException:
             os.close(fd)
-            if create:
-                os.unlink(self.path)
+            os.unlink(tmp)
             raise
-        os.close(fd)  # the mapping keeps the file
-        if create:
-            if end_phy_offset > 0:
-                struct.pack_into(">qq", self.mm, 16, end_phy_offset, end_phy_offset)
-            if end_timestamp > 0:
-                struct.pack_into(">qq", self.mm, 0, end_timestamp, end_timestamp)
-            struct.pack_into(">i", self.mm, 36, 1)
+        os.close(fd)
+        os.rename(tmp, self.path)
 
     def header(self) -> dict:
         """The header fields (SPEC §7.1); ``index_count`` as stored (entries + 1)."""
@@ -245,10 +254,29 @@ class IndexService:
         """Map every index file, ordered by (end physical offset, name) rather
         than by name alone, which a clock step can misorder (P-19)."""
         try:
-            names = sorted(n for n in os.listdir(self.directory) if n.isdigit())
+            entries = sorted(os.listdir(self.directory))
         except FileNotFoundError:
-            names = []
+            entries = []
+        names = [n for n in entries if n.isdigit()]
         paths = [os.path.join(self.directory, n) for n in names if os.path.isfile(os.path.join(self.directory, n))]
+        if not self.read_only:
+            for n in entries:
+                if n.endswith(".tmp") and n[:-4].isdigit():  # a creation a crash interrupted
+                    os.unlink(os.path.join(self.directory, n))
+            if paths and self.hash_slot_num is not None:
+                want = index_file_size(self.hash_slot_num, self.index_num)
+                newest = paths[-1]
+                size = os.path.getsize(newest)
+                older = {os.path.getsize(p) for p in paths[:-1]}
+                if size != want and (size == 0 or older == {want}):
+                    # only the newest file is damaged (older ones fit the config;
+                    # with none, only an empty one counts: a wrong size is then a
+                    # config mismatch): drop it, recovery re-indexes its records
+                    log.warning("removing damaged index file %s (%d bytes)", newest, os.path.getsize(newest))
+                    os.unlink(newest)
+                    paths.pop()
+        else:
+            paths = [p for p in paths if os.path.getsize(p) > 0]
         if not paths:
             return
         if not self.read_only and self.hash_slot_num is not None:
@@ -305,17 +333,19 @@ class IndexService:
         keys a crash kept it from writing."""
         if sys_flag & 0xC == TRANSACTION_ROLLBACK_TYPE:
             return
-        f = self._writable_file()
-        if physical_offset < f.end_phy_offset:
+        last = self.files[-1] if self.files else None
+        if last is not None and physical_offset < last.end_phy_offset:
             return
         todo = []
         if uniq_key:
             todo.append(uniq_key)
         if keys:
             todo.extend(key for key in keys.split(KEY_SEPARATOR) if key)
-        if physical_offset == f.end_phy_offset:
-            done = self._keys_already_indexed(physical_offset)
-            todo = todo[done:]
+        if last is not None and physical_offset == last.end_phy_offset:
+            todo = todo[self._keys_already_indexed(physical_offset):]
+        if not todo and last is not None:
+            return  # nothing to add: do not roll to a new file for it
+        f = self._writable_file()
         for key in todo:
             f = self._put(f, f"{topic}#{key}", physical_offset, store_timestamp)
 
@@ -375,6 +405,9 @@ class IndexService:
             log.warning("deleting index file %s: all its entries lie past offset %d", f.path, physical_offset)
             self.files.pop().destroy()
             fsync_dir(self.directory)
+        # the checkpoint's indexMsgTimestamp may only name a full file that is still there
+        full = [f.end_timestamp for f in self.files if f.is_write_full()]
+        self.last_full_end_timestamp = min(self.last_full_end_timestamp, full[-1]) if full else 0
 
     def flush(self) -> None:
         for f in self.files:
