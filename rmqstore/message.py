@@ -337,12 +337,13 @@ class Message:
             props[name] = value
         return props
 
-    def encode_properties(self, drop=None) -> bytes:
-        """The UTF-8 property blob (``name\\x01value\\x02`` per pair). *drop* is a
-        name to leave out (``__CRC32#`` when the store appends its own).
-        Raises PropertiesSizeExceededError above 32767 bytes."""
-        props = self.property_map()
-        blob = "".join(f"{k}\x01{v}\x02" for k, v in props.items() if k != drop).encode("utf-8")
+    def encode_properties(self, props: dict | None = None) -> bytes:
+        """The UTF-8 property blob (``name\x01value\x02`` per pair) of *props*
+        (default: :meth:`property_map`). Raises PropertiesSizeExceededError
+        above 32767 bytes."""
+        if props is None:
+            props = self.property_map()
+        blob = "".join([f"{k}\x01{v}\x02" for k, v in props.items()]).encode("utf-8")
         if len(blob) > MAX_PROPERTIES_LENGTH:
             raise PropertiesSizeExceededError(
                 f"properties of {len(blob)} bytes exceed {MAX_PROPERTIES_LENGTH}"

@@ -11,7 +11,6 @@ import collections
 import fcntl
 import logging
 import os
-import re
 import threading
 import time
 import warnings
@@ -23,11 +22,8 @@ from ._layout import (
     MAX_TOPIC_LENGTH_V1,
     MAX_TOPIC_LENGTH_V2,
     PROPERTY_CRC32,
-    PROPERTY_DELAY,
     PROPERTY_KEYS,
-    PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
-    SCHEDULE_TOPIC,
     STOREHOSTADDRESS_V6_FLAG,
     BORNHOST_V6_FLAG,
     TRANSACTION_COMMIT_TYPE,
@@ -37,7 +33,7 @@ from ._layout import (
 from .checkpoint import StoreCheckpoint
 from .commitlog import CommitLog
 from .config import SYNC_FLUSH, StoreConfig
-from .consumequeue import ConsumeQueue, is_pre_blank
+from .consumequeue import ConsumeQueue, is_pre_blank, tags_code
 from .exceptions import (
     ConfigError,
     CorruptedFileError,
@@ -544,8 +540,8 @@ class MessageStore:
             raise MessageTooLargeError(f"body of {len(body)} bytes exceeds max_message_size {cfg.max_message_size}")
         props = msg.property_map()
         if self._append_crc:
-            props.pop(PROPERTY_CRC32, None)
-        props_b = msg.encode_properties(drop=PROPERTY_CRC32 if self._append_crc else None)
+            props.pop(PROPERTY_CRC32, None)  # the store appends its own
+        props_b = msg.encode_properties(props)
         born_raw = self._store_host_raw if msg.born_host is None else encode_host(msg.born_host)
         store_raw = self._store_host_raw if msg.store_host is None else encode_host(msg.store_host)
         sys_flag = msg.sys_flag & ~(BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG)
@@ -679,26 +675,10 @@ class MessageStore:
                     self.config.mapped_file_size_consume_queue,
                 )
                 self._cqs[(topic, queue_id)] = cq
-            cq.put(phy, size, self._tags_code(topic, props, store_ts), queue_offset)
+            cq.put(phy, size, tags_code(topic, props, store_ts, self.config), queue_offset)
             self._last_logics_ts = store_ts
         if self.config.message_index_enable:
             self.index.build_index(topic, phy, store_ts, sys_flag, props.get(PROPERTY_UNIQ_KEY), props.get(PROPERTY_KEYS))
-
-    def _tags_code(self, topic, props, store_ts) -> int:
-        """SPEC §5: Java hash of TAGS, or the delivery time for delayed records."""
-        tags = props.get(PROPERTY_TAGS)
-        code = k.java_hash(tags) if tags else 0
-        if topic == SCHEDULE_TOPIC:
-            delay = props.get(PROPERTY_DELAY)
-            if delay:
-                level = _java_parse_int(delay)
-                if level is None:
-                    log.warning("record in %s has a non-numeric DELAY %r; tags code kept", topic, delay)
-                    return code  # P-8: not fatal
-                level = min(level, self.config.max_delay_level)
-                if level > 0:
-                    code = store_ts + self.config.delay_millis(level)
-        return code
 
     # --- reading ---------------------------------------------------------------------
 
@@ -881,17 +861,6 @@ class MessageStore:
     def __repr__(self):
         mode = "read-only" if self.read_only else "read-write"
         return f"<MessageStore {self.root_dir!r} {mode}{' closed' if self._closed else ''}>"
-
-
-def _java_parse_int(text: str):
-    """Java ``Integer.parseInt``: optional sign, ASCII digits, i32 range; else None."""
-    if not _JAVA_INT.fullmatch(text):
-        return None
-    v = int(text)
-    return v if -(1 << 31) <= v < (1 << 31) else None
-
-
-_JAVA_INT = re.compile(r"[+-]?[0-9]+")
 
 
 def _tag_filter(tags):

@@ -37,21 +37,19 @@ from ._layout import (
     POS_PHYSICALOFFSET,
     PRE_BLANK_SIZE,
     PROPERTY_CRC32,
-    PROPERTY_DELAY,
     PROPERTY_KEYS,
-    PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
     REC_BAD_SIZE,
     REC_PROP_CRC,
     REC_STATUS_TEXT,
     RECORD_SIZE_SLACK,
-    SCHEDULE_TOPIC,
     STOREHOSTADDRESS_V6_FLAG,
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_MASK,
     TRANSACTION_NOT_TYPE,
 )
 from .config import StoreConfig
+from .consumequeue import tags_code
 from .exceptions import RmqStoreError
 from .index import index_file_size, infer_index_geometry
 from .message import Message, decode_host
@@ -179,32 +177,6 @@ def _numeric_files(directory: str):
             other.append(name)
     files.sort()
     return files, sorted(other)
-
-
-def _java_parse_int(text: str):
-    """Java ``Integer.parseInt``: optional sign and ASCII digits in i32 range, else None."""
-    body = text[1:] if text[:1] in "+-" else text
-    if not body or not body.isascii() or not body.isdigit():
-        return None
-    v = int(text)
-    return v if -(1 << 31) <= v < (1 << 31) else None
-
-
-def _tags_code(topic: str, props: dict, store_ts: int, cfg: StoreConfig) -> int:
-    """The ConsumeQueue tags code dispatch computes for a record (SPEC §5;
-    the same rules as ``MessageStore._tags_code``)."""
-    tags = props.get(PROPERTY_TAGS)
-    code = k.java_hash(tags) if tags else 0
-    if topic == SCHEDULE_TOPIC:
-        delay = props.get(PROPERTY_DELAY)
-        if delay:
-            level = _java_parse_int(delay)
-            if level is None:
-                return code
-            level = min(level, cfg.max_delay_level)
-            if level > 0:
-                code = store_ts + cfg.delay_millis(level)
-    return code
 
 
 def _key_hashes(topic: str, props: dict) -> frozenset:
@@ -514,7 +486,7 @@ class _Verifier:
         topic = fields[15]
         return _Rec(
             seg.rel, pos, seg.start + pos, size, topic, fields[3], fields[5], fields[7],
-            _tags_code(topic, props, fields[10], self.cfg), _key_hashes(topic, props),
+            tags_code(topic, props, fields[10], self.cfg), _key_hashes(topic, props),
         )
 
     def _add_record(self, seg, pos, size, fields) -> None:
