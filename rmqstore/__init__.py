@@ -7,6 +7,7 @@ pure-Python twin (``rmqstore.IMPLEMENTATION`` says which one is live).
 
 from ._kernels import IMPLEMENTATION
 from .config import ASYNC_FLUSH, SYNC_FLUSH, StoreConfig
+from .consumer import Consumer
 from .exceptions import (
     ConfigError,
     CorruptedFileError,
@@ -30,6 +31,7 @@ from .message import (
     PutMessageStatus,
     new_unique_key,
 )
+from .offsets import ConsumerOffsetStore
 from .store import MessageStore
 
 __version__ = "0.1.0"
@@ -37,6 +39,8 @@ __version__ = "0.1.0"
 __all__ = [
     "IMPLEMENTATION",
     "MessageStore",
+    "Consumer",
+    "ConsumerOffsetStore",
     "StoreConfig",
     "ASYNC_FLUSH",
     "SYNC_FLUSH",

@@ -65,6 +65,15 @@ log = logging.getLogger("rmqstore.store")
 
 MAX_OFFSET = (1 << 63) - 1
 _BOUNDARIES = {"lower": False, "upper": True}
+# pull outcomes a long poll waits on: nothing there yet
+_WAITABLE = frozenset(
+    (
+        GetMessageStatus.NO_MATCHED_LOGIC_QUEUE,
+        GetMessageStatus.NO_MESSAGE_IN_QUEUE,
+        GetMessageStatus.OFFSET_OVERFLOW_ONE,
+        GetMessageStatus.NO_MATCHED_MESSAGE,
+    )
+)
 # units visited by one pull at most when a tag filter matches nothing
 # (RocketMQ's maxFilterMessageSize of 16000 bytes)
 _MAX_FILTER_UNITS = 800
@@ -113,8 +122,11 @@ class MessageStore:
         self._write_error: OSError | None = None  # a failed flush: the store takes no more writes
         self._flusher: threading.Thread | None = None
         self._stop = threading.Event()
+        self._arrival = threading.Condition()  # long-polling pulls wait here
+        self._waiting = 0  # pulls waiting: dispatch notifies only when there are some
         self.last_exit_ok = True
         self.recovery_report: dict = {}
+        self._offsets = None  # ConsumerOffsetStore (offsets.py), created by consumer_offsets()
         self.checkpoint = StoreCheckpoint(os.path.join(self.root_dir, "checkpoint"))
         ro = read_only
         self.commitlog = CommitLog(
@@ -356,6 +368,8 @@ class MessageStore:
                             os.unlink(os.path.join(self.root_dir, "abort"))
                         except FileNotFoundError:
                             pass
+                if self._offsets is not None:  # persist deferred consumer-offset commits
+                    self._offsets.close()
             finally:
                 self._closed = True
                 self._release()
@@ -377,6 +391,8 @@ class MessageStore:
             t.join()
 
     def _release(self) -> None:
+        with self._arrival:  # _closed is set: waiting long polls return now
+            self._arrival.notify_all()
         self.commitlog.close()
         for cq in self._cqs.values():
             cq.close()
@@ -594,6 +610,9 @@ class MessageStore:
         with self._dispatch_lock:
             while pending and pending[0][3] + pending[0][4] <= upto:
                 self._dispatch(*pending.popleft())
+        if self._waiting:  # read after the units are in: a waiter that missed it sees them
+            with self._arrival:
+                self._arrival.notify_all()
 
     def _commit(self, end: int) -> None:
         """SYNC_FLUSH: return once the CommitLog is on disk up to *end*, then
@@ -732,14 +751,19 @@ class MessageStore:
         cq = self._cqs.get((topic, queue_id))
         return cq.max_offset_in_queue() if cq else 0
 
-    def get_messages(self, topic: str, queue_id: int, offset: int, max_count: int = 32, tags=None) -> GetMessageResult:
+    def get_messages(
+        self, topic: str, queue_id: int, offset: int, max_count: int = 32, tags=None, wait_ms: int = 0
+    ) -> GetMessageResult:
         """Pull up to *max_count* messages of (topic, queue_id) from queue offset
-        *offset* (RocketMQ ``getMessage``).
+        *offset* (RocketMQ ``getMessage``; with *wait_ms*, its long polling).
 
         Args:
             tags (str | list[str] | None): None or ``"*"`` for every message,
                 else ``"TagA || TagB"`` or a list: kept are messages whose tags
                 code matches and whose TAGS really is one of them.
+            wait_ms (int): when nothing is there yet, wait up to this many ms for
+                messages put into this store (in this process) and return as
+                soon as one arrives; no busy loop. 0 returns at once.
 
         Returns a :class:`GetMessageResult`; ``next_begin_offset`` is where the
         next pull starts. Statuses as RocketMQ: NO_MATCHED_LOGIC_QUEUE,
@@ -749,6 +773,32 @@ class MessageStore:
         Raises CorruptedFileError when a unit points at something that is not
         its record.
         """
+        result = self._pull(topic, queue_id, offset, max_count, tags)
+        if wait_ms <= 0 or result.messages or result.status not in _WAITABLE:
+            return result
+        deadline = time.monotonic() + wait_ms / 1000
+        while True:
+            if result.status is GetMessageStatus.NO_MATCHED_MESSAGE:
+                offset = result.next_begin_offset  # filtered units are done with
+            with self._arrival:  # held only while waiting: dispatch must not stall
+                self._waiting += 1
+                try:
+                    while True:
+                        if self._closed:
+                            return result  # close() wakes long polls
+                        if self.get_max_offset_in_queue(topic, queue_id) > offset:
+                            break
+                        left = deadline - time.monotonic()
+                        if left <= 0:
+                            return result
+                        self._arrival.wait(left)
+                finally:
+                    self._waiting -= 1
+            result = self._pull(topic, queue_id, offset, max_count, tags)
+            if result.messages or result.status not in _WAITABLE:
+                return result
+
+    def _pull(self, topic, queue_id, offset, max_count, tags) -> GetMessageResult:
         self._ensure_open()
         cq = self._cqs.get((topic, queue_id))
         if cq is None:
@@ -861,6 +911,85 @@ class MessageStore:
     def __repr__(self):
         mode = "read-only" if self.read_only else "read-write"
         return f"<MessageStore {self.root_dir!r} {mode}{' closed' if self._closed else ''}>"
+
+    # --- consumer groups (RocketMQ ConsumerOffsetManager, config/consumerOffset.json) ---
+
+    def consumer_offsets(self):
+        """The store's :class:`~rmqstore.offsets.ConsumerOffsetStore` over
+        ``<root_dir>/config/consumerOffset.json``, loaded on first use (from
+        ``.bak`` when the file is missing or does not parse). Commits through it
+        are on disk when they return unless made with ``sync=False``.
+
+        Raises StoreClosedError; CorruptedFileError when neither the file nor
+        its ``.bak`` parses."""
+        self._ensure_open()
+        offsets = self._offsets
+        if offsets is None:
+            from .offsets import CONSUMER_OFFSET_FILE, ConsumerOffsetStore
+
+            with self._lock:
+                if self._offsets is None:
+                    created = ConsumerOffsetStore(
+                        os.path.join(self.root_dir, CONSUMER_OFFSET_FILE),
+                        read_only=self.read_only,
+                        owner_closed=lambda: self._closed,
+                    )
+                    created.load()
+                    self._offsets = created  # type: ignore[assignment]  # (declared None in __init__)
+                offsets = self._offsets
+        return offsets
+
+    def commit_offset(self, group: str, topic: str, queue_id: int, offset: int, sync=None) -> None:
+        """Record that consumer group *group* has consumed *queue_id* of *topic*
+        up to queue offset *offset* (exclusive: *offset* is the next message to
+        consume), as a broker does for a consumer's ``updateConsumerOffset``.
+        Stored in ``config/consumerOffset.json`` under ``"<topic>@<group>"``.
+
+        Args:
+            group (str), topic (str): non-empty, without ``@``.
+            queue_id (int): 0 .. 2**31-1; the queue need not exist yet.
+            offset (int): 0 .. 2**63-1, a queue offset (not checked against the
+                queue; a smaller value than the stored one moves it back).
+            sync (bool | None): True (the default, None): on disk before
+                returning. False: persisted by the next periodic persist (every
+                5000 ms, RocketMQ ``flushConsumerOffsetInterval``), ``flush``
+                of the offset store, or :meth:`close`; a crash loses it.
+
+        Raises:
+            StoreReadOnlyError, StoreClosedError: the store cannot take it.
+            MessageTypeError, IllegalMessageError: bad arguments.
+            OSError: the file could not be written (the previous file is intact).
+        """
+        self._ensure_writable()
+        self.consumer_offsets().commit(group, topic, queue_id, offset, sync)
+
+    def get_committed_offset(self, group: str, topic: str, queue_id: int):
+        """The offset *group* committed for *queue_id* of *topic* (the next queue
+        offset it will consume, an int), or None if it never committed one
+        (RocketMQ's ``queryOffset`` answers -1). Works on read-only stores,
+        re-reading the file when a writer changed it.
+
+        Raises StoreClosedError, MessageTypeError, CorruptedFileError (see
+        :meth:`consumer_offsets`)."""
+        return self.consumer_offsets().get(group, topic, queue_id)
+
+    def consumer(self, group: str, topic: str, queue_ids=None, batch: int = 32, tags=None, sync=None):
+        """A :class:`~rmqstore.consumer.Consumer` of *topic* for consumer group
+        *group*: an iterator of :class:`MessageExt` from the group's committed
+        offsets (a queue's first message when none), round robin over the
+        queues (*queue_ids*, or every queue of the topic), committing each
+        message's next offset when the following one is asked for
+        (at-least-once). It stops when every queue is drained; iterate it again
+        or make a new one to continue. *batch* messages are pulled per queue at
+        a time; *tags* filters as in :meth:`get_messages`; *sync* as in
+        :meth:`commit_offset`.
+
+        Raises StoreReadOnlyError, StoreClosedError, MessageTypeError,
+        IllegalMessageError."""
+        from .consumer import Consumer
+
+        self._ensure_writable()
+        return Consumer(self, group, topic, queue_ids=queue_ids, batch=batch, tags=tags, sync=sync)
 
 
 def _tag_filter(tags):
