@@ -62,3 +62,26 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         terminalreporter.write_sep("-", "rmqstore: Cython core vs pure Python (medians; ops per second)")
         for line in lines:
             terminalreporter.write_line(line)
+
+
+class _PeersSummary:
+    """The table of bench/test_peers.py (every store and workload, and the
+    ratio of rmqstore-cython to each store), printed last, after
+    pytest-benchmark's own tables."""
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_terminal_summary(self, terminalreporter, config):
+        bs = getattr(config, "_benchmarksession", None)
+        if bs is None or not bs.benchmarks:
+            return
+        from peers import summary_lines
+
+        lines = summary_lines(bs.benchmarks)
+        if lines:
+            terminalreporter.write_sep("-", "rmqstore beside its peers (bench/test_peers.py; ops per second)")
+            for line in lines:
+                terminalreporter.write_line(line)
+
+
+def pytest_configure(config):
+    config.pluginmanager.register(_PeersSummary(), "rmqstore-bench-peers-summary")
