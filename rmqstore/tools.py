@@ -383,30 +383,37 @@ class _Verifier:
 
     # -- CommitLog
 
-    def commitlog(self) -> None:
-        d = os.path.join(self.root, "commitlog")
-        files, other = _numeric_files(d)
+    def _segments(self, directory: str, kind: str):
+        """The numbered files of a segment directory, their sizes and the size
+        most of them have; reports foreign names, an empty last file and empty
+        files. None when there is nothing to check."""
+        files, other = _numeric_files(directory)
         for name in other:
-            self.warning(f"commitlog/{name}", 0, "not a CommitLog segment (name is not a number); ignored")
-        if not files:
-            return
-        if os.path.getsize(files[-1][2]) == 0:
-            self.warning(_rel(self.root, files[-1][2]), 0, "empty last segment (a writable open removes it)")
+            self.warning(_rel(self.root, os.path.join(directory, name)), 0, f"not a {kind} (name is not a number); ignored")
+        if files and os.path.getsize(files[-1][2]) == 0:
+            self.warning(_rel(self.root, files[-1][2]), 0, f"empty last {kind} (a writable open removes it)")
             files = files[:-1]
-            if not files:
-                return
+        if not files:
+            return None
         sizes = [os.path.getsize(p) for _, _, p in files]
         fs = _common_size(sizes)
         if fs == 0:
             for (_, _, path), size in zip(files, sizes):
                 if size == 0:
-                    self.error(_rel(self.root, path), 0, "empty CommitLog segment")
+                    self.error(_rel(self.root, path), 0, f"empty {kind}")
             kept = [(n, f) for n, f in zip(sizes, files) if n]
             sizes = [n for n, _ in kept]
             files = [f for _, f in kept]
             if not files:
-                return
-            fs = _common_size(list(sizes))
+                return None
+            fs = _common_size(sizes)
+        return files, sizes, fs
+
+    def commitlog(self) -> None:
+        found = self._segments(os.path.join(self.root, "commitlog"), "CommitLog segment")
+        if found is None:
+            return
+        files, sizes, fs = found
         self.fs = fs
         prev = None
         for (start, _name, path), size in zip(files, sizes):
@@ -520,28 +527,10 @@ class _Verifier:
 
     def _queue(self, topic: str, qid: int, qdir: str) -> None:
         U = CQ_STORE_UNIT_SIZE
-        files, other = _numeric_files(qdir)
-        for name in other:
-            self.warning(_rel(self.root, os.path.join(qdir, name)), 0, "not a ConsumeQueue file (name is not a number); ignored")
-        if not files:
+        found = self._segments(qdir, "ConsumeQueue file")
+        if found is None:
             return
-        if os.path.getsize(files[-1][2]) == 0:
-            self.warning(_rel(self.root, files[-1][2]), 0, "empty last ConsumeQueue file (a writable open removes it)")
-            files = files[:-1]
-            if not files:
-                return
-        sizes = [os.path.getsize(p) for _, _, p in files]
-        fs = _common_size(sizes)
-        if fs == 0:
-            for (_, _, path), size in zip(files, sizes):
-                if size == 0:
-                    self.error(_rel(self.root, path), 0, "empty ConsumeQueue file")
-            kept = [(n, f) for n, f in zip(sizes, files) if n]
-            sizes = [n for n, _ in kept]
-            files = [f for _, f in kept]
-            if not files:
-                return
-            fs = _common_size(list(sizes))
+        files, sizes, fs = found
         mapped: dict = {}
         prev = None
         for (start, _name, path), size in zip(files, sizes):
