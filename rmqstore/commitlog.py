@@ -164,6 +164,27 @@ class CommitLog:
             return -1
         return k.read_store_timestamp(loc[0].mm, loc[1])
 
+    def timestamp_reader(self):
+        """A fast ``store_timestamp_at`` for many probes in a row (the binary
+        search by time): segments and bounds are bound once, each probe is one
+        index computation and one kernel call. Valid until the next append or
+        file change, so take one per lookup."""
+        files = list(self.queue.files)
+        if not files:
+            return lambda offset, size: -1
+        fs = self.file_size
+        first = files[0].file_from_offset // fs
+        lo, hi = self.min_offset(), self.max_offset()
+        read = k.read_store_timestamp
+
+        def time_at(offset: int, size: int) -> int:
+            if offset < lo or offset + size > hi:
+                return -1
+            mf = files[offset // fs - first]
+            return read(mf.mm, offset - mf.file_from_offset)
+
+        return time_at
+
     def iter_offsets(self, start_offset: int = 0):
         """Yield ``(physical_offset, size)`` of every valid record from
         *start_offset* (rounded up to the first segment) to the end of written

@@ -905,7 +905,7 @@ class MessageStore:
         cq = self._cqs.get((topic, queue_id))
         if cq is None:
             return 0
-        res = cq.offset_by_time(timestamp, upper, self.commitlog.store_timestamp_at, self.commitlog.min_offset())
+        res = cq.offset_by_time(timestamp, upper, self.commitlog.timestamp_reader(), self.commitlog.min_offset())
         return min(max(res, cq.min_offset_in_queue()), cq.max_offset_in_queue())
 
     def __repr__(self):
