@@ -105,6 +105,17 @@ def _fresh_stores(peer, tmp_path):
     return setup, opened
 
 
+def _timed_writes(benchmark, run, setup, opened, tmp_path):
+    """Time *run* on fresh stores, check what the last round wrote, clean up."""
+    try:
+        benchmark.pedantic(run, setup=setup, rounds=WRITE_ROUNDS)
+        _check_appended(opened[-1])
+    finally:
+        for a in opened:
+            a.close()
+        shutil.rmtree(tmp_path / "store", ignore_errors=True)
+
+
 def _check_appended(a):
     assert a.next_offsets() == {q: N // QUEUES for q in range(QUEUES)}
 
@@ -120,13 +131,7 @@ def test_append(benchmark, peer, messages, tmp_path):
             append(m)
         a.finish()
 
-    try:
-        benchmark.pedantic(run, setup=setup, rounds=WRITE_ROUNDS)
-        _check_appended(opened[-1])
-    finally:
-        for a in opened:
-            a.close()
-        shutil.rmtree(tmp_path / "store", ignore_errors=True)
+    _timed_writes(benchmark, run, setup, opened, tmp_path)
 
 
 @pytest.mark.parametrize("peer", peers.STORES, indirect=True)
@@ -139,13 +144,7 @@ def test_append_batch(benchmark, peer, messages, tmp_path):
         for b in batches:
             a.append_batch(b)
 
-    try:
-        benchmark.pedantic(run, setup=setup, rounds=WRITE_ROUNDS)
-        _check_appended(opened[-1])
-    finally:
-        for a in opened:
-            a.close()
-        shutil.rmtree(tmp_path / "store", ignore_errors=True)
+    _timed_writes(benchmark, run, setup, opened, tmp_path)
 
 
 @pytest.mark.parametrize("peer", peers.STORES, indirect=True)

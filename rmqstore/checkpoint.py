@@ -12,6 +12,10 @@ __all__ = ["StoreCheckpoint"]
 log = logging.getLogger("rmqstore.checkpoint")
 
 _FIELDS = struct.Struct(">qqqqq")
+_NAMES = (
+    "physic_msg_timestamp", "logics_msg_timestamp", "index_msg_timestamp", "master_flushed_offset",
+    "confirm_phy_offset",
+)
 
 
 class StoreCheckpoint:
@@ -24,11 +28,12 @@ class StoreCheckpoint:
 
     __slots__ = (
         "path", "physic_msg_timestamp", "logics_msg_timestamp", "index_msg_timestamp",
-        "master_flushed_offset", "confirm_phy_offset",
+        "master_flushed_offset", "confirm_phy_offset", "_written",
     )
 
     def __init__(self, path):
         self.path = str(path)
+        self._written = b""  # what the last flush put on disk
         self.physic_msg_timestamp = 0
         self.logics_msg_timestamp = 0
         self.index_msg_timestamp = 0
@@ -71,13 +76,18 @@ class StoreCheckpoint:
 
     def flush(self) -> None:
         """Write all 4096 bytes in place and fsync (the file keeps its inode, as
-        RocketMQ's mapped checkpoint does)."""
+        RocketMQ's mapped checkpoint does); nothing to do when the values are
+        the ones this object last wrote (the store flushes it every second)."""
+        data = self.to_bytes()
+        if data == self._written:
+            return
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            os.pwrite(fd, self.to_bytes(), 0)
+            os.pwrite(fd, data, 0)
             os.fsync(fd)
         finally:
             os.close(fd)
+        self._written = data
 
     def to_dict(self) -> dict:
-        return {name: getattr(self, name) for name in self.__slots__[1:]}
+        return {name: getattr(self, name) for name in _NAMES}

@@ -200,12 +200,6 @@ class ConsumeQueue:
         end = min(mf.wrote_position, pos + max_count * UNIT)
         return k.cq_units(mf.mm, pos, end)
 
-    def last_unit(self):
-        mf = self.queue.last
-        if mf is None or mf.wrote_position < UNIT:
-            return None
-        return k.cq_get(mf.mm, mf.wrote_position - UNIT)
-
     def offset_by_time(self, timestamp: int, upper: bool, time_at, min_physical_offset: int) -> int:
         """Queue offset for *timestamp* (RocketMQ 5.1.1+ ``getOffsetInQueueByTime``,
         SPEC §6.11), before the store's clamp to [min, max]."""

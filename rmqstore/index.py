@@ -385,12 +385,6 @@ class IndexService:
                 break
         return out
 
-    def last_update(self) -> tuple:
-        """(end timestamp, end physical offset) of the newest file, or (0, 0)."""
-        if not self.files:
-            return 0, 0
-        return self.files[-1].end_timestamp, self.files[-1].end_phy_offset
-
     def truncate(self, physical_offset: int, store_timestamp_at) -> None:
         """After recovery cut the CommitLog at *physical_offset*: delete index
         files holding only later entries, and cut the entries of the file that

@@ -701,9 +701,6 @@ class MessageStore:
 
     # --- reading ---------------------------------------------------------------------
 
-    def _message(self, fields, with_body=True) -> MessageExt:
-        return MessageExt(fields)
-
     def get_message(self, physical_offset: int):
         """The record starting at *physical_offset* as a :class:`MessageExt`, or
         None when no valid record starts there."""
