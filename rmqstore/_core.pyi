@@ -13,6 +13,7 @@ at run time, so they add no dependency.
 """
 
 from collections.abc import Callable
+from typing import Any
 
 from _typeshed import ReadableBuffer, WriteableBuffer
 
@@ -26,6 +27,7 @@ __all__ = [
     "encode_record",
     "check_record",
     "decode_record",
+    "decode_columns",
     "read_store_timestamp",
     "cq_put",
     "cq_get",
@@ -93,6 +95,16 @@ def check_record(
     buf: ReadableBuffer, pos: int, limit: int, check_crc: bool, verify_prop_crc: int, max_size: int
 ) -> int: ...
 def decode_record(buf: ReadableBuffer, pos: int, with_body: bool) -> _DecodedRecord: ...
+def decode_columns(
+    buf: ReadableBuffer,
+    pos: int,
+    end: int,
+    base_offset: int,
+    max_count: int,
+    with_body: bool,
+    with_properties: bool,
+    check_crc: bool = ...,
+) -> tuple[int, int, dict[str, Any]]: ...
 def read_store_timestamp(buf: ReadableBuffer, pos: int) -> int: ...
 
 # --- ConsumeQueue ---

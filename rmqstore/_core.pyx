@@ -16,6 +16,7 @@ written: TypeError unless an int, OverflowError outside the field's width.
 
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.limits cimport LLONG_MIN
+from libc.stdlib cimport free, realloc
 from libc.string cimport memchr, memcmp, memcpy, memmove, memset
 from cpython.buffer cimport PyBUF_SIMPLE, PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
@@ -98,6 +99,9 @@ cdef enum:
     REC_BODY_CRC = -5
     REC_PROP_CRC = -6
     REC_TORN = -7
+    REC_BAD_OFFSET = -8
+    STOP_LIMIT = 1
+    STOP_END = 2
 
 _LAYOUT = {
     "MESSAGE_MAGIC_CODE": MESSAGE_MAGIC_CODE,
@@ -123,6 +127,9 @@ _LAYOUT = {
     "REC_BODY_CRC": REC_BODY_CRC,
     "REC_PROP_CRC": REC_PROP_CRC,
     "REC_TORN": REC_TORN,
+    "REC_BAD_OFFSET": REC_BAD_OFFSET,
+    "STOP_LIMIT": STOP_LIMIT,
+    "STOP_END": STOP_END,
 }
 
 __all__ = [
@@ -135,6 +142,7 @@ __all__ = [
     "encode_record",
     "check_record",
     "decode_record",
+    "decode_columns",
     "read_store_timestamp",
     "cq_put",
     "cq_get",
@@ -730,6 +738,318 @@ def decode_record(buf, pos, bint with_body):
         )
     finally:
         PyBuffer_Release(&v)
+
+
+# --- bulk decoding into columns --------------------------------------------
+#
+# One pass over the records appends every field to growable C buffers; the
+# buffers become numpy arrays at the end (one copy, no Python object per
+# record). Column order is fixed by the _C_* indices below.
+
+cdef struct _Col:
+    char *p
+    Py_ssize_t n
+    Py_ssize_t cap
+
+cdef enum:
+    _C_PHY, _C_QOFF, _C_BORN_TS, _C_STORE_TS, _C_PREPARED,  # int64
+    _C_SIZE, _C_QID, _C_FLAG, _C_SYSFLAG, _C_RECONSUME, _C_BODYCRC,  # int32
+    _C_TOPIC, _C_BORN_HOST, _C_STORE_HOST, _C_MSGID, _C_TAGS, _C_KEYS, _C_UNIQ,  # strings
+    _C_BODY, _C_PKEY, _C_PVAL,
+    _C_STRINGS_END,
+    _C_NCOLS = _C_STRINGS_END * 2 + 4  # data + offsets per string column, 3 valid, props offsets
+
+cdef enum:
+    _C_OFFSETS = _C_STRINGS_END  # offsets of string column c are at _C_OFFSETS + c
+    _C_TAGS_VALID = _C_STRINGS_END * 2
+    _C_KEYS_VALID
+    _C_UNIQ_VALID
+    _C_PROPS_OFFSETS
+
+_COLUMN_NAMES = (
+    "physical_offset", "queue_offset", "born_timestamp", "store_timestamp", "prepared_transaction_offset",
+    "store_size", "queue_id", "flag", "sys_flag", "reconsume_times", "body_crc",
+    "topic", "born_host", "store_host", "msg_id", "tags", "keys", "unique_key", "body", "property_key",
+    "property_value",
+)
+
+cdef int _grow(_Col *c, Py_ssize_t extra) except -1:
+    cdef Py_ssize_t cap = c.cap * 2
+    cdef char *q
+    if cap < c.n + extra:
+        cap = c.n + extra
+    if cap < 4096:
+        cap = 4096
+    q = <char *>realloc(c.p, cap)
+    if q == NULL:
+        raise MemoryError()
+    c.p = q
+    c.cap = cap
+    return 0
+
+cdef inline int _put(_Col *c, const void *src, Py_ssize_t k) except -1:
+    if c.n + k > c.cap:
+        _grow(c, k)
+    memcpy(c.p + c.n, src, k)
+    c.n += k
+    return 0
+
+cdef inline int _put64(_Col *c, int64_t v) except -1:
+    return _put(c, &v, 8)
+
+cdef inline int _put32(_Col *c, int32_t v) except -1:
+    return _put(c, &v, 4)
+
+cdef inline int _end_string(_Col *cols, int c) except -1:
+    """Close one value of string column *c*: its end offset."""
+    return _put32(&cols[_C_OFFSETS + c], <int32_t>cols[c].n)
+
+cdef Py_ssize_t _fmt_int(char *out, long long v) noexcept:
+    cdef char tmp[24]
+    cdef Py_ssize_t i = 0, k = 0
+    cdef unsigned long long u = <unsigned long long>(-v) if v < 0 else <unsigned long long>v
+    if v < 0:
+        out[k] = 45  # '-'
+        k += 1
+    while True:
+        tmp[i] = <char>(48 + u % 10)
+        i += 1
+        u //= 10
+        if u == 0:
+            break
+    while i > 0:
+        i -= 1
+        out[k] = tmp[i]
+        k += 1
+    return k
+
+cdef Py_ssize_t _fmt_host(char *out, const unsigned char *raw, int width) noexcept:
+    """``a.b.c.d:port`` or Java's ``[x:x:x:x:x:x:x:x]:port`` (as message.decode_host)."""
+    cdef Py_ssize_t k = 0
+    cdef int i, g, shift, started
+    if width == 8:
+        for i in range(4):
+            k += _fmt_int(out + k, raw[i])
+            out[k] = 46 if i < 3 else 58  # '.' / ':'
+            k += 1
+    else:
+        out[k] = 91  # '['
+        k += 1
+        for i in range(8):
+            g = (raw[2 * i] << 8) | raw[2 * i + 1]
+            started = 0
+            for shift in range(12, -4, -4):
+                if (g >> shift) & 15 or started or shift == 0:
+                    out[k] = b"0123456789abcdef"[(g >> shift) & 15]
+                    k += 1
+                    started = 1
+            out[k] = 58 if i < 7 else 93  # ':' / ']'
+            k += 1
+        out[k] = 58
+        k += 1
+    return k + _fmt_int(out + k, ld32(raw + width - 4))
+
+cdef int _put_hex(_Col *c, const unsigned char *p, Py_ssize_t n) except -1:
+    cdef Py_ssize_t i
+    if c.n + 2 * n > c.cap:
+        _grow(c, 2 * n)
+    for i in range(n):
+        c.p[c.n + 2 * i] = b"0123456789ABCDEF"[p[i] >> 4]
+        c.p[c.n + 2 * i + 1] = b"0123456789ABCDEF"[p[i] & 15]
+    c.n += 2 * n
+    return 0
+
+cdef struct _Pair:
+    Py_ssize_t k, kn, v, vn  # positions and lengths within the blob
+
+cdef inline bint _is_name(const unsigned char *b, _Pair *e, const char *name, Py_ssize_t n) noexcept:
+    return e.kn == n and memcmp(b + e.k, name, n) == 0
+
+cdef Py_ssize_t _pairs(const unsigned char *b, Py_ssize_t n, _Col *tmp) except -1:
+    """RocketMQ's property parsing into *tmp* (an array of _Pair): pairs split
+    by 0x02, each at its first 0x01, empty names or values dropped, a later
+    duplicate overwriting the earlier value in place. Returns the pair count."""
+    cdef Py_ssize_t s = 0, e, i, j, count = 0
+    cdef const unsigned char *q
+    cdef _Pair pr
+    cdef _Pair *all
+    tmp.n = 0
+    while s <= n:
+        q = <const unsigned char *>memchr(b + s, 2, n - s) if s < n else NULL
+        e = (q - b) if q != NULL else n
+        q = <const unsigned char *>memchr(b + s, 1, e - s) if e > s else NULL
+        if q != NULL:
+            i = q - b
+            if i > s and i < e - 1:
+                pr.k = s
+                pr.kn = i - s
+                pr.v = i + 1
+                pr.vn = e - i - 1
+                all = <_Pair *>tmp.p
+                for j in range(count):
+                    if all[j].kn == pr.kn and memcmp(b + all[j].k, b + pr.k, pr.kn) == 0:
+                        all[j].v = pr.v
+                        all[j].vn = pr.vn
+                        break
+                else:
+                    _put(tmp, &pr, sizeof(_Pair))
+                    count += 1
+        s = e + 1
+    return count
+
+cdef object _np = None
+
+cdef object _array(_Col *c, object dtype, Py_ssize_t itemsize):
+    global _np
+    if _np is None:
+        import numpy
+        _np = numpy
+    arr = _np.empty(c.n // itemsize, dtype=dtype)
+    cdef Py_buffer v
+    if c.n:
+        PyObject_GetBuffer(arr, &v, PyBUF_WRITABLE)
+        memcpy(v.buf, c.p, c.n)
+        PyBuffer_Release(&v)
+    return arr
+
+cdef int _optional(_Col *cols, int c, int valid, const unsigned char *b, _Pair *e) except -1:
+    cdef uint8_t yes = e != NULL
+    if yes:
+        _put(&cols[c], b + e.v, e.vn)
+    _end_string(cols, c)
+    return _put(&cols[valid], &yes, 1)
+
+
+def decode_columns(buf, pos, end, base_offset, max_count, bint with_body, bint with_properties,
+                   bint check_crc=False):
+    cdef Py_ssize_t p0 = _idx(pos), lim = _idx(end), mx = _idx(max_count), n, p, count = 0, i, np_
+    cdef long long base = _i64(base_offset), phy
+    cdef const unsigned char *b
+    cdef const unsigned char *h
+    cdef const unsigned char *props
+    cdef int32_t size, sys_flag, body_len, topic_len, props_len
+    cdef int bw, sw, stop = STOP_END, rc
+    cdef char text[64]
+    cdef _Col cols[_C_NCOLS]
+    cdef _Col tmp
+    cdef _Pair *pairs
+    cdef _Pair *tags
+    cdef _Pair *keys
+    cdef _Pair *uniq
+    cdef int32_t zero = 0
+    cdef Py_buffer v
+    memset(cols, 0, sizeof(cols))
+    memset(&tmp, 0, sizeof(tmp))
+    PyObject_GetBuffer(buf, &v, PyBUF_SIMPLE)
+    try:
+        b = <const unsigned char *>v.buf
+        n = v.len
+        if p0 < 0 or lim < p0 or p0 > n or mx < 0:
+            raise ValueError(f"bad range pos={pos} end={end} max_count={max_count} for a buffer of {n} bytes")
+        if lim > n:
+            lim = n
+        for i in range(_C_STRINGS_END):
+            _put32(&cols[_C_OFFSETS + i], 0)
+        _put32(&cols[_C_PROPS_OFFSETS], 0)
+        while p0 < lim:
+            if count >= mx:
+                stop = STOP_LIMIT
+                break
+            if lim - p0 >= 8 and ld32(b + p0) == 0 and ld32(b + p0 + 4) == 0:
+                stop = REC_BLANK
+                break
+            rc = _check(b, n, p0, lim, check_crc, 2, lim - p0)
+            if rc <= 0:
+                stop = rc
+                break
+            size = rc
+            phy = ld64(b + p0 + 28)
+            if base >= 0 and <rmq_i128>phy != <rmq_i128>base + p0:
+                stop = REC_BAD_OFFSET
+                break
+            sys_flag = ld32(b + p0 + 36)
+            bw = 20 if sys_flag & BORNHOST_V6_FLAG else 8
+            sw = 20 if sys_flag & STOREHOSTADDRESS_V6_FLAG else 8
+            h = b + p0 + 48 + bw  # STORETIMESTAMP
+            _put64(&cols[_C_PHY], phy)
+            _put64(&cols[_C_QOFF], ld64(b + p0 + 20))
+            _put64(&cols[_C_BORN_TS], ld64(b + p0 + 40))
+            _put64(&cols[_C_STORE_TS], ld64(h))
+            _put64(&cols[_C_PREPARED], ld64(h + 12 + sw))
+            _put32(&cols[_C_SIZE], size)
+            _put32(&cols[_C_QID], ld32(b + p0 + 12))
+            _put32(&cols[_C_FLAG], ld32(b + p0 + 16))
+            _put32(&cols[_C_SYSFLAG], sys_flag)
+            _put32(&cols[_C_RECONSUME], ld32(h + 8 + sw))
+            _put32(&cols[_C_BODYCRC], ld32(b + p0 + 8))
+            _put(&cols[_C_BORN_HOST], text, _fmt_host(text, b + p0 + 48, bw))
+            _end_string(cols, _C_BORN_HOST)
+            _put(&cols[_C_STORE_HOST], text, _fmt_host(text, h + 8, sw))
+            _end_string(cols, _C_STORE_HOST)
+            _put_hex(&cols[_C_MSGID], h + 8, sw)
+            _put_hex(&cols[_C_MSGID], b + p0 + 28, 8)
+            _end_string(cols, _C_MSGID)
+            # _check accepted the record, so these lengths are consistent
+            p = p0 + 72 + bw + sw
+            body_len = ld32(b + p - 4)
+            if with_body:
+                _put(&cols[_C_BODY], b + p, body_len)
+                _end_string(cols, _C_BODY)
+            p += body_len
+            if ld32(b + p0 + 4) == MESSAGE_MAGIC_CODE:
+                topic_len = b[p]
+                p += 1
+            else:
+                topic_len = ld16(b + p)
+                p += 2
+            _put(&cols[_C_TOPIC], b + p, topic_len)
+            _end_string(cols, _C_TOPIC)
+            p += topic_len
+            props_len = ld16(b + p)
+            props = b + p + 2
+            np_ = _pairs(props, props_len, &tmp)
+            pairs = <_Pair *>tmp.p
+            tags = keys = uniq = NULL
+            for i in range(np_):
+                if _is_name(props, &pairs[i], "TAGS", 4):
+                    tags = &pairs[i]
+                elif _is_name(props, &pairs[i], "KEYS", 4):
+                    keys = &pairs[i]
+                elif _is_name(props, &pairs[i], "UNIQ_KEY", 8):
+                    uniq = &pairs[i]
+                if with_properties:
+                    _put(&cols[_C_PKEY], props + pairs[i].k, pairs[i].kn)
+                    _end_string(cols, _C_PKEY)
+                    _put(&cols[_C_PVAL], props + pairs[i].v, pairs[i].vn)
+                    _end_string(cols, _C_PVAL)
+            _optional(cols, _C_TAGS, _C_TAGS_VALID, props, tags)
+            _optional(cols, _C_KEYS, _C_KEYS_VALID, props, keys)
+            _optional(cols, _C_UNIQ, _C_UNIQ_VALID, props, uniq)
+            if with_properties:
+                _put32(&cols[_C_PROPS_OFFSETS], <int32_t>((cols[_C_OFFSETS + _C_PKEY].n // 4) - 1))
+            p0 += size
+            count += 1
+        out = {}
+        for i in range(_C_PHY, _C_PREPARED + 1):
+            out[_COLUMN_NAMES[i]] = _array(&cols[i], "int64", 8)
+        for i in range(_C_SIZE, _C_BODYCRC + 1):
+            out[_COLUMN_NAMES[i]] = _array(&cols[i], "int32", 4)
+        for i in range(_C_TOPIC, _C_STRINGS_END):
+            if (i == _C_BODY and not with_body) or ((i == _C_PKEY or i == _C_PVAL) and not with_properties):
+                continue
+            out[_COLUMN_NAMES[i] + "_offsets"] = _array(&cols[_C_OFFSETS + i], "int32", 4)
+            out[_COLUMN_NAMES[i] + "_data"] = _array(&cols[i], "uint8", 1)
+        out["tags_valid"] = _array(&cols[_C_TAGS_VALID], "bool", 1)
+        out["keys_valid"] = _array(&cols[_C_KEYS_VALID], "bool", 1)
+        out["unique_key_valid"] = _array(&cols[_C_UNIQ_VALID], "bool", 1)
+        if with_properties:
+            out["properties_offsets"] = _array(&cols[_C_PROPS_OFFSETS], "int32", 4)
+        return p0, stop, out
+    finally:
+        PyBuffer_Release(&v)
+        for i in range(_C_NCOLS):
+            free(cols[i].p)
+        free(tmp.p)
 
 
 def read_store_timestamp(buf, pos):

@@ -40,7 +40,7 @@ else:
 
 KERNELS = (
     "java_hash", "index_key_hash", "masked_crc32", "parse_properties", "record_size", "write_record",
-    "encode_record", "check_record", "decode_record", "read_store_timestamp", "cq_put", "cq_get",
+    "encode_record", "check_record", "decode_record", "decode_columns", "read_store_timestamp", "cq_put", "cq_get",
     "cq_units", "cq_scan", "cq_search_time", "index_put", "index_select",
 )
 
@@ -55,6 +55,7 @@ if TYPE_CHECKING:
         cq_scan,
         cq_search_time,
         cq_units,
+        decode_columns,
         decode_record,
         encode_record,
         index_key_hash,

@@ -77,6 +77,10 @@ REC_LENGTH_MISMATCH = -4  # TOTALSIZE differs from the length formula
 REC_BODY_CRC = -5  # BODYCRC differs from the body's masked CRC32
 REC_PROP_CRC = -6  # __CRC32# property missing or wrong
 REC_TORN = -7  # properties do not end with 0x02: a record cut short (checked with CRCs)
+REC_BAD_OFFSET = -8  # PHYSICALOFFSET differs from where the record lies (decode_columns)
+#: decode_columns also stops with one of these (besides REC_BLANK and the codes above)
+STOP_LIMIT = 1  # max_count records decoded; more may follow at next_pos
+STOP_END = 2  # reached the caller's end position
 
 REC_STATUS_TEXT = {
     REC_TRUNCATED: "record runs past the end of the data",
@@ -86,4 +90,5 @@ REC_STATUS_TEXT = {
     REC_BODY_CRC: "body CRC mismatch",
     REC_PROP_CRC: "__CRC32# property missing or mismatched",
     REC_TORN: "properties do not end with 0x02 (a torn record)",
+    REC_BAD_OFFSET: "PHYSICALOFFSET differs from the record's position",
 }

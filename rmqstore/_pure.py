@@ -32,6 +32,7 @@ from ._layout import (
     MIN_RECORD_SIZE,
     PRE_BLANK_SIZE,
     REC_BAD_MAGIC,
+    REC_BAD_OFFSET,
     REC_BAD_SIZE,
     REC_BLANK,
     REC_BODY_CRC,
@@ -39,6 +40,8 @@ from ._layout import (
     REC_PROP_CRC,
     REC_TORN,
     REC_TRUNCATED,
+    STOP_END,
+    STOP_LIMIT,
     STOREHOSTADDRESS_V6_FLAG,
 )
 
@@ -52,6 +55,7 @@ __all__ = [
     "encode_record",
     "check_record",
     "decode_record",
+    "decode_columns",
     "read_store_timestamp",
     "cq_put",
     "cq_get",
@@ -478,6 +482,165 @@ def decode_record(buf, pos: int, with_body: bool) -> tuple:
         size, magic, f[2], f[3], f[4], f[5], f[6], sys_flag, f[8], f[9], f[10], f[11],
         f[12], f[13], body, topic, props,
     )
+
+
+# --- bulk decoding into columns --------------------------------------------
+
+_FIXED_I64 = ("physical_offset", "queue_offset", "born_timestamp", "store_timestamp", "prepared_transaction_offset")
+_FIXED_I32 = ("store_size", "queue_id", "flag", "sys_flag", "reconsume_times", "body_crc")
+_STRINGS = ("topic", "born_host", "store_host", "msg_id", "tags", "keys", "unique_key")
+_OPTIONAL = {b"TAGS": "tags", b"KEYS": "keys", b"UNIQ_KEY": "unique_key"}
+
+
+def _split_properties(blob: bytes) -> dict:
+    # parse_properties on bytes: 0x01/0x02 never occur inside a UTF-8
+    # multi-byte sequence, so splitting raw bytes gives the same pairs
+    out: dict = {}
+    for seg in blob.split(b"\x02"):
+        i = seg.find(b"\x01")
+        if 0 < i < len(seg) - 1:
+            out[seg[:i]] = seg[i + 1 :]
+    return out
+
+
+def _host_text(raw: bytes) -> bytes:
+    port = _I32.unpack(raw[-4:])[0]
+    addr = raw[:-4]
+    if len(addr) == 4:
+        return f"{addr[0]}.{addr[1]}.{addr[2]}.{addr[3]}:{port}".encode()
+    groups = struct.unpack(">8H", addr)
+    return ("[" + ":".join(f"{g:x}" for g in groups) + f"]:{port}").encode()
+
+
+def _var_column(cols: dict, name: str, values: list) -> None:
+    import numpy as np
+
+    offsets = np.zeros(len(values) + 1, dtype=np.int32)
+    np.cumsum([len(v) for v in values], out=offsets[1:])
+    cols[name + "_offsets"] = offsets
+    cols[name + "_data"] = np.frombuffer(b"".join(values), dtype=np.uint8).copy()
+
+
+def decode_columns(
+    buf, pos: int, end: int, base_offset: int, max_count: int, with_body: bool, with_properties: bool,
+    check_crc: bool = False,
+) -> tuple:
+    """Decode consecutive CommitLog records of one file into columns.
+
+    Reads records from byte *pos* of *buf* (one CommitLog file: mmap, bytes,
+    memoryview) while they lie before *end*, at most *max_count* of them.
+    *base_offset* is the physical offset of ``buf[0]`` (the file name); a
+    record whose PHYSICALOFFSET differs from ``base_offset + position`` stops
+    the scan with ``REC_BAD_OFFSET`` (pass -1 to skip that check). Every record
+    is validated like ``check_record`` (with *check_crc*: body CRC, the store's
+    ``__CRC32#`` when present, and the 0x02 terminator).
+
+    Returns ``(next_pos, stop, cols)``. *stop* says why decoding ended at
+    *next_pos*: ``STOP_LIMIT`` (1) max_count reached, ``STOP_END`` (2) *end*
+    reached, ``REC_BLANK`` (0) an END_OF_FILE record or zeros (no more data in
+    this file), or a negative ``REC_*`` code for an invalid record there.
+    *cols* maps names to numpy arrays of n rows (n = records decoded):
+    int64 physical_offset, queue_offset, born_timestamp, store_timestamp,
+    prepared_transaction_offset; int32 store_size, queue_id, flag, sys_flag,
+    reconsume_times, body_crc; Arrow-style string columns as ``<name>_offsets``
+    (int32, n + 1) and ``<name>_data`` (uint8) for topic, born_host,
+    store_host, msg_id (offset message id, SPEC §4.1), tags, keys, unique_key
+    (the last three with ``<name>_valid``, bool, False when the property is
+    absent); with *with_body* ``body_offsets``/``body_data`` (the body as
+    stored); with *with_properties* the property map as ``properties_offsets``
+    (int32, n + 1, into the entries) and ``property_key_offsets``/
+    ``property_key_data``, ``property_value_offsets``/``property_value_data``
+    (RocketMQ's parsing rules: empty names or values dropped, a later
+    duplicate replaces the earlier value in the earlier place). Strings are
+    the stored bytes, not re-validated as UTF-8. Raises ValueError for
+    positions outside the buffer or a negative *max_count*.
+    """
+    import numpy as np
+
+    n_buf = len(buf)
+    if pos < 0 or end < pos or pos > n_buf or max_count < 0:
+        raise ValueError(f"bad range pos={pos} end={end} max_count={max_count} for a buffer of {n_buf} bytes")
+    end = min(end, n_buf)
+    i64: dict = {k: [] for k in _FIXED_I64}
+    i32: dict = {k: [] for k in _FIXED_I32}
+    strs: dict = {k: [] for k in _STRINGS}
+    valid: dict = {k: [] for k in ("tags", "keys", "unique_key")}
+    bodies: list = []
+    prop_counts: list = []
+    prop_keys: list = []
+    prop_values: list = []
+    stop = STOP_END
+    count = 0
+    while pos < end:
+        if count >= max_count:
+            stop = STOP_LIMIT
+            break
+        if end - pos >= 8 and _SIZE_MAGIC.unpack_from(buf, pos) == (0, 0):
+            stop = REC_BLANK
+            break
+        code = check_record(buf, pos, end, check_crc, 2, end - pos)
+        if code <= 0:
+            stop = code
+            break
+        f = decode_record(buf, pos, with_body)
+        if base_offset >= 0 and f[6] != base_offset + pos:
+            stop = REC_BAD_OFFSET
+            break
+        (size, _magic, body_crc, queue_id, flag, queue_offset, phy, sys_flag, born_ts, born_host, store_ts,
+         store_host, reconsume, prepared, body, _topic, props) = f
+        for k, v in zip(_FIXED_I64, (phy, queue_offset, born_ts, store_ts, prepared)):
+            i64[k].append(v)
+        for k, v in zip(_FIXED_I32, (size, queue_id, flag, sys_flag, reconsume, body_crc)):
+            i32[k].append(v)
+        pairs = _split_properties(props)
+        # the topic as stored, not decode_record's replaced text
+        strs["topic"].append(_stored_topic(buf, pos))
+        strs["born_host"].append(_host_text(born_host))
+        strs["store_host"].append(_host_text(store_host))
+        strs["msg_id"].append((store_host + _I64.pack(phy)).hex().upper().encode())
+        for raw_name, col in _OPTIONAL.items():
+            v = pairs.get(raw_name)
+            valid[col].append(v is not None)
+            strs[col].append(v if v is not None else b"")
+        if with_body:
+            bodies.append(body)
+        if with_properties:
+            prop_counts.append(len(pairs))
+            prop_keys.extend(pairs.keys())
+            prop_values.extend(pairs.values())
+        pos += size
+        count += 1
+    cols: dict = {k: np.array(v, dtype=np.int64) for k, v in i64.items()}
+    cols.update({k: np.array(v, dtype=np.int32) for k, v in i32.items()})
+    for k, v in strs.items():
+        _var_column(cols, k, v)
+    for k, v in valid.items():
+        cols[k + "_valid"] = np.array(v, dtype=np.bool_)
+    if with_body:
+        _var_column(cols, "body", bodies)
+    if with_properties:
+        offsets = np.zeros(count + 1, dtype=np.int32)
+        np.cumsum(prop_counts, out=offsets[1:])
+        cols["properties_offsets"] = offsets
+        _var_column(cols, "property_key", prop_keys)
+        _var_column(cols, "property_value", prop_values)
+    return pos, stop, cols
+
+
+def _stored_topic(buf, pos: int) -> bytes:
+    sys_flag = _I32.unpack_from(buf, pos + 36)[0]
+    bw = 20 if sys_flag & BORNHOST_V6_FLAG else 8
+    sw = 20 if sys_flag & STOREHOSTADDRESS_V6_FLAG else 8
+    p = pos + 68 + bw + sw
+    body_len = _I32.unpack_from(buf, p)[0]
+    p += 4 + body_len
+    if _I32.unpack_from(buf, pos + 4)[0] == MESSAGE_MAGIC_CODE:
+        tlen = buf[p]
+        p += 1
+    else:
+        tlen = _I16.unpack_from(buf, p)[0]
+        p += 2
+    return bytes(buf[p : p + tlen])
 
 
 def read_store_timestamp(buf, pos: int) -> int:
