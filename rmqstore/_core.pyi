@@ -28,6 +28,7 @@ __all__ = [
     "check_record",
     "decode_record",
     "decode_columns",
+    "scan_records",
     "read_store_timestamp",
     "cq_put",
     "cq_get",
@@ -35,6 +36,7 @@ __all__ = [
     "cq_scan",
     "cq_search_time",
     "index_put",
+    "index_put_keys",
     "index_select",
 ]
 
@@ -105,6 +107,15 @@ def decode_columns(
     with_properties: bool,
     check_crc: bool = ...,
 ) -> tuple[int, int, dict[str, Any]]: ...
+def scan_records(
+    buf: ReadableBuffer,
+    pos: int,
+    end: int,
+    base_offset: int,
+    check_crc: bool,
+    verify_prop_crc: int,
+    max_size: int,
+) -> tuple[int, int, int]: ...
 def read_store_timestamp(buf: ReadableBuffer, pos: int) -> int: ...
 
 # --- ConsumeQueue ---
@@ -127,6 +138,15 @@ def cq_search_time(
 def index_put(
     buf: WriteableBuffer, hash_slot_num: int, index_num: int, key: str, physical_offset: int, store_timestamp: int
 ) -> bool: ...
+def index_put_keys(
+    buf: WriteableBuffer,
+    hash_slot_num: int,
+    index_num: int,
+    prefix: str,
+    keys: list[str],
+    physical_offset: int,
+    store_timestamp: int,
+) -> int: ...
 def index_select(
     buf: ReadableBuffer,
     hash_slot_num: int,

@@ -143,6 +143,7 @@ __all__ = [
     "check_record",
     "decode_record",
     "decode_columns",
+    "scan_records",
     "read_store_timestamp",
     "cq_put",
     "cq_get",
@@ -150,6 +151,7 @@ __all__ = [
     "cq_scan",
     "cq_search_time",
     "index_put",
+    "index_put_keys",
     "index_select",
 ]
 
@@ -235,6 +237,11 @@ cdef unsigned long _crc_from(unsigned long c, const unsigned char *p, Py_ssize_t
 
 
 cdef int32_t _java_hash(object s) except? -1:
+    return <int32_t>_java_hash_from(0, s)
+
+
+cdef uint32_t _java_hash_from(uint32_t h, object s) except? 0xFFFFFFFF:
+    """Java's String.hashCode continued from *h* (the hash of a prefix)."""
     if not isinstance(s, str):
         raise TypeError(f"java_hash expects str, got {type(s).__name__}")
     rmq_unicode_ready(s)
@@ -244,7 +251,7 @@ cdef int32_t _java_hash(object s) except? -1:
     cdef const uint8_t *p1
     cdef const uint16_t *p2
     cdef const uint32_t *p4
-    cdef uint32_t h = 0, c
+    cdef uint32_t c
     if kind == PyUnicode_1BYTE_KIND:  # ASCII / Latin-1: one UTF-16 unit each
         p1 = <const uint8_t *>data
         for i in range(n):
@@ -263,7 +270,7 @@ cdef int32_t _java_hash(object s) except? -1:
                 h = 31 * h + (0xDC00 + (c & 0x3FF))
             else:
                 h = 31 * h + c
-    return <int32_t>h
+    return h
 
 
 cdef inline int32_t _key_hash(object key) except? -1:
@@ -1052,6 +1059,35 @@ def decode_columns(buf, pos, end, base_offset, max_count, bint with_body, bint w
         free(tmp.p)
 
 
+def scan_records(buf, pos, end, base_offset, bint check_crc, int verify_prop_crc, max_size):
+    cdef Py_ssize_t p0 = _idx(pos), lim = _idx(end), mx = _idx(max_size), n, count = 0
+    cdef long long base = _i64(base_offset)
+    cdef const unsigned char *b
+    cdef int rc = STOP_END
+    cdef Py_buffer v
+    PyObject_GetBuffer(buf, &v, PyBUF_SIMPLE)
+    try:
+        b = <const unsigned char *>v.buf
+        n = v.len
+        if p0 < 0 or lim < p0 or p0 > n:
+            raise ValueError(f"bad range pos={pos} end={end} for a buffer of {n} bytes")
+        if lim > n:
+            lim = n
+        while p0 < lim:
+            rc = _check(b, n, p0, lim, check_crc, verify_prop_crc, mx)
+            if rc <= 0:
+                break
+            if base >= 0 and <rmq_i128>ld64(b + p0 + 28) != <rmq_i128>base + p0:
+                rc = REC_BAD_OFFSET
+                break
+            p0 += rc
+            count += 1
+            rc = STOP_END
+        return p0, rc, count
+    finally:
+        PyBuffer_Release(&v)
+
+
 def read_store_timestamp(buf, pos):
     cdef Py_ssize_t p0 = _idx(pos), n, p
     cdef Py_buffer v
@@ -1251,52 +1287,106 @@ cdef int _check_index(Py_buffer *v, object hash_slot_num, object index_num,
     return 0
 
 
+cdef bint _index_put(unsigned char *b, Py_ssize_t hsn, Py_ssize_t idx, int32_t key_hash,
+                     long long phy, long long ts) noexcept:
+    """IndexFile.putKey on a checked, writable buffer: False when full."""
+    cdef Py_ssize_t slot_pos
+    cdef int32_t count, slot_value
+    cdef int64_t begin_ts, time_diff
+    cdef unsigned char *e
+    count = ld32(b + 36)
+    if count <= 0:
+        count = 1
+    if count >= idx:
+        return False
+    slot_pos = INDEX_HEADER_SIZE + (key_hash % hsn) * INDEX_HASH_SLOT_SIZE
+    slot_value = ld32(b + slot_pos)
+    if slot_value <= 0 or slot_value > count:
+        slot_value = 0
+    begin_ts = ld64(b)
+    if begin_ts <= 0 or ts <= begin_ts:
+        time_diff = 0  # a negative difference clamps to 0; no overflow below
+    else:
+        time_diff = (ts - begin_ts) // 1000
+        if time_diff > 0x7FFFFFFF:
+            time_diff = 0x7FFFFFFF
+    e = b + INDEX_HEADER_SIZE + hsn * INDEX_HASH_SLOT_SIZE + <Py_ssize_t>count * INDEX_ENTRY_SIZE
+    st32(e, <uint32_t>key_hash)
+    st64(e + 4, <uint64_t>phy)
+    st32(e + 12, <uint32_t>time_diff)
+    st32(e + 16, <uint32_t>slot_value)
+    st32(b + slot_pos, <uint32_t>count)
+    if count <= 1:
+        st64(b + 16, <uint64_t>phy)
+        st64(b, <uint64_t>ts)
+    if slot_value == 0:  # i32 counters wrap as in Java
+        st32(b + 32, <uint32_t>ld32(b + 32) + 1)
+    st32(b + 36, <uint32_t>count + 1)
+    st64(b + 24, <uint64_t>phy)
+    st64(b + 8, <uint64_t>ts)
+    return True
+
+
+cdef inline int32_t _abs_hash(uint32_t h) noexcept:
+    cdef int32_t v = <int32_t>h
+    if v == -2147483648:
+        return 0
+    return -v if v < 0 else v
+
+
+cdef inline bint _index_full(const unsigned char *b, Py_ssize_t idx) noexcept:
+    cdef int32_t count = ld32(b + 36)
+    return (count if count > 0 else 1) >= idx
+
+
 def index_put(buf, hash_slot_num, index_num, key, physical_offset, store_timestamp):
     cdef long long phy = _i64(physical_offset), ts = _i64(store_timestamp)
-    cdef Py_ssize_t hsn = 0, idx = 0, slot_pos
-    cdef int32_t count, slot_value, key_hash
-    cdef int64_t begin_ts, time_diff
-    cdef unsigned char *b
-    cdef unsigned char *e
+    cdef Py_ssize_t hsn = 0, idx = 0
+    cdef int32_t key_hash
     cdef Py_buffer v
     cdef bint writable = _get_rw(buf, &v)
     try:
         _check_index(&v, hash_slot_num, index_num, &hsn, &idx)
-        b = <unsigned char *>v.buf
-        count = ld32(b + 36)
-        if count <= 0:
-            count = 1
-        if count >= idx:
+        if _index_full(<const unsigned char *>v.buf, idx):
             return False
         key_hash = _key_hash(key)
-        slot_pos = INDEX_HEADER_SIZE + (key_hash % hsn) * INDEX_HASH_SLOT_SIZE
-        slot_value = ld32(b + slot_pos)
-        if slot_value <= 0 or slot_value > count:
-            slot_value = 0
-        begin_ts = ld64(b)
-        if begin_ts <= 0 or ts <= begin_ts:
-            time_diff = 0  # a negative difference clamps to 0; no overflow below
-        else:
-            time_diff = (ts - begin_ts) // 1000
-            if time_diff > 0x7FFFFFFF:
-                time_diff = 0x7FFFFFFF
         if not writable:
             _not_writable(buf)
-        e = b + INDEX_HEADER_SIZE + hsn * INDEX_HASH_SLOT_SIZE + <Py_ssize_t>count * INDEX_ENTRY_SIZE
-        st32(e, <uint32_t>key_hash)
-        st64(e + 4, <uint64_t>phy)
-        st32(e + 12, <uint32_t>time_diff)
-        st32(e + 16, <uint32_t>slot_value)
-        st32(b + slot_pos, <uint32_t>count)
-        if count <= 1:
-            st64(b + 16, <uint64_t>phy)
-            st64(b, <uint64_t>ts)
-        if slot_value == 0:  # i32 counters wrap as in Java
-            st32(b + 32, <uint32_t>ld32(b + 32) + 1)
-        st32(b + 36, <uint32_t>count + 1)
-        st64(b + 24, <uint64_t>phy)
-        st64(b + 8, <uint64_t>ts)
-        return True
+        return _index_put(<unsigned char *>v.buf, hsn, idx, key_hash, phy, ts)
+    finally:
+        PyBuffer_Release(&v)
+
+
+def index_put_keys(buf, hash_slot_num, index_num, prefix, keys, physical_offset, store_timestamp):
+    cdef long long phy = _i64(physical_offset), ts = _i64(store_timestamp)
+    cdef Py_ssize_t hsn = 0, idx = 0, i, n
+    cdef uint32_t h0
+    cdef int32_t key_hash
+    cdef Py_buffer v
+    if not PyList_CheckExact(keys):
+        raise TypeError(f"keys must be a list of str, got {type(keys).__name__}")
+    h0 = <uint32_t>_java_hash(prefix)
+    n = PyList_GET_SIZE(keys)
+    for i in range(n):  # every key is a str before anything is written
+        if not isinstance(keys[i], str):
+            raise TypeError(f"java_hash expects str, got {type(keys[i]).__name__}")
+    cdef bint writable = _get_rw(buf, &v)
+    cdef long long end_phy
+    try:
+        _check_index(&v, hash_slot_num, index_num, &hsn, &idx)
+        end_phy = ld64(<const unsigned char *>v.buf + 24)
+        if phy < end_phy:
+            return -1
+        if phy == end_phy:
+            return -2
+        for i in range(n):
+            if _index_full(<const unsigned char *>v.buf, idx):
+                return i
+            key_hash = _abs_hash(_java_hash_from(h0, keys[i]))
+            if not writable:
+                _not_writable(buf)
+            _index_put(<unsigned char *>v.buf, hsn, idx, key_hash, phy, ts)
+        return n
     finally:
         PyBuffer_Release(&v)
 

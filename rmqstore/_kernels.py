@@ -40,8 +40,8 @@ else:
 
 KERNELS = (
     "java_hash", "index_key_hash", "masked_crc32", "parse_properties", "record_size", "write_record",
-    "encode_record", "check_record", "decode_record", "decode_columns", "read_store_timestamp", "cq_put", "cq_get",
-    "cq_units", "cq_scan", "cq_search_time", "index_put", "index_select",
+    "encode_record", "check_record", "decode_record", "decode_columns", "scan_records", "read_store_timestamp", "cq_put", "cq_get",
+    "cq_units", "cq_scan", "cq_search_time", "index_put", "index_put_keys", "index_select",
 )
 
 
@@ -60,12 +60,14 @@ if TYPE_CHECKING:
         encode_record,
         index_key_hash,
         index_put,
+        index_put_keys,
         index_select,
         java_hash,
         masked_crc32,
         parse_properties,
         read_store_timestamp,
         record_size,
+        scan_records,
         write_record,
     )
 

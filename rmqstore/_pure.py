@@ -56,6 +56,7 @@ __all__ = [
     "check_record",
     "decode_record",
     "decode_columns",
+    "scan_records",
     "read_store_timestamp",
     "cq_put",
     "cq_get",
@@ -63,6 +64,7 @@ __all__ = [
     "cq_scan",
     "cq_search_time",
     "index_put",
+    "index_put_keys",
     "index_select",
 ]
 
@@ -643,6 +645,36 @@ def _stored_topic(buf, pos: int) -> bytes:
     return bytes(buf[p : p + tlen])
 
 
+def scan_records(
+    buf, pos: int, end: int, base_offset: int, check_crc: bool, verify_prop_crc: int, max_size: int
+) -> tuple:
+    """Walk consecutive records of one CommitLog file from *pos* while they
+    validate (``check_record`` with *check_crc*, *verify_prop_crc*,
+    *max_size*, limited to *end*) and their PHYSICALOFFSET equals
+    ``base_offset + position`` (not checked when *base_offset* is -1): the
+    recovery scan of SPEC §10 without a Python step per record.
+
+    Returns ``(next_pos, status, count)``: where the walk stopped, why
+    (``STOP_END`` when it reached *end*, ``REC_BLANK`` at an END_OF_FILE
+    record, ``REC_BAD_OFFSET`` or another negative ``REC_*`` code at an
+    invalid record) and how many records it passed. Raises ValueError for a
+    range outside the buffer."""
+    n = len(buf)
+    if pos < 0 or end < pos or pos > n:
+        raise ValueError(f"bad range pos={pos} end={end} for a buffer of {n} bytes")
+    end = min(end, n)
+    count = 0
+    while pos < end:
+        rc = check_record(buf, pos, end, check_crc, verify_prop_crc, max_size)
+        if rc <= 0:
+            return pos, rc, count
+        if base_offset >= 0 and _I64.unpack_from(buf, pos + 28)[0] != base_offset + pos:
+            return pos, REC_BAD_OFFSET, count
+        pos += rc
+        count += 1
+    return pos, STOP_END, count
+
+
 def read_store_timestamp(buf, pos: int) -> int:
     """STORETIMESTAMP of the record at *pos* (its position depends on the born
     host width). Returns -1 when the field lies outside the buffer."""
@@ -821,6 +853,36 @@ def index_put(buf, hash_slot_num: int, index_num: int, key: str, physical_offset
     _I64.pack_into(buf, 24, physical_offset)
     _I64.pack_into(buf, 8, store_timestamp)
     return True
+
+
+def index_put_keys(
+    buf, hash_slot_num: int, index_num: int, prefix: str, keys: list, physical_offset: int, store_timestamp: int
+) -> int:
+    """Put ``prefix + key`` for each str in the list *keys*, in order, as
+    ``index_put`` does (RocketMQ's ``topic#key`` entries of one record, SPEC
+    §7.6). Stops at the first key the full file refuses; returns how many
+    were stored. Writes nothing and returns -1 when *physical_offset* is below
+    the header's end physical offset (the record is indexed already), -2
+    when equal (it may be partly indexed: the caller decides). Raises
+    TypeError unless *keys* is a list of str (checked before anything is
+    written), ValueError as ``index_put``."""
+    _fields((physical_offset, 64), (store_timestamp, 64))
+    if type(keys) is not list:
+        raise TypeError(f"keys must be a list of str, got {type(keys).__name__}")
+    java_hash(prefix)
+    for key in keys:
+        if not isinstance(key, str):
+            raise TypeError(f"java_hash expects str, got {type(key).__name__}")
+    _check_index_buf(buf, hash_slot_num, index_num)
+    end_phy = _I64.unpack_from(buf, 24)[0]
+    if physical_offset < end_phy:
+        return -1
+    if physical_offset == end_phy:
+        return -2
+    for i, key in enumerate(keys):
+        if not index_put(buf, hash_slot_num, index_num, prefix + key, physical_offset, store_timestamp):
+            return i
+    return len(keys)
 
 
 def _check_index_buf(buf, hash_slot_num, index_num):

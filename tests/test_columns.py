@@ -169,3 +169,54 @@ def test_core_matches_pure_on_damaged_files(seed):
     args = (start, rnd.choice([len(buf), rnd.randrange(len(buf))]), rnd.choice([0, -1]),
             rnd.choice([5, 1 << 30]), rnd.random() < 0.5, rnd.random() < 0.5, rnd.random() < 0.5)
     _same(_core.decode_columns(bytes(buf), *args), _pure.decode_columns(bytes(buf), *args))
+
+
+# --- scan_records: the recovery walk in one call ---------------------------------
+
+
+@pytest.mark.parametrize("golden_set", ["tiny", "basic"])
+def test_scan_records_walks_what_decode_columns_decodes(k, golden_set):
+    for path in _files(golden_set):
+        buf = path.read_bytes()
+        next_pos, stop, cols = k.decode_columns(buf, 0, len(buf), int(path.name), 1 << 30, False, False)
+        end, status, count = k.scan_records(buf, 0, len(buf), int(path.name), True, 2, 1 << 22)
+        assert (end, count) == (next_pos, len(cols["queue_id"]))
+        # a blank record, or zeros (which are no magic code: the recovery judges them)
+        assert status == (L.REC_BLANK if any(buf[end : end + 8]) else L.REC_BAD_MAGIC)
+        # an end on a record boundary, and one inside a record
+        if len(cols["queue_id"]) > 2:
+            second = int(cols["physical_offset"][2]) - int(path.name)
+            assert k.scan_records(buf, 0, second, int(path.name), True, 2, 1 << 22) == (second, STOP_END, 2)
+            assert k.scan_records(buf, 0, second + 1, int(path.name), True, 2, 1 << 22) == (
+                second, L.REC_TRUNCATED, 2)
+
+
+def test_scan_records_stops_at_damage(k):
+    path = _files("basic")[0]
+    buf = bytearray(path.read_bytes())
+    _, _, cols = k.decode_columns(buf, 0, len(buf), 0, 1 << 30, False, False)
+    third = int(cols["physical_offset"][3])
+    bad = bytearray(buf)
+    bad[third + 100] ^= 0xFF  # the body: only a CRC check sees it
+    assert k.scan_records(bad, 0, len(bad), 0, True, 0, 1 << 22) == (third, L.REC_BODY_CRC, 3)
+    assert k.scan_records(bad, 0, len(bad), 0, False, 0, 1 << 22)[1] == L.REC_BLANK
+    bad = bytearray(buf)
+    bad[third + 35] ^= 1  # PHYSICALOFFSET
+    assert k.scan_records(bad, 0, len(bad), 0, False, 0, 1 << 22) == (third, L.REC_BAD_OFFSET, 3)
+    assert k.scan_records(bad, 0, len(bad), -1, False, 0, 1 << 22)[1] == L.REC_BLANK
+    assert k.scan_records(buf, 0, len(buf), 0, False, 0, 100)[1] == L.REC_BAD_SIZE  # max_size
+    with pytest.raises(ValueError):
+        k.scan_records(buf, 5, 4, 0, False, 0, 100)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_scan_records_core_matches_pure(seed):
+    if _core is None:
+        pytest.skip("rmqstore._core not built")
+    rnd = random.Random(seed)
+    buf = bytearray(rnd.choice(_files("basic")).read_bytes())
+    for _ in range(rnd.randint(0, 3)):
+        buf[rnd.randrange(min(len(buf), 70000))] = rnd.randrange(256)
+    args = (bytes(buf), 0, rnd.randrange(len(buf) + 1), rnd.choice([0, -1, 65536]), rnd.random() < 0.5,
+            rnd.choice([0, 1, 2]), rnd.choice([500, 1 << 22]))
+    assert _core.scan_records(*args) == _pure.scan_records(*args)

@@ -286,6 +286,37 @@ def test_index_errors(k):
     assert len(buf) == 192
 
 
+
+def test_index_put_keys_equals_one_put_per_key(k):
+    """``index_put_keys`` writes the bytes of one ``index_put(prefix + key)``
+    per key, non-ASCII keys included, and stops where the file fills."""
+    keys = ["key1", "Aa", "BB", "ключ", "😀x", ""]
+    one = bytearray(192)
+    stored = 0
+    for key in keys:
+        if not k.index_put(one, 8, 6, "TopicTest#" + key, 408, 1700000004000):
+            break
+        stored += 1
+    many = bytearray(192)
+    assert k.index_put_keys(many, 8, 6, "TopicTest#", keys, 408, 1700000004000) == stored == 5
+    assert many == one
+    assert k.index_put_keys(many, 8, 6, "TopicTest#", ["more"], 612, 1700000005000) == 0  # full
+    assert k.index_put_keys(bytearray(192), 8, 6, "T#", [], 1, 0) == 0
+    # records at or below the header's end physical offset are the caller's call
+    assert k.index_put_keys(many, 8, 6, "TopicTest#", ["more"], 407, 1700000005000) == -1
+    assert k.index_put_keys(many, 8, 6, "TopicTest#", ["more"], 408, 1700000005000) == -2
+    assert many == one
+    for bad in (("T#", ("a",)), ("T#", ["a", b"b"]), (b"T#", ["a"])):
+        buf = bytearray(192)
+        with pytest.raises(TypeError):
+            k.index_put_keys(buf, 8, 6, *bad, 1, 0)
+        assert buf == bytearray(192)  # nothing written before the check
+    with pytest.raises(ValueError):
+        k.index_put_keys(bytearray(191), 8, 6, "T#", ["a"], 1, 0)
+    with pytest.raises(TypeError):
+        k.index_put_keys(bytes(192), 8, 6, "T#", ["a"], 1, 0)
+
+
 def test_index_select_corrupt_chain_terminates(k):
     # every entry points at the previous one in a cycle 1 -> 2 -> 1 ...
     buf = bytearray(40 + 4 + 20 * 4)
