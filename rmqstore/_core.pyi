@@ -24,11 +24,13 @@ __all__ = [
     "parse_properties",
     "record_size",
     "write_record",
+    "append_dispatch",
     "encode_record",
     "check_record",
     "decode_record",
     "decode_columns",
     "scan_records",
+    "read_record",
     "read_store_timestamp",
     "cq_put",
     "cq_get",
@@ -76,6 +78,33 @@ def write_record(
     properties: ReadableBuffer,
     append_crc: bool,
 ) -> int: ...
+def append_dispatch(
+    buf: WriteableBuffer,
+    pos: int,
+    queue_id: int,
+    flag: int,
+    queue_offset: int,
+    physical_offset: int,
+    sys_flag: int,
+    born_timestamp: int,
+    born_host: ReadableBuffer,
+    store_timestamp: int,
+    store_host: ReadableBuffer,
+    reconsume_times: int,
+    prepared_transaction_offset: int,
+    body: ReadableBuffer,
+    topic: ReadableBuffer,
+    properties: ReadableBuffer,
+    append_crc: bool,
+    cq_buf: WriteableBuffer,
+    cq_pos: int,
+    tags_code: int,
+    index_buf: WriteableBuffer | None,
+    hash_slot_num: int,
+    index_num: int,
+    key_prefix: str,
+    keys: list[str],
+) -> int: ...
 def encode_record(
     queue_id: int,
     flag: int,
@@ -116,6 +145,9 @@ def scan_records(
     verify_prop_crc: int,
     max_size: int,
 ) -> tuple[int, int, int]: ...
+def read_record(
+    buf: ReadableBuffer, pos: int, limit: int, physical_offset: int, max_size: int, with_body: bool
+) -> _DecodedRecord | int: ...
 def read_store_timestamp(buf: ReadableBuffer, pos: int) -> int: ...
 
 # --- ConsumeQueue ---

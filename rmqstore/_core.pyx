@@ -139,11 +139,13 @@ __all__ = [
     "parse_properties",
     "record_size",
     "write_record",
+    "append_dispatch",
     "encode_record",
     "check_record",
     "decode_record",
     "decode_columns",
     "scan_records",
+    "read_record",
     "read_store_timestamp",
     "cq_put",
     "cq_get",
@@ -526,6 +528,91 @@ def write_record(
         _emit(<unsigned char *>out.buf + p0, &r)
         return r.size
     finally:
+        PyBuffer_Release(&out)
+        PyBuffer_Release(&pv)
+        PyBuffer_Release(&tv)
+        PyBuffer_Release(&bv)
+
+
+def append_dispatch(
+    buf, pos, queue_id, flag, queue_offset, physical_offset, sys_flag, born_timestamp,
+    born_host, store_timestamp, store_host, reconsume_times, prepared_transaction_offset,
+    body, topic, properties, bint append_crc,
+    cq_buf, cq_pos, tags_code, index_buf, hash_slot_num, index_num, key_prefix, keys,
+):
+    cdef Rec r
+    cdef Py_buffer tv, pv, bv, out, cqv, iv
+    cdef Py_ssize_t p0, c0, hsn = 0, idx = 0, i, n = 0
+    cdef long long tags
+    cdef int32_t count
+    cdef uint32_t h0 = 0
+    cdef unsigned char *u
+    cdef bint writable
+    _fields(&r, queue_id, flag, queue_offset, physical_offset, sys_flag, born_timestamp,
+            store_timestamp, reconsume_times, prepared_transaction_offset)
+    tags = _i64(tags_code)
+    r.append_crc = append_crc
+    p0 = _idx(pos)
+    c0 = _idx(cq_pos)
+    _init_view(&tv)
+    _init_view(&pv)
+    _init_view(&bv)
+    _init_view(&out)
+    _init_view(&cqv)
+    _init_view(&iv)
+    try:
+        # every check comes before the first store: an error or a refusal writes nothing
+        if index_buf is not None:
+            if not PyList_CheckExact(keys):
+                raise TypeError(f"keys must be a list of str, got {type(keys).__name__}")
+            h0 = _java_hash_from(0, key_prefix)
+            n = PyList_GET_SIZE(keys)
+            for i in range(n):
+                if not isinstance(keys[i], str):
+                    raise TypeError(f"java_hash expects str, got {type(keys[i]).__name__}")
+            if not _get_rw(index_buf, &iv):
+                _not_writable(index_buf)
+            _check_index(&iv, hash_slot_num, index_num, &hsn, &idx)
+            u = <unsigned char *>iv.buf
+            count = ld32(u + 36)
+            if count <= 0:
+                count = 1
+            if r.physical_offset <= ld64(u + 24) or count + n > idx:
+                return 0  # indexed already (or partly), or the file fills up: the caller's steps
+        if not _get_rw(cq_buf, &cqv):
+            _not_writable(cq_buf)
+        if c0 < 0 or c0 > cqv.len - CQ_STORE_UNIT_SIZE:
+            raise ValueError(f"no ConsumeQueue unit at {cq_pos} in a buffer of {cqv.len} bytes")
+        _prepare(&r, born_host, store_host, body, topic, properties, &bv, &tv, &pv)
+        writable = _get_rw(buf, &out)
+        if p0 < 0 or r.size > out.len - p0:
+            raise ValueError(f"record of {r.size} bytes does not fit at position {pos}")
+        if not PyBytes_CheckExact(born_host):
+            born_host = bytes(born_host)
+        if not PyBytes_CheckExact(store_host):
+            store_host = bytes(store_host)
+        if not writable:
+            _not_writable(buf)
+        r.born = <const unsigned char *>PyBytes_AS_STRING(born_host)
+        r.born_len = PyBytes_GET_SIZE(born_host)
+        r.store = <const unsigned char *>PyBytes_AS_STRING(store_host)
+        r.store_len = PyBytes_GET_SIZE(store_host)
+        r.body_crc = _crc(r.body, r.body_len)
+        # the record, then its unit, then its keys: what a crash leaves is
+        # always a prefix that recovery knows how to finish or cut
+        _emit(<unsigned char *>out.buf + p0, &r)
+        u = <unsigned char *>cqv.buf + c0
+        st64(u, <uint64_t>r.physical_offset)
+        st64(u + 12, <uint64_t>tags)
+        st32(u + 8, <uint32_t>r.size)  # size last: a torn unit is invalid
+        if index_buf is not None:
+            for i in range(n):
+                _index_put(<unsigned char *>iv.buf, hsn, idx, _abs_hash(_java_hash_from(h0, keys[i])),
+                           r.physical_offset, r.store_timestamp)
+        return r.size
+    finally:
+        PyBuffer_Release(&iv)
+        PyBuffer_Release(&cqv)
         PyBuffer_Release(&out)
         PyBuffer_Release(&pv)
         PyBuffer_Release(&tv)
@@ -1086,6 +1173,23 @@ def scan_records(buf, pos, end, base_offset, bint check_crc, int verify_prop_crc
         return p0, rc, count
     finally:
         PyBuffer_Release(&v)
+
+
+def read_record(buf, pos, limit, physical_offset, max_size, bint with_body):
+    cdef Py_ssize_t p0 = _idx(pos), lim = _idx(limit), mx = _idx(max_size)
+    cdef long long phy = _i64(physical_offset)
+    cdef int rc
+    cdef Py_buffer v
+    PyObject_GetBuffer(buf, &v, PyBUF_SIMPLE)
+    try:
+        rc = _check(<const unsigned char *>v.buf, v.len, p0, lim, False, 0, mx)
+        if rc <= 0:
+            return rc
+        if ld64(<const unsigned char *>v.buf + p0 + 28) != phy:
+            return REC_BAD_OFFSET
+    finally:
+        PyBuffer_Release(&v)
+    return decode_record(buf, pos, with_body)
 
 
 def read_store_timestamp(buf, pos):

@@ -40,8 +40,9 @@ else:
 
 KERNELS = (
     "java_hash", "index_key_hash", "masked_crc32", "parse_properties", "record_size", "write_record",
-    "encode_record", "check_record", "decode_record", "decode_columns", "scan_records", "read_store_timestamp", "cq_put", "cq_get",
-    "cq_units", "cq_scan", "cq_search_time", "index_put", "index_put_keys", "index_select",
+    "append_dispatch", "encode_record", "check_record", "decode_record", "decode_columns", "scan_records",
+    "read_record", "read_store_timestamp", "cq_put", "cq_get", "cq_units", "cq_scan", "cq_search_time", "index_put",
+    "index_put_keys", "index_select",
 )
 
 
@@ -49,6 +50,7 @@ if TYPE_CHECKING:
     # For type checkers only: the names _bind() puts into this module at run
     # time, with the signatures of rmqstore/_core.pyi (_pure has the same ones).
     from ._core import (
+        append_dispatch,
         check_record,
         cq_get,
         cq_put,
@@ -65,6 +67,7 @@ if TYPE_CHECKING:
         java_hash,
         masked_crc32,
         parse_properties,
+        read_record,
         read_store_timestamp,
         record_size,
         scan_records,

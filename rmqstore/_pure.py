@@ -52,11 +52,13 @@ __all__ = [
     "parse_properties",
     "record_size",
     "write_record",
+    "append_dispatch",
     "encode_record",
     "check_record",
     "decode_record",
     "decode_columns",
     "scan_records",
+    "read_record",
     "read_store_timestamp",
     "cq_put",
     "cq_get",
@@ -292,6 +294,55 @@ def write_record(
             crc = zlib.crc32(mv[pos + 8 : p], zlib.crc32(head)) & 0x7FFFFFFF
         buf[p : p + CRC32_RESERVED_LEN] = b"__CRC32#\x01" + _crc_digits(crc) + b"\x02"
     buf[pos : pos + 8] = head
+    return size
+
+
+def append_dispatch(
+    buf, pos: int, queue_id: int, flag: int, queue_offset: int, physical_offset: int, sys_flag: int,
+    born_timestamp: int, born_host, store_timestamp: int, store_host, reconsume_times: int,
+    prepared_transaction_offset: int, body, topic, properties, append_crc: bool,
+    cq_buf, cq_pos: int, tags_code: int, index_buf, hash_slot_num: int, index_num: int, key_prefix: str, keys: list,
+) -> int:
+    """One put in one call (ASYNC_FLUSH's dispatch done at append time):
+    ``write_record`` with the first 17 arguments, then the ConsumeQueue unit
+    (``cq_put(cq_buf, cq_pos, physical_offset, size, tags_code)``), then, when
+    *index_buf* is not None, ``index_put_keys(index_buf, hash_slot_num,
+    index_num, key_prefix, keys, physical_offset, store_timestamp)``. Written
+    in that order (what a crash leaves is a prefix recovery can finish).
+
+    Returns the record size, or 0 with nothing written when the index file
+    cannot take every key or its end physical offset is at or past
+    *physical_offset* (the caller then takes the step-by-step path). Every
+    check comes first: errors (as the three kernels raise them) write nothing.
+    """
+    _fields(
+        (queue_id, 32), (flag, 32), (queue_offset, 64), (physical_offset, 64), (sys_flag, 32),
+        (born_timestamp, 64), (store_timestamp, 64), (reconsume_times, 32), (prepared_transaction_offset, 64),
+        (tags_code, 64),
+    )
+    if index_buf is not None:
+        if type(keys) is not list:
+            raise TypeError(f"keys must be a list of str, got {type(keys).__name__}")
+        java_hash(key_prefix)
+        for key in keys:
+            if not isinstance(key, str):
+                raise TypeError(f"java_hash expects str, got {type(key).__name__}")
+        if memoryview(index_buf).readonly:
+            raise TypeError(f"argument must be read-write bytes-like object, not {type(index_buf).__name__}")
+        _check_index_buf(index_buf, hash_slot_num, index_num)
+        if physical_offset <= _I64.unpack_from(index_buf, 24)[0] or _index_count(index_buf) + len(keys) > index_num:
+            return 0
+    if memoryview(cq_buf).readonly:
+        raise TypeError(f"argument must be read-write bytes-like object, not {type(cq_buf).__name__}")
+    _check_unit_pos(cq_buf, cq_pos)
+    size = write_record(
+        buf, pos, queue_id, flag, queue_offset, physical_offset, sys_flag, born_timestamp, born_host,
+        store_timestamp, store_host, reconsume_times, prepared_transaction_offset, body, topic, properties,
+        append_crc,
+    )
+    cq_put(cq_buf, cq_pos, physical_offset, size, tags_code)
+    if index_buf is not None:
+        index_put_keys(index_buf, hash_slot_num, index_num, key_prefix, keys, physical_offset, store_timestamp)
     return size
 
 
@@ -673,6 +724,21 @@ def scan_records(
         pos += rc
         count += 1
     return pos, STOP_END, count
+
+
+def read_record(buf, pos: int, limit: int, physical_offset: int, max_size: int, with_body: bool):
+    """The record at *pos* if ``check_record(buf, pos, limit, False, 0,
+    max_size)`` accepts it and its PHYSICALOFFSET is *physical_offset*: the
+    ``decode_record`` tuple. Otherwise the int status: ``REC_BLANK``, a
+    negative ``REC_*`` code, or ``REC_BAD_OFFSET``. (A read by offset, as a
+    pull does it, in one call.)"""
+    _fields((physical_offset, 64))
+    rc = check_record(buf, pos, limit, False, 0, max_size)
+    if rc <= 0:
+        return rc
+    if _I64.unpack_from(buf, pos + 28)[0] != physical_offset:
+        return REC_BAD_OFFSET
+    return decode_record(buf, pos, with_body)
 
 
 def read_store_timestamp(buf, pos: int) -> int:

@@ -317,6 +317,88 @@ def test_index_put_keys_equals_one_put_per_key(k):
         k.index_put_keys(bytes(192), 8, 6, "T#", ["a"], 1, 0)
 
 
+
+def _three_steps(k, cl, cq, ix, args, cq_pos, tags, keys):
+    size = k.write_record(cl, 300, *args)
+    k.cq_put(cq, cq_pos, args[3], size, tags)
+    if ix is not None:
+        k.index_put_keys(ix, 8, 6, "TopicTest#", keys, args[3], args[7])
+    return size
+
+
+@pytest.mark.parametrize("args", [R1_ARGS, R1_ARGS[:-1] + (True,), R2_ARGS], ids=["v4", "crc", "v6"])
+@pytest.mark.parametrize("with_index", [True, False])
+def test_append_dispatch_equals_its_three_steps(k, args, with_index):
+    """One call writes the record, its unit and its keys: the bytes of
+    write_record + cq_put + index_put_keys."""
+    keys = ["uniq", "key1", "ключ"]
+    args = args[:3] + (max(args[3], 1000),) + args[4:]  # past the index's end offset (100)
+    bufs = [[bytearray(2048), bytearray(200), bytearray(192) if with_index else None] for _ in range(2)]
+    for ix in (bufs[0][2], bufs[1][2]):
+        if ix is not None:
+            k.index_put(ix, 8, 6, "TopicTest#old", 100, args[7] - 5000)
+    (cl1, cq1, ix1), (cl2, cq2, ix2) = bufs
+    expected = _three_steps(k, cl1, cq1, ix1, args, 40, -7, keys)
+    got = k.append_dispatch(cl2, 300, *args, cq2, 40, -7, ix2, 8, 6, "TopicTest#", keys)
+    assert got == expected > 0
+    assert (cl2, cq2, ix2) == (cl1, cq1, ix1)
+
+
+def test_append_dispatch_refusals_and_errors_write_nothing(k):
+    keys = ["a", "b"]
+
+    def fresh():
+        ix = bytearray(192)
+        k.index_put(ix, 8, 6, "T#x", 2000, 1)  # end physical offset 2000
+        return bytearray(2048), bytearray(200), ix
+
+    def call(cl, cq, ix, phy=1073741824, cq_pos=40, ks=keys, **over):
+        args = list(R1_ARGS)
+        args[3] = phy
+        return k.append_dispatch(cl, 300, *args, cq, cq_pos, 5, ix, 8, 6, "T#", ks)
+
+    bufs = fresh()
+    snapshot = [bytes(b) for b in bufs]
+    assert call(*bufs, phy=2000) == 0  # at the index's end offset: the caller's steps
+    assert call(*bufs, phy=1999) == 0
+    assert call(*bufs, ks=["a", "b", "c", "d", "e"]) == 0  # the file cannot take them all
+    for bad in (dict(cq_pos=190), dict(cq_pos=-1)):
+        with pytest.raises(ValueError):
+            call(*bufs, **bad)
+    with pytest.raises(TypeError):
+        call(*bufs, ks=("a",))
+    with pytest.raises(TypeError):
+        call(*bufs, ks=["a", 1])
+    with pytest.raises(TypeError):
+        call(bufs[0], bytes(200), bufs[2])
+    with pytest.raises(TypeError):
+        call(bufs[0], bufs[1], bytes(bufs[2]))
+    with pytest.raises(ValueError):  # the record does not fit
+        call(bytearray(400), bufs[1], bufs[2])
+    assert [bytes(b) for b in bufs] == snapshot
+    # five keys fit exactly when four are free
+    assert call(*bufs, ks=["a", "b", "c", "d"]) == 204
+
+
+
+def test_read_record(k):
+    """check_record + the PHYSICALOFFSET check + decode_record, in one call."""
+    buf = bytearray(1024)
+    size = k.write_record(buf, 300, *R1_ARGS)
+    phy = R1_ARGS[3]
+    assert k.read_record(buf, 300, 1024, phy, 4096, True) == k.decode_record(buf, 300, True)
+    assert k.read_record(buf, 300, 1024, phy, 4096, False) == k.decode_record(buf, 300, False)
+    assert k.read_record(buf, 300, 1024, phy + 1, 4096, True) == L.REC_BAD_OFFSET
+    assert k.read_record(buf, 300, 300 + size - 1, phy, 4096, True) == L.REC_TRUNCATED
+    assert k.read_record(buf, 300, 1024, phy, size - 1, True) == L.REC_BAD_SIZE
+    assert k.read_record(buf, 0, 1024, 0, 4096, True) == L.REC_BAD_MAGIC
+    assert k.read_record(buf, -5, 1024, phy, 4096, True) == L.REC_TRUNCATED
+    buf[300 + 96] ^= 0xFF  # a body byte: the CRC is not checked on reads (as RocketMQ)
+    assert isinstance(k.read_record(buf, 300, 1024, phy, 4096, True), tuple)
+    with pytest.raises(TypeError):
+        k.read_record(buf, 300, 1024, "0", 4096, True)
+
+
 def test_index_select_corrupt_chain_terminates(k):
     # every entry points at the previous one in a cycle 1 -> 2 -> 1 ...
     buf = bytearray(40 + 4 + 20 * 4)

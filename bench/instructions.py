@@ -1,0 +1,74 @@
+"""Instructions per operation under callgrind: stable where wall time is not.
+
+    python bench/instructions.py put            # put_message, one call per message
+    python bench/instructions.py put-batch      # put_messages, batches of 1000
+    python bench/instructions.py consume        # get_messages, 32 per pull
+
+Runs the workload twice under ``valgrind --tool=callgrind`` (N1 and N2
+operations, same setup) and prints (Ir(N2) - Ir(N1)) / (N2 - N1): the user-space
+instructions one operation costs, setup and start-up cancelled out. Background
+threads are kept idle (flush and clean-up intervals of an hour). Needs
+valgrind; takes a minute or two.
+"""
+
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+N1, N2 = 2000, 10000
+
+
+def workload(kind: str, n: int) -> None:
+    sys.path.insert(0, HERE)
+    from benchdata import CONFIG, QUEUES, TOPIC, make_messages
+
+    from rmqstore import MessageStore
+
+    hour = 3_600_000
+    cfg = CONFIG.replace(flush_interval_commit_log=hour, flush_interval_consume_queue=hour)
+    if hasattr(cfg, "clean_resource_interval"):
+        cfg = cfg.replace(clean_resource_interval=hour)
+    msgs = make_messages(N2 + 1000)
+    with tempfile.TemporaryDirectory() as d, MessageStore.open(os.path.join(d, "s"), config=cfg) as s:
+        if kind == "put":
+            for m in msgs[:n]:
+                s.put_message(m)
+        elif kind == "put-batch":
+            for i in range(0, n, 1000):
+                s.put_messages(msgs[i : i + 1000])
+        elif kind == "consume":
+            s.put_messages(msgs[:N2])
+            left, q, off = n, 0, 0
+            while left > 0:
+                r = s.get_messages(TOPIC, q % QUEUES, off, min(32, left))
+                left -= len(r.messages)
+                q += 1
+                if q % QUEUES == 0:
+                    off += 32
+        else:
+            raise SystemExit(f"unknown workload {kind!r}")
+
+
+def main() -> None:
+    if len(sys.argv) == 4 and sys.argv[1] == "--run":
+        workload(sys.argv[2], int(sys.argv[3]))
+        return
+    kind = sys.argv[1] if len(sys.argv) > 1 else "put"
+    counts = []
+    for n in (N1, N2):
+        with tempfile.NamedTemporaryFile(suffix=".cg") as out:
+            proc = subprocess.run(
+                ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out.name}", sys.executable,
+                 os.path.abspath(__file__), "--run", kind, str(n)],
+                capture_output=True, text=True, check=True,
+            )
+        counts.append(int(re.search(r"Collected : (\d+)", proc.stderr).group(1)))
+    print(f"{kind}: {(counts[1] - counts[0]) / (N2 - N1):,.0f} instructions per operation "
+          f"({sys.argv[0]}, N = {N1} and {N2})")
+
+
+if __name__ == "__main__":
+    main()
