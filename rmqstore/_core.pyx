@@ -1270,11 +1270,12 @@ def cq_units(buf, start, end):
         PyBuffer_Release(&v)
 
 
-def cq_scan(buf, start, end):
+def cq_scan(buf, start, end, phy_limit=None):
     cdef Py_ssize_t s = _idx(start), e = _idx(end), p
     cdef int64_t phy, tags, last_phy = 0
     cdef int32_t size, last_size = 0
-    cdef bint found = False
+    cdef bint found = False, limited = phy_limit is not None
+    cdef rmq_i128 lim = _wide(phy_limit) if limited else 0
     cdef Py_buffer v
     cdef const unsigned char *b
     PyObject_GetBuffer(buf, &v, PyBUF_SIMPLE)
@@ -1287,7 +1288,7 @@ def cq_scan(buf, start, end):
             phy = ld64(b + p)
             size = ld32(b + p + 8)
             tags = ld64(b + p + 12)
-            if phy < 0 or size <= 0:
+            if phy < 0 or size <= 0 or (limited and <rmq_i128>phy >= lim):
                 break
             if not (phy == 0 and size == PRE_BLANK_SIZE and tags == 0):
                 last_phy = phy

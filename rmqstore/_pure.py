@@ -784,11 +784,12 @@ def cq_units(buf, start: int, end: int) -> list:
     return list(_CQ_UNIT.iter_unpack(memoryview(buf)[start:end]))
 
 
-def cq_scan(buf, start: int, end: int) -> tuple:
+def cq_scan(buf, start: int, end: int, phy_limit=None) -> tuple:
     """Recovery scan of one ConsumeQueue file (SPEC §6.6).
 
     From *start*, walk units while they are valid (physical offset >= 0 and
-    size > 0). Returns ``(valid_end, max_physical_end)``: the position after
+    size > 0) and, when *phy_limit* is an int, point below it (the truncation
+    of SPEC §6.7). Returns ``(valid_end, max_physical_end)``: the position after
     the last valid unit, and offset + size of the last valid unit that is not
     a pre-blank placeholder (-1 if none; P-14).
     """
@@ -798,7 +799,7 @@ def cq_scan(buf, start: int, end: int) -> tuple:
     unpack = _CQ_UNIT.unpack_from
     while p + CQ_STORE_UNIT_SIZE <= end:
         phy, size, tags = unpack(buf, p)
-        if phy < 0 or size <= 0:
+        if phy < 0 or size <= 0 or (phy_limit is not None and phy >= phy_limit):
             break
         if not (phy == 0 and size == PRE_BLANK_SIZE and tags == 0):
             max_end = phy + size

@@ -463,6 +463,13 @@ def test_cq_units_and_scan(k):
     assert k.cq_scan(buf, 0, 30) == (20, -1)
     assert k.cq_scan(buf, -50, 45) == (40, 150)
     assert k.cq_scan(buf, 10**30, 100) == (10**30, -1)
+    # with a physical-offset limit: stop at the first unit at or past it (SPEC §6.7)
+    assert k.cq_scan(buf, 0, len(buf), 150) == (40, 150)
+    assert k.cq_scan(buf, 0, len(buf), 151) == (80, 210)
+    assert k.cq_scan(buf, 0, len(buf), 100) == (20, -1)  # only the pre-blank unit is kept
+    assert k.cq_scan(buf, 0, len(buf), 0) == (0, -1)
+    assert k.cq_scan(buf, 0, len(buf), -10**30) == (0, -1)
+    assert k.cq_scan(buf, 0, len(buf), 10**30) == (80, 210)
     k.cq_put(buf, 0, 2**63 - 1, 2**31 - 1, 0)
     assert k.cq_scan(buf, 0, 20) == (20, 2**63 + 2**31 - 2)
     with pytest.raises(TypeError):
@@ -858,6 +865,8 @@ def test_parity_cq_scan_units(core, us, tail, start, end):
     assert bc == buf
     for s, e in ((start, end), (0, len(buf)), (start, len(buf))):
         assert core.cq_scan(buf, s, e) == _pure.cq_scan(buf, s, e)
+        for limit in (end, -start, 2**63, 101):
+            assert core.cq_scan(buf, s, e, limit) == _pure.cq_scan(buf, s, e, limit)
         assert core.cq_units(buf, s, e) == _pure.cq_units(buf, s, e)
     for i in range(len(us)):
         assert core.cq_get(buf, 20 * i) == _pure.cq_get(buf, 20 * i)
