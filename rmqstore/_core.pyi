@@ -163,7 +163,7 @@ def cq_search_time(
     timestamp: int,
     upper: bool,
     min_physical_offset: int,
-    time_at: Callable[[int, int], int],
+    time_at: Callable[[int, int], int] | tuple[list[ReadableBuffer], int, int, int, int],
 ) -> int: ...
 
 # --- IndexFile ---

@@ -218,23 +218,20 @@ cdef inline int _not_writable(object obj) except -1:
     raise TypeError(f"argument must be read-write bytes-like object, not {type(obj).__name__}")
 
 
-cdef uint32_t _crc(const unsigned char *p, Py_ssize_t n) noexcept:
+cdef uint32_t _crc(const unsigned char *p, Py_ssize_t n) noexcept nogil:
     """Masked CRC-32 (zlib takes 32-bit lengths, so chunk)."""
     return <uint32_t>(_crc_from(0, p, n) & 0x7FFFFFFF)
 
 
-cdef unsigned long _crc_from(unsigned long c, const unsigned char *p, Py_ssize_t n) noexcept:
-    """Raw CRC-32 of *p* continuing from *c*."""
+cdef unsigned long _crc_from(unsigned long c, const unsigned char *p, Py_ssize_t n) noexcept nogil:
+    """Raw CRC-32 of *p* continuing from *c*. Callable without the GIL; callers
+    holding it release it themselves around long inputs (masked_crc32)."""
     cdef unsigned int k
-    if n > 65536:
-        with nogil:
-            while n > 0:
-                k = <unsigned int>(n if n < 0x40000000 else 0x40000000)
-                c = crc32(c, p, k)
-                p += k
-                n -= k
-    elif n > 0:
-        c = crc32(c, p, <unsigned int>n)
+    while n > 0:
+        k = <unsigned int>(n if n < 0x40000000 else 0x40000000)
+        c = crc32(c, p, k)
+        p += k
+        n -= k
     return c
 
 
@@ -304,7 +301,11 @@ def masked_crc32(data, start=0, end=-1):
             end = n
         if not (0 <= s <= e <= n):
             raise ValueError(f"range [{start}, {end}) outside buffer of {n} bytes")
-        return _crc(<const unsigned char *>v.buf + s, e - s)
+        if e - s <= 65536:
+            return _crc(<const unsigned char *>v.buf + s, e - s)
+        with nogil:  # long inputs: let other threads run
+            crc = _crc(<const unsigned char *>v.buf + s, e - s)
+        return crc
     finally:
         PyBuffer_Release(&v)
 
@@ -652,7 +653,7 @@ def encode_record(
         PyBuffer_Release(&bv)
 
 
-cdef bint _find_crc(const unsigned char *p, Py_ssize_t n, long long *out) noexcept:
+cdef bint _find_crc(const unsigned char *p, Py_ssize_t n, long long *out) noexcept nogil:
     """Value of the last ``__CRC32#`` entry in p[:n] (as _pure._find_crc_property)."""
     cdef Py_ssize_t i = n - 9, k
     cdef long long v = 0
@@ -671,7 +672,7 @@ cdef bint _find_crc(const unsigned char *p, Py_ssize_t n, long long *out) noexce
 
 
 cdef int _check(const unsigned char *b, Py_ssize_t n, Py_ssize_t pos, Py_ssize_t limit,
-                bint check_crc, int verify_prop_crc, Py_ssize_t max_size) noexcept:
+                bint check_crc, int verify_prop_crc, Py_ssize_t max_size) noexcept nogil:
     cdef Py_ssize_t end, p, body_start
     cdef int32_t size, magic, sys_flag, body_len, topic_len, props_len
     cdef int tlw
@@ -745,7 +746,7 @@ cdef int _check(const unsigned char *b, Py_ssize_t n, Py_ssize_t pos, Py_ssize_t
     return size
 
 
-cdef bint _tail_crc(const unsigned char *p, Py_ssize_t n, long long *out) noexcept:
+cdef bint _tail_crc(const unsigned char *p, Py_ssize_t n, long long *out) noexcept nogil:
     """Whether the blob ends with a whole ``__CRC32#`` entry (the store's own,
     appended last); its value into *out*."""
     cdef Py_ssize_t i, t
@@ -1160,16 +1161,17 @@ def scan_records(buf, pos, end, base_offset, bint check_crc, int verify_prop_crc
             raise ValueError(f"bad range pos={pos} end={end} for a buffer of {n} bytes")
         if lim > n:
             lim = n
-        while p0 < lim:
-            rc = _check(b, n, p0, lim, check_crc, verify_prop_crc, mx)
-            if rc <= 0:
-                break
-            if base >= 0 and <rmq_i128>ld64(b + p0 + 28) != <rmq_i128>base + p0:
-                rc = REC_BAD_OFFSET
-                break
-            p0 += rc
-            count += 1
-            rc = STOP_END
+        with nogil:  # a long walk: two threads can scan two files
+            while p0 < lim:
+                rc = _check(b, n, p0, lim, check_crc, verify_prop_crc, mx)
+                if rc <= 0:
+                    break
+                if base >= 0 and <rmq_i128>ld64(b + p0 + 28) != <rmq_i128>base + p0:
+                    rc = REC_BAD_OFFSET
+                    break
+                p0 += rc
+                count += 1
+                rc = STOP_END
         return p0, rc, count
     finally:
         PyBuffer_Release(&v)
@@ -1304,8 +1306,41 @@ def cq_scan(buf, start, end, phy_limit=None):
     return p, max_end
 
 
-cdef inline object _time_of(const unsigned char *b, Py_ssize_t p, object time_at):
-    return time_at(ld64(b + p), ld32(b + p + 8))
+cdef struct _Times:
+    # a CommitLog view (bufs, file_size, base, lo, hi) probed without a Python call
+    bint direct
+    Py_ssize_t n
+    long long fs, base, lo, hi
+
+
+cdef object _probe(object time_at, object bufs, _Times *tv, int64_t phy, int32_t size):
+    """time_at(phy, size): a call, or with a view the STORETIMESTAMP read here."""
+    cdef Py_ssize_t i, pos
+    cdef Py_buffer v
+    cdef const unsigned char *b
+    cdef long long t = -1
+    if not tv.direct:
+        return time_at(phy, size)
+    if phy < tv.lo or <rmq_i128>phy + size > tv.hi or phy < tv.base:
+        return -1
+    i = <Py_ssize_t>((phy - tv.base) // tv.fs)
+    if i >= tv.n:
+        return -1
+    pos = <Py_ssize_t>(phy - tv.base - <long long>i * tv.fs)
+    PyObject_GetBuffer(bufs[i], &v, PyBUF_SIMPLE)
+    try:
+        b = <const unsigned char *>v.buf
+        if pos <= v.len - 40:
+            i = pos + 48 + (20 if ld32(b + pos + 36) & BORNHOST_V6_FLAG else 8)
+            if i <= v.len - 8:
+                t = ld64(b + i)
+    finally:
+        PyBuffer_Release(&v)
+    return t
+
+
+cdef inline object _time_of(const unsigned char *b, Py_ssize_t p, object time_at, object bufs, _Times *tv):
+    return _probe(time_at, bufs, tv, ld64(b + p), ld32(b + p + 8))
 
 
 def cq_search_time(buf, file_start, low, range_, timestamp, bint upper, min_physical_offset, time_at):
@@ -1317,6 +1352,17 @@ def cq_search_time(buf, file_start, low, range_, timestamp, bint upper, min_phys
     cdef const unsigned char *b
     cdef int64_t phy
     cdef Py_buffer v
+    cdef _Times tv
+    bufs = None
+    tv.direct = type(time_at) is tuple
+    if tv.direct:
+        bufs, fsz, fbase, flo, fhi = time_at
+        if not PyList_CheckExact(bufs):
+            raise TypeError("a CommitLog view holds a list of buffers")
+        tv.n = PyList_GET_SIZE(bufs)
+        tv.fs, tv.base, tv.lo, tv.hi = _i64(fsz), _i64(fbase), _i64(flo), _i64(fhi)
+        if tv.fs <= 0:
+            raise ValueError(f"file size {fsz} is not positive")
     # a bound beyond i64 compares exactly: above all offsets (ovf > 0) or below all
     min_phy = PyLong_AsLongLongAndOverflow(min_physical_offset, &min_ovf)
     if min_ovf < 0:
@@ -1336,9 +1382,9 @@ def cq_search_time(buf, file_start, low, range_, timestamp, bint upper, min_phys
         ceiling = rng - CQ_STORE_UNIT_SIZE
         floor = lo
         high = ceiling
-        if _time_of(b, ceiling, time_at) < timestamp:
+        if _time_of(b, ceiling, time_at, bufs, &tv) < timestamp:
             return jdiv(fs, ceiling + (0 if upper else CQ_STORE_UNIT_SIZE), CQ_STORE_UNIT_SIZE)
-        if _time_of(b, floor, time_at) > timestamp:
+        if _time_of(b, floor, time_at, bufs, &tv) > timestamp:
             return 0 if upper else jdiv(fs, 0, CQ_STORE_UNIT_SIZE)
         while high >= lo:  # lo, high >= 0 here: C division floors like Python's //
             mid = (lo + high) // (2 * CQ_STORE_UNIT_SIZE) * CQ_STORE_UNIT_SIZE
@@ -1347,7 +1393,7 @@ def cq_search_time(buf, file_start, low, range_, timestamp, bint upper, min_phys
                 lo = mid + CQ_STORE_UNIT_SIZE
                 left = mid
                 continue
-            t = time_at(phy, ld32(b + mid + 8))
+            t = _probe(time_at, bufs, &tv, phy, ld32(b + mid + 8))
             if t < 0:
                 return 0
             if t == timestamp:
@@ -1362,11 +1408,11 @@ def cq_search_time(buf, file_start, low, range_, timestamp, bint upper, min_phys
         if target != -1:
             if upper:
                 while target + CQ_STORE_UNIT_SIZE <= ceiling and \
-                        _time_of(b, target + CQ_STORE_UNIT_SIZE, time_at) == timestamp:
+                        _time_of(b, target + CQ_STORE_UNIT_SIZE, time_at, bufs, &tv) == timestamp:
                     target += CQ_STORE_UNIT_SIZE
             else:
                 while target - CQ_STORE_UNIT_SIZE >= floor and \
-                        _time_of(b, target - CQ_STORE_UNIT_SIZE, time_at) == timestamp:
+                        _time_of(b, target - CQ_STORE_UNIT_SIZE, time_at, bufs, &tv) == timestamp:
                     target -= CQ_STORE_UNIT_SIZE
             result = target
         else:

@@ -820,10 +820,16 @@ def cq_search_time(
 
     *low* is the first position to consider, *range_* the readable length of
     the file in bytes; ``time_at(physical_offset, size)`` returns a record's
-    store timestamp or -1. *upper* selects BoundaryType UPPER (else LOWER).
+    store timestamp or -1. *time_at* may instead be a CommitLog view
+    ``(buffers, file_size, base, lo, hi)`` (a list of the segments' buffers,
+    the first one's physical offset *base*, the readable range [lo, hi)),
+    which the kernel probes itself, as ``read_store_timestamp`` would, with
+    no call per probe. *upper* selects BoundaryType UPPER (else LOWER).
     The caller clamps the answer to the queue's [min, max] offsets.
     """
     _fields((file_start, 64))
+    if type(time_at) is tuple:
+        time_at = _view_reader(*time_at)
     U = CQ_STORE_UNIT_SIZE
     range_ = min(range_, len(buf))
     range_ -= range_ % U
@@ -875,6 +881,24 @@ def cq_search_time(
     else:
         result = left if upper else right
     return _jdiv(file_start + result, U)
+
+
+def _view_reader(bufs, file_size, base, lo, hi):
+    if type(bufs) is not list:
+        raise TypeError("a CommitLog view holds a list of buffers")
+    _fields((file_size, 64), (base, 64), (lo, 64), (hi, 64))
+    if file_size <= 0:
+        raise ValueError(f"file size {file_size} is not positive")
+
+    def time_at(phy, size):
+        if phy < lo or phy + size > hi or phy < base:
+            return -1
+        i = (phy - base) // file_size
+        if i >= len(bufs):
+            return -1
+        return read_store_timestamp(bufs[i], phy - base - i * file_size)
+
+    return time_at
 
 
 # --- IndexFile ------------------------------------------------------------
