@@ -902,6 +902,50 @@ def test_parity_cq_search_time(core, times, unsorted, noise, phys, low, rng, ts,
     assert calls == pure_calls
 
 
+
+@pytest.mark.parametrize("seed", range(25))
+def test_cq_search_time_with_a_commitlog_view(k, seed):
+    """A CommitLog view (segments' buffers, file size, base, [lo, hi)) gives
+    the answers of the equivalent time_at callable, probes outside the view
+    (before lo, past hi, past the last segment) answering -1."""
+    rnd = random.Random(seed)
+    fs, base = 4096, 3 * 4096
+    segs = [bytearray(fs) for _ in range(3)]
+    units, times, pos, seg = bytearray(), [], 0, 0
+    t = 1_700_000_000_000
+    while len(times) < 40:
+        args = list(R1_ARGS)
+        t += rnd.choice([0, 0, 1000, 2500])
+        args[3] = base + seg * fs + pos
+        args[7] = t
+        size = k.write_record(segs[seg], pos, *args)
+        units += struct.pack(">qiq", args[3], size, 0)
+        times.append(t)
+        pos += size
+        if pos + size > fs:
+            seg, pos = seg + 1, 0
+            if seg == len(segs):
+                break
+    lo = base + rnd.choice([0, 204, 1000])
+    hi = base + rnd.choice([2 * fs + 100, 3 * fs, 10 * fs])
+    nsegs = rnd.choice([2, 3])
+    view = ([bytes(b) for b in segs[:nsegs]], fs, base, lo, hi)
+
+    def time_at(phy, size):
+        if phy < lo or phy + size > hi or phy < base or (phy - base) // fs >= nsegs:
+            return -1
+        return k.read_store_timestamp(segs[(phy - base) // fs], (phy - base) % fs)
+
+    for ts in [times[0] - 1, times[-1] + 1] + rnd.sample(times, 5):
+        for upper in (False, True):
+            want = k.cq_search_time(units, 0, 0, len(units), ts, upper, lo, time_at)
+            assert k.cq_search_time(units, 0, 0, len(units), ts, upper, lo, view) == want
+    with pytest.raises(TypeError):
+        k.cq_search_time(units, 0, 0, len(units), 5, False, 0, (tuple(view[0]),) + view[1:])
+    with pytest.raises(ValueError):
+        k.cq_search_time(units, 0, 0, len(units), 5, False, 0, (view[0], 0, base, lo, hi))
+
+
 # --- a few hostile-argument parity checks -----------------------------------
 
 
