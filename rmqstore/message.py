@@ -15,7 +15,7 @@ import socket
 import struct
 import threading
 import time
-from typing import NamedTuple
+from typing import NamedTuple, NoReturn
 
 from ._layout import (
     BORNHOST_V6_FLAG,
@@ -328,13 +328,16 @@ class Message:
     def property_map(self) -> dict:
         """The properties as they will be stored, in order (shorthands merged)."""
         props = dict(self.properties) if self.properties else {}
-        for name, value in ((PROPERTY_TAGS, self.tags), (PROPERTY_KEYS, self.keys), (PROPERTY_UNIQ_KEY, self.unique_key)):
-            if value is None:
-                continue
-            old = props.get(name)
-            if old is not None and old != value:
-                raise IllegalMessageError(f"{name} given twice with different values: {old!r} and {value!r}")
-            props[name] = value
+        # unrolled: this runs once per put
+        value = self.tags
+        if value is not None and props.setdefault(PROPERTY_TAGS, value) != value:
+            _twice(PROPERTY_TAGS, props[PROPERTY_TAGS], value)
+        value = self.keys
+        if value is not None and props.setdefault(PROPERTY_KEYS, value) != value:
+            _twice(PROPERTY_KEYS, props[PROPERTY_KEYS], value)
+        value = self.unique_key
+        if value is not None and props.setdefault(PROPERTY_UNIQ_KEY, value) != value:
+            _twice(PROPERTY_UNIQ_KEY, props[PROPERTY_UNIQ_KEY], value)
         return props
 
     def encode_properties(self, props: dict | None = None) -> bytes:
@@ -352,6 +355,10 @@ class Message:
 
     def __repr__(self):
         return f"Message(topic={self.topic!r}, queue_id={self.queue_id}, body={bytes(self.body[:32])!r}...)"
+
+
+def _twice(name: str, old: str, value: str) -> NoReturn:
+    raise IllegalMessageError(f"{name} given twice with different values: {old!r} and {value!r}")
 
 
 class MessageExt:
