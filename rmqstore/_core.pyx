@@ -492,47 +492,49 @@ cdef int _prepare(Rec *r, object born_host, object store_host, object body, obje
     return 0
 
 
+cdef int _write(Rec *r, object buf, object pos, object born_host, object store_host, object body,
+                object topic, object properties, Py_buffer *views) except -1:
+    """The record part of write_record into views[0..3] (body, topic,
+    properties, out; the caller releases them): every check first, so an
+    error writes nothing, then the store (TOTALSIZE and magic last)."""
+    cdef Py_ssize_t p0 = _idx(pos)
+    _prepare(r, born_host, store_host, body, topic, properties, &views[0], &views[1], &views[2])
+    cdef bint writable = _get_rw(buf, &views[3])
+    if p0 < 0 or r.size > views[3].len - p0:
+        raise ValueError(f"record of {r.size} bytes does not fit at position {pos}")
+    if not PyBytes_CheckExact(born_host):
+        born_host = bytes(born_host)
+    if not PyBytes_CheckExact(store_host):
+        store_host = bytes(store_host)
+    if not writable:
+        _not_writable(buf)
+    r.born = <const unsigned char *>PyBytes_AS_STRING(born_host)
+    r.born_len = PyBytes_GET_SIZE(born_host)
+    r.store = <const unsigned char *>PyBytes_AS_STRING(store_host)
+    r.store_len = PyBytes_GET_SIZE(store_host)
+    r.body_crc = _crc(r.body, r.body_len)
+    _emit(<unsigned char *>views[3].buf + p0, r)
+    return 0
+
+
 def write_record(
     buf, pos, queue_id, flag, queue_offset, physical_offset, sys_flag, born_timestamp,
     born_host, store_timestamp, store_host, reconsume_times, prepared_transaction_offset,
     body, topic, properties, bint append_crc,
 ):
     cdef Rec r
-    cdef Py_buffer tv, pv, bv, out
-    cdef Py_ssize_t p0
-    cdef bint writable
+    cdef Py_buffer views[4]
+    cdef int i
     _fields(&r, queue_id, flag, queue_offset, physical_offset, sys_flag, born_timestamp,
             store_timestamp, reconsume_times, prepared_transaction_offset)
     r.append_crc = append_crc
-    p0 = _idx(pos)
-    _init_view(&tv)
-    _init_view(&pv)
-    _init_view(&bv)
-    _init_view(&out)
+    memset(views, 0, sizeof(views))
     try:
-        # every check comes before the first store: an error writes nothing
-        _prepare(&r, born_host, store_host, body, topic, properties, &bv, &tv, &pv)
-        writable = _get_rw(buf, &out)
-        if p0 < 0 or r.size > out.len - p0:
-            raise ValueError(f"record of {r.size} bytes does not fit at position {pos}")
-        if not PyBytes_CheckExact(born_host):
-            born_host = bytes(born_host)
-        if not PyBytes_CheckExact(store_host):
-            store_host = bytes(store_host)
-        if not writable:
-            _not_writable(buf)
-        r.born = <const unsigned char *>PyBytes_AS_STRING(born_host)
-        r.born_len = PyBytes_GET_SIZE(born_host)
-        r.store = <const unsigned char *>PyBytes_AS_STRING(store_host)
-        r.store_len = PyBytes_GET_SIZE(store_host)
-        r.body_crc = _crc(r.body, r.body_len)
-        _emit(<unsigned char *>out.buf + p0, &r)
+        _write(&r, buf, pos, born_host, store_host, body, topic, properties, views)
         return r.size
     finally:
-        PyBuffer_Release(&out)
-        PyBuffer_Release(&pv)
-        PyBuffer_Release(&tv)
-        PyBuffer_Release(&bv)
+        for i in range(4):
+            PyBuffer_Release(&views[i])
 
 
 def append_dispatch(
@@ -542,35 +544,26 @@ def append_dispatch(
     cq_buf, cq_pos, tags_code, index_buf, hash_slot_num, index_num, key_prefix, keys,
 ):
     cdef Rec r
-    cdef Py_buffer tv, pv, bv, out, cqv, iv
-    cdef Py_ssize_t p0, c0, hsn = 0, idx = 0, i, n = 0
+    cdef Py_buffer views[4]
+    cdef Py_buffer cqv, iv
+    cdef Py_ssize_t c0, hsn = 0, idx = 0, i, n = 0
     cdef long long tags
     cdef int32_t count
     cdef uint32_t h0 = 0
     cdef unsigned char *u
-    cdef bint writable
     _fields(&r, queue_id, flag, queue_offset, physical_offset, sys_flag, born_timestamp,
             store_timestamp, reconsume_times, prepared_transaction_offset)
     tags = _i64(tags_code)
     r.append_crc = append_crc
-    p0 = _idx(pos)
     c0 = _idx(cq_pos)
-    _init_view(&tv)
-    _init_view(&pv)
-    _init_view(&bv)
-    _init_view(&out)
+    memset(views, 0, sizeof(views))
     _init_view(&cqv)
     _init_view(&iv)
     try:
         # every check comes before the first store: an error or a refusal writes nothing
         if index_buf is not None:
-            if not PyList_CheckExact(keys):
-                raise TypeError(f"keys must be a list of str, got {type(keys).__name__}")
-            h0 = _java_hash_from(0, key_prefix)
+            h0 = _check_keys(key_prefix, keys)
             n = PyList_GET_SIZE(keys)
-            for i in range(n):
-                if not isinstance(keys[i], str):
-                    raise TypeError(f"java_hash expects str, got {type(keys[i]).__name__}")
             if not _get_rw(index_buf, &iv):
                 _not_writable(index_buf)
             _check_index(&iv, hash_slot_num, index_num, &hsn, &idx)
@@ -584,24 +577,9 @@ def append_dispatch(
             _not_writable(cq_buf)
         if c0 < 0 or c0 > cqv.len - CQ_STORE_UNIT_SIZE:
             raise ValueError(f"no ConsumeQueue unit at {cq_pos} in a buffer of {cqv.len} bytes")
-        _prepare(&r, born_host, store_host, body, topic, properties, &bv, &tv, &pv)
-        writable = _get_rw(buf, &out)
-        if p0 < 0 or r.size > out.len - p0:
-            raise ValueError(f"record of {r.size} bytes does not fit at position {pos}")
-        if not PyBytes_CheckExact(born_host):
-            born_host = bytes(born_host)
-        if not PyBytes_CheckExact(store_host):
-            store_host = bytes(store_host)
-        if not writable:
-            _not_writable(buf)
-        r.born = <const unsigned char *>PyBytes_AS_STRING(born_host)
-        r.born_len = PyBytes_GET_SIZE(born_host)
-        r.store = <const unsigned char *>PyBytes_AS_STRING(store_host)
-        r.store_len = PyBytes_GET_SIZE(store_host)
-        r.body_crc = _crc(r.body, r.body_len)
         # the record, then its unit, then its keys: what a crash leaves is
         # always a prefix that recovery knows how to finish or cut
-        _emit(<unsigned char *>out.buf + p0, &r)
+        _write(&r, buf, pos, born_host, store_host, body, topic, properties, views)
         u = <unsigned char *>cqv.buf + c0
         st64(u, <uint64_t>r.physical_offset)
         st64(u + 12, <uint64_t>tags)
@@ -614,10 +592,8 @@ def append_dispatch(
     finally:
         PyBuffer_Release(&iv)
         PyBuffer_Release(&cqv)
-        PyBuffer_Release(&out)
-        PyBuffer_Release(&pv)
-        PyBuffer_Release(&tv)
-        PyBuffer_Release(&bv)
+        for i in range(4):
+            PyBuffer_Release(&views[i])
 
 
 def encode_record(
@@ -1508,19 +1484,25 @@ def index_put(buf, hash_slot_num, index_num, key, physical_offset, store_timesta
         PyBuffer_Release(&v)
 
 
+cdef uint32_t _check_keys(object prefix, object keys) except? 0xFFFFFFFF:
+    """Every key a str (before anything is written); the hash of *prefix*."""
+    if not PyList_CheckExact(keys):
+        raise TypeError(f"keys must be a list of str, got {type(keys).__name__}")
+    cdef uint32_t h0 = _java_hash_from(0, prefix)
+    for key in keys:
+        if not isinstance(key, str):
+            raise TypeError(f"java_hash expects str, got {type(key).__name__}")
+    return h0
+
+
 def index_put_keys(buf, hash_slot_num, index_num, prefix, keys, physical_offset, store_timestamp):
     cdef long long phy = _i64(physical_offset), ts = _i64(store_timestamp)
     cdef Py_ssize_t hsn = 0, idx = 0, i, n
     cdef uint32_t h0
     cdef int32_t key_hash
     cdef Py_buffer v
-    if not PyList_CheckExact(keys):
-        raise TypeError(f"keys must be a list of str, got {type(keys).__name__}")
-    h0 = <uint32_t>_java_hash(prefix)
+    h0 = _check_keys(prefix, keys)
     n = PyList_GET_SIZE(keys)
-    for i in range(n):  # every key is a str before anything is written
-        if not isinstance(keys[i], str):
-            raise TypeError(f"java_hash expects str, got {type(keys[i]).__name__}")
     cdef bint writable = _get_rw(buf, &v)
     cdef long long end_phy
     try:

@@ -321,12 +321,7 @@ def append_dispatch(
         (tags_code, 64),
     )
     if index_buf is not None:
-        if type(keys) is not list:
-            raise TypeError(f"keys must be a list of str, got {type(keys).__name__}")
-        java_hash(key_prefix)
-        for key in keys:
-            if not isinstance(key, str):
-                raise TypeError(f"java_hash expects str, got {type(key).__name__}")
+        _check_keys(key_prefix, keys)
         if memoryview(index_buf).readonly:
             raise TypeError(f"argument must be read-write bytes-like object, not {type(index_buf).__name__}")
         _check_index_buf(index_buf, hash_slot_num, index_num)
@@ -958,12 +953,7 @@ def index_put_keys(
     TypeError unless *keys* is a list of str (checked before anything is
     written), ValueError as ``index_put``."""
     _fields((physical_offset, 64), (store_timestamp, 64))
-    if type(keys) is not list:
-        raise TypeError(f"keys must be a list of str, got {type(keys).__name__}")
-    java_hash(prefix)
-    for key in keys:
-        if not isinstance(key, str):
-            raise TypeError(f"java_hash expects str, got {type(key).__name__}")
+    _check_keys(prefix, keys)
     _check_index_buf(buf, hash_slot_num, index_num)
     end_phy = _I64.unpack_from(buf, 24)[0]
     if physical_offset < end_phy:
@@ -974,6 +964,16 @@ def index_put_keys(
         if not index_put(buf, hash_slot_num, index_num, prefix + key, physical_offset, store_timestamp):
             return i
     return len(keys)
+
+
+def _check_keys(prefix: str, keys: list) -> None:
+    """Every key a str, before anything is written (TypeError otherwise)."""
+    if type(keys) is not list:
+        raise TypeError(f"keys must be a list of str, got {type(keys).__name__}")
+    java_hash(prefix)
+    for key in keys:
+        if not isinstance(key, str):
+            raise TypeError(f"java_hash expects str, got {type(key).__name__}")
 
 
 def _check_index_buf(buf, hash_slot_num, index_num):

@@ -148,6 +148,14 @@ def test_stop_codes_on_damage(k):
         k.decode_columns(buf, 10, 5, 0, 10, False, False)
 
 
+def _damaged(rnd, paths) -> bytearray:
+    """One of *paths* read, with up to three random bytes overwritten."""
+    buf = bytearray(rnd.choice(paths).read_bytes())
+    for _ in range(rnd.randint(0, 3)):
+        buf[rnd.randrange(min(len(buf), 70000))] = rnd.randrange(256)
+    return buf
+
+
 def _same(a, b):
     assert a[:2] == b[:2]
     assert a[2].keys() == b[2].keys()
@@ -161,12 +169,8 @@ def test_core_matches_pure_on_damaged_files(seed):
     if _core is None:
         pytest.skip("rmqstore._core not built")
     rnd = random.Random(seed)
-    path = rnd.choice(_files("basic") + _files("tiny"))
-    buf = bytearray(path.read_bytes())
-    for _ in range(rnd.randint(0, 3)):
-        buf[rnd.randrange(min(len(buf), 70000))] = rnd.randrange(256)
-    start = 0
-    args = (start, rnd.choice([len(buf), rnd.randrange(len(buf))]), rnd.choice([0, -1]),
+    buf = _damaged(rnd, _files("basic") + _files("tiny"))
+    args = (0, rnd.choice([len(buf), rnd.randrange(len(buf))]), rnd.choice([0, -1]),
             rnd.choice([5, 1 << 30]), rnd.random() < 0.5, rnd.random() < 0.5, rnd.random() < 0.5)
     _same(_core.decode_columns(bytes(buf), *args), _pure.decode_columns(bytes(buf), *args))
 
@@ -214,9 +218,7 @@ def test_scan_records_core_matches_pure(seed):
     if _core is None:
         pytest.skip("rmqstore._core not built")
     rnd = random.Random(seed)
-    buf = bytearray(rnd.choice(_files("basic")).read_bytes())
-    for _ in range(rnd.randint(0, 3)):
-        buf[rnd.randrange(min(len(buf), 70000))] = rnd.randrange(256)
+    buf = _damaged(rnd, _files("basic"))
     args = (bytes(buf), 0, rnd.randrange(len(buf) + 1), rnd.choice([0, -1, 65536]), rnd.random() < 0.5,
             rnd.choice([0, 1, 2]), rnd.choice([500, 1 << 22]))
     assert _core.scan_records(*args) == _pure.scan_records(*args)
