@@ -3,6 +3,8 @@
     python bench/instructions.py put            # put_message, one call per message
     python bench/instructions.py put-batch      # put_messages, batches of 1000
     python bench/instructions.py consume        # get_messages, 32 per pull
+    python bench/instructions.py key-lookup     # query_messages
+    python bench/instructions.py time-lookup    # get_offset_in_queue_by_time
 
 Runs the workload twice under ``valgrind --tool=callgrind`` (N1 and N2
 operations, same setup) and prints (Ir(N2) - Ir(N1)) / (N2 - N1): the user-space
@@ -32,7 +34,9 @@ def workload(kind: str, n: int) -> None:
     if hasattr(cfg, "clean_resource_interval"):
         cfg = cfg.replace(clean_resource_interval=hour)
     msgs = make_messages(N2 + 1000)
-    with tempfile.TemporaryDirectory() as d, MessageStore.open(os.path.join(d, "s"), config=cfg) as s:
+    clock = iter(range(1_700_000_000_000, 1_700_000_000_000 + 10 * N2))
+    with tempfile.TemporaryDirectory() as d, \
+            MessageStore.open(os.path.join(d, "s"), config=cfg, clock=lambda: next(clock)) as s:
         if kind == "put":
             for m in msgs[:n]:
                 s.put_message(m)
@@ -48,6 +52,15 @@ def workload(kind: str, n: int) -> None:
                 q += 1
                 if q % QUEUES == 0:
                     off += 32
+        elif kind in ("key-lookup", "time-lookup"):
+            results = s.put_messages(msgs[:N2])
+            for i in range(n):
+                j = i * 7919 % N2  # spread over the store, no repeats
+                if kind == "key-lookup":
+                    assert len(s.query_messages(TOPIC, f"key-{j}")) == 1
+                else:
+                    r = results[j]
+                    assert s.get_offset_in_queue_by_time(TOPIC, j % QUEUES, r.store_timestamp) == r.queue_offset
         else:
             raise SystemExit(f"unknown workload {kind!r}")
 

@@ -305,6 +305,93 @@ def cmd_recover(args) -> int:
     return 0
 
 
+def cmd_clean(args) -> int:
+    """One clean-up round now (``MessageStore.delete_expired``); needs the
+    writer's lock, so it refuses while a writer runs."""
+    from .exceptions import StoreLockedError
+
+    config = _config_arg(args) or StoreConfig()
+    # the files say how big they are: a store written with other sizes opens too
+    with MessageStore.open(args.store, read_only=True) as ro:
+        sizes = {}
+        if ro.commitlog.queue.files:
+            sizes["mapped_file_size_commit_log"] = ro.commitlog.file_size
+        cq_sizes = {cq.file_size for cq in (ro.consume_queue(t, q) for t, q in ro.queues()) if cq and cq.queue.files}
+        if len(cq_sizes) == 1:
+            sizes["mapped_file_size_consume_queue"] = cq_sizes.pop()
+        if ro.index.files:
+            sizes["max_hash_slot_num"], sizes["max_index_num"] = ro.index.hash_slot_num, ro.index.index_num
+    config = config.replace(clean_service_enable=False, **sizes)
+    try:
+        store = MessageStore.open(args.store, config=config)
+    except StoreLockedError as e:
+        print(f"rmqstore clean: {e} (a running writer cleans its own store)", file=sys.stderr)
+        return 2
+    with store:
+        report = store.delete_expired(force=args.force, reserved_hours=args.reserved_hours)
+    out = report._asdict()
+    out["deleted"] = report.deleted
+    if args.json:
+        _print_json(out)
+        return 0
+    for key, label in (("commit_log_files", "CommitLog"), ("consume_queue_files", "ConsumeQueue"),
+                       ("index_files", "index")):
+        for path in out[key]:
+            print(f"deleted {label:<12} {path}")
+    print(f"{args.store}: deleted {report.deleted} CommitLog, {len(report.consume_queue_files)} ConsumeQueue and "
+          f"{len(report.index_files)} index file(s); CommitLog now starts at physical offset "
+          f"{report.min_physical_offset}" + ("; readers held a file, run again later" if report.busy else ""))
+    return 0
+
+
+def cmd_tail(args) -> int:
+    """Print messages of a topic as a writer process stores them (read-only
+    follow mode), as JSON lines, until --max messages, --timeout seconds or
+    Ctrl-C."""
+    printed = 0
+    deadline = None if args.timeout is None else time.monotonic() + args.timeout
+    pause = max(args.interval, 1) / 1000
+    try:
+        with _open(args.store) as s:
+            offsets: dict = {}
+
+            def add_queues(initial: bool) -> None:
+                qids = [args.queue] if args.queue is not None else [q for t, q in s.queues() if t == args.topic]
+                for q in qids:
+                    if q not in offsets:
+                        # queues there at the start: from their end (or the
+                        # beginning); queues created later: all of it is new
+                        tail_only = initial and not args.from_beginning
+                        offsets[q] = (s.get_max_offset_in_queue if tail_only else s.get_min_offset_in_queue)(
+                            args.topic, q
+                        )
+
+            add_queues(True)
+            while True:
+                got = 0
+                for q in sorted(offsets):
+                    r = s.get_messages(args.topic, q, offsets[q], 32)
+                    offsets[q] = r.next_begin_offset
+                    for m in r.messages:
+                        _print_json(m.to_dict(body=args.body))
+                        printed += 1
+                        got += 1
+                        if args.max is not None and printed >= args.max:
+                            sys.stdout.flush()
+                            return 0
+                sys.stdout.flush()
+                if deadline is not None and time.monotonic() >= deadline:
+                    return 0
+                if not got:
+                    time.sleep(pause)
+                    if args.queue is None:
+                        s.refresh()  # queues the writer created since
+                        add_queues(False)
+    except KeyboardInterrupt:
+        sys.stdout.flush()
+        return 0
+
+
 # --- parser -------------------------------------------------------------------
 
 
@@ -381,6 +468,24 @@ def _parser() -> argparse.ArgumentParser:
     sp.add_argument("--config", help="broker .properties file for settings not inferred from the files")
     sp.set_defaults(func=cmd_recover)
 
+    sp = store_cmd("clean", "delete expired files now (RocketMQ's deleteExpiredCommitLog), then print what went")
+    sp.add_argument("--force", action="store_true",
+                    help="delete every CommitLog file but the current one, whatever its age")
+    sp.add_argument("--reserved-hours", type=int, help="keep files younger than this (default: fileReservedTime, 72)")
+    sp.add_argument("--config", help="broker .properties file (fileReservedTime, deleteFileBatchMax, ...)")
+    sp.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    sp.set_defaults(func=cmd_clean)
+
+    sp = store_cmd("tail", "print a topic's new messages as a writer stores them (read-only, Ctrl-C stops)")
+    sp.add_argument("--topic", required=True)
+    sp.add_argument("--queue", type=int, help="one queue id (default: every queue of the topic, new ones too)")
+    sp.add_argument("--from-beginning", action="store_true", help="start at the oldest stored message")
+    sp.add_argument("--max", type=int, help="exit after this many messages")
+    sp.add_argument("--timeout", type=float, help="exit after this many seconds")
+    sp.add_argument("--interval", type=int, default=50, help="ms between polls when idle (default 50)")
+    body_opt(sp)
+    sp.set_defaults(func=cmd_tail)
+
     sp = sub.add_parser("demo", help="write, consume and query a demo store with default settings",
                         description="Writes messages into a store under the current directory with RocketMQ's "
                                     "default settings, consumes them, queries by key and time, prints timings.")
@@ -389,6 +494,14 @@ def _parser() -> argparse.ArgumentParser:
     sp.add_argument("--body-size", type=int, default=256)
     sp.add_argument("--keep", action="store_true", help="append to an existing demo store instead of replacing it")
     sp.set_defaults(func=cmd_demo)
+
+    # Spark jobs live in rmqstore.spark (extra rmqstore[spark]), imported only when asked for
+    sp = sub.add_parser("spark", help="Spark jobs: rebuild-cq, rebuild-index (needs rmqstore[spark])",
+                        description="Run `rmqstore spark -h` for the jobs.", add_help=False)
+    sp.add_argument("-h", "--help", action="store_true")
+    sp.add_argument("spark_args", nargs=argparse.REMAINDER)
+    sp.set_defaults(func=lambda a: __import__("rmqstore.spark.cli", fromlist=["main"]).main(
+        ["-h"] * a.help + a.spark_args))
     return p
 
 

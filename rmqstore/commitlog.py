@@ -63,8 +63,10 @@ class CommitLog:
 
     def __init__(self, directory, file_size, max_message_size: int, read_only: bool = False):
         self.queue = MappedFileQueue(directory, file_size, read_only)
+        self._view_buffers: tuple | None = None  # (first, last, buffers) behind timestamp_view
         self.max_record_size = max_message_size + RECORD_SIZE_SLACK
         self.read_only = read_only
+        self._last_ts: dict = {}  # segment start -> its last record's store time (retention)
 
     @property
     def file_size(self) -> int:
@@ -164,26 +166,48 @@ class CommitLog:
             return -1
         return k.read_store_timestamp(loc[0].mm, loc[1])
 
-    def timestamp_reader(self):
-        """A fast ``store_timestamp_at`` for many probes in a row (the binary
-        search by time): segments and bounds are bound once, each probe is one
-        index computation and one kernel call. Valid until the next append or
-        file change, so take one per lookup."""
+    def record_reader(self, strict: bool = True):
+        """A fast ``read(offset, strict=strict)`` for many reads in a row (a
+        pull, a key lookup): segments and bounds are bound once, each read is
+        one index computation and one kernel call (``read_record``). Valid
+        until the next append or file change, so take one per call. The reader
+        returns the field tuple of ``decode_record``; where no valid record
+        starts it raises :class:`CorruptedFileError` (*strict*) or returns None."""
         files = list(self.queue.files)
-        if not files:
-            return lambda offset, size: -1
+        if not files:  # (a read-only store without segments has no file size either)
+            return lambda offset: self.read(offset, strict=strict)
         fs = self.file_size
         first = files[0].file_from_offset // fs
-        lo, hi = self.min_offset(), self.max_offset()
-        read = k.read_store_timestamp
+        nfiles = len(files)
+        max_size = self.max_record_size
+        read = k.read_record
 
-        def time_at(offset: int, size: int) -> int:
-            if offset < lo or offset + size > hi:
-                return -1
-            mf = files[offset // fs - first]
-            return read(mf.mm, offset - mf.file_from_offset)
+        def read_at(offset: int):
+            i = offset // fs - first
+            if 0 <= i < nfiles:
+                mf = files[i]
+                fields = read(mf.mm, offset - mf.file_from_offset, mf.wrote_position, offset, max_size, True)
+                if type(fields) is tuple:
+                    return fields
+            return self.read(offset, strict=strict)  # None, or raises with the reason
 
-        return time_at
+        return read_at
+
+    def timestamp_view(self) -> tuple:
+        """The CommitLog as ``cq_search_time`` probes it: ``(buffers, file_size,
+        first segment's offset, min offset, max offset)``, so a time search
+        reads store timestamps with no Python call per probe
+        (``consumequeue.view_time`` is the same read in Python). Valid until
+        the next append or file change, so take one per lookup."""
+        files = self.queue.files
+        if not files:
+            return ([], 1, 0, 0, 0)  # nothing stored: every probe answers -1
+        first, last = files[0], files[-1]
+        cached = self._view_buffers
+        if cached is None or cached[0] is not first or cached[1] is not last or len(cached[2]) != len(files):
+            cached = self._view_buffers = (first, last, [mf.mm for mf in files])
+        hi = last.file_from_offset + last.wrote_position
+        return (cached[2], self.file_size, first.file_from_offset, self.min_offset(), hi)
 
     def iter_offsets(self, start_offset: int = 0):
         """Yield ``(physical_offset, size)`` of every valid record from
@@ -216,12 +240,13 @@ class CommitLog:
 
     # --- recovery -------------------------------------------------------------------
 
-    def scan_valid(self, start_index: int, check_crc: bool, verify_prop_crc: int, on_record=None):
+    def scan_valid(self, start_index: int, check_crc: bool, verify_prop_crc: int, on_run=None):
         """Recovery scan (SPEC §10.2 step 2) from segment *start_index*: walk
         records while they validate (length formula, magic, CRC when asked —
         *verify_prop_crc* as for ``check_record`` — and the stored physical
-        offset equal to the position, P-11), crossing
-        blank records. Calls ``on_record(segment, position, size)`` for each.
+        offset equal to the position, P-11), crossing blank records. Each run
+        of valid records is walked by one kernel call (``scan_records``) and
+        handed to ``on_run(segment, start, end)`` (positions in the segment).
 
         Returns ``(process_offset, stop_reason)``: the physical offset just past
         the last valid record, and None or a text saying why the scan stopped
@@ -235,15 +260,18 @@ class CommitLog:
         pos = 0
         reason = None
         while True:
+            end = k.scan_records(
+                mf.mm, pos, mf.file_size, mf.file_from_offset, check_crc, verify_prop_crc, self.max_record_size
+            )[0]
+            if end > pos:
+                if on_run is not None:
+                    on_run(mf, pos, end)
+                pos = end
+            # judge the record the walk stopped at
             status = k.check_record(mf.mm, pos, mf.file_size, check_crc, verify_prop_crc, self.max_record_size)
-            if status > 0:
-                if _I64.unpack_from(mf.mm, pos + POS_PHYSICALOFFSET)[0] != mf.file_from_offset + pos:
-                    reason = "physical offset field disagrees with the record's position"
-                    break
-                if on_record is not None:
-                    on_record(mf, pos, status)
-                pos += status
-                continue
+            if status > 0:  # valid, but not where its PHYSICALOFFSET says
+                reason = "physical offset field disagrees with the record's position"
+                break
             if status == 0 or (status < 0 and mf.file_size - pos < END_FILE_MIN_BLANK_LENGTH):
                 if i + 1 >= len(files):
                     break
@@ -300,6 +328,90 @@ class CommitLog:
     def flush(self, least_pages: int = 0) -> None:
         """Force appended records to disk (``least_pages`` as RocketMQ's flush services)."""
         self.queue.flush(least_pages)
+
+    # --- retention and follow mode (SPEC §12.2) --------------------------------------
+
+    def last_record_timestamp(self, mf) -> int:
+        """STORETIMESTAMP of the last record of segment *mf* (the one before the
+        blank record or the written end), -1 when it holds none. Walks record
+        headers by TOTALSIZE only (no CRC); the answer for a full segment is
+        cached on first use, as such a segment never changes."""
+        cache = self._last_ts
+        key = mf.file_from_offset
+        if key in cache:
+            return cache[key]
+        mm, limit = mf.mm, mf.wrote_position
+        pos, last = 0, -1
+        while limit - pos >= END_FILE_MIN_BLANK_LENGTH:
+            status = k.check_record(mm, pos, limit, False, False, self.max_record_size)
+            if status <= 0:
+                break
+            last = pos
+            pos += status
+        ts = k.read_store_timestamp(mm, last) if last >= 0 else -1
+        if limit >= mf.file_size:
+            cache[key] = ts
+        return ts
+
+    def file_timestamp(self, mf) -> int:
+        """The time retention ages segment *mf* by, ms since epoch: its last
+        record's store time, or the file's mtime when it holds no record
+        (RocketMQ uses the mtime alone, which copying a store resets: P-23)."""
+        ts = self.last_record_timestamp(mf)
+        return ts if ts > 0 else mf.last_modified_ms()
+
+    def forget(self, mfs) -> None:
+        """Drop cached facts about deleted segments."""
+        for mf in mfs:
+            self._last_ts.pop(mf.file_from_offset, None)
+
+    def follow(self, check_crc: bool = False, verify_prop_crc: int = 0) -> bool:
+        """Read-only follow mode: advance the written end over records another
+        process appended since the last call, mapping segments it created.
+        A record counts once it validates as in recovery (*check_crc* and
+        *verify_prop_crc* as for ``scan_valid``, and its PHYSICALOFFSET equal
+        to its position); the writer stores TOTALSIZE and the magic code last,
+        so a record caught mid-write is not seen yet, and a corrupt one stops
+        the end where recovery would. Returns whether the end moved."""
+        q = self.queue
+        if not q.files:
+            if q.file_size is None:  # opened before the first segment existed
+                try:
+                    q.load()
+                except CorruptedFileError:  # caught mid-creation: next time
+                    q.files = []
+                    q.file_size = None
+                if q.files:
+                    q.files[-1].wrote_position = 0
+            else:
+                q.map_new_segments()
+            if not q.files:
+                return False
+        moved = False
+        while True:
+            mf = q.files[-1]
+            pos, limit = mf.wrote_position, mf.file_size
+            mm = mf.mm
+            base = mf.file_from_offset
+            while True:
+                status = k.check_record(mm, pos, limit, check_crc, verify_prop_crc, self.max_record_size)
+                if status <= 0:
+                    break
+                if _I64.unpack_from(mm, pos + POS_PHYSICALOFFSET)[0] != base + pos:
+                    status = -1  # not this position's record (P-11): stop here
+                    break
+                pos += status
+            if pos != mf.wrote_position:
+                mf.wrote_position = pos
+                moved = True
+            # a blank record (or no room for one) ends the segment; the data
+            # goes on in the next one once the writer has created it
+            full = status == 0 or limit - pos < END_FILE_MIN_BLANK_LENGTH
+            if not full or not q.map_new_segments():
+                break
+            mf.wrote_position = limit
+            moved = True
+        return moved
 
     def close(self) -> None:
         self.queue.close()

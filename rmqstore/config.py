@@ -73,6 +73,11 @@ class StoreConfig:
     destroy_maped_file_interval_forcibly: int = 120_000
     redelete_hanged_file_interval: int = 120_000
     delete_file_batch_max: int = 10
+    # rmqstore's own knobs for the clean-up service (SPEC §12; no RocketMQ name)
+    clean_service_enable: bool = True
+    clean_resource_initial_delay: int = 60_000
+    disk_check_interval: int = 1000
+    follow_poll_interval: int = 10
     max_transfer_count_on_message_in_memory: int = 32
     max_transfer_bytes_on_message_in_memory: int = 256 * 1024
     duplication_enable: bool = False
@@ -107,6 +112,17 @@ class StoreConfig:
             raise ConfigError("max_message_size must be positive")
         if self.flush_disk_type not in (ASYNC_FLUSH, SYNC_FLUSH):
             raise ConfigError(f"flush_disk_type must be ASYNC_FLUSH or SYNC_FLUSH, got {self.flush_disk_type!r}")
+        for name in (
+            "file_reserved_time", "clean_resource_interval", "delete_commit_log_files_interval",
+            "delete_consume_queue_files_interval", "destroy_maped_file_interval_forcibly",
+            "redelete_hanged_file_interval", "clean_resource_initial_delay", "disk_check_interval",
+            "follow_poll_interval",
+        ):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name} must not be negative")
+        if self.delete_file_batch_max <= 0:
+            raise ConfigError("delete_file_batch_max must be positive")
+        _parse_hours(self.delete_when)
         object.__setattr__(self, "_delay_table", _parse_delay_levels(self.message_delay_level))
 
     # --- derived values -----------------------------------------------------
@@ -127,6 +143,43 @@ class StoreConfig:
         """Bytes of one IndexFile: 40 + 4 * slots + 20 * entries."""
         return 40 + 4 * self.max_hash_slot_num + 20 * self.max_index_num
 
+    # --- retention (SPEC §12) ---------------------------------------------------
+
+    @property
+    def delete_physic_files_interval(self) -> int:
+        """ms between two CommitLog file deletions: RocketMQ's
+        ``deleteCommitLogFilesInterval`` (the cleaner's local variable name)."""
+        return self.delete_commit_log_files_interval
+
+    @property
+    def destroy_mapped_file_interval_forcibly(self) -> int:
+        """ms after which a file still referenced by readers is released anyway
+        (RocketMQ's misspelt ``destroyMapedFileIntervalForcibly``)."""
+        return self.destroy_maped_file_interval_forcibly
+
+    @property
+    def delete_hours(self) -> frozenset:
+        """The local hours of day (ints 0-23) named by ``delete_when``."""
+        return _parse_hours(self.delete_when)
+
+    @property
+    def disk_space_warning_level(self) -> float:
+        """``disk_space_warning_level_ratio`` as a fraction clamped to [0.35, 0.90]
+        (RocketMQ 5.x): above it puts are refused (DISK_FULL) and clean-up is forced."""
+        return min(0.90, max(0.35, self.disk_space_warning_level_ratio / 100.0))
+
+    @property
+    def disk_space_clean_forcibly_level(self) -> float:
+        """``disk_space_clean_forcibly_ratio`` as a fraction clamped to [0.30, 0.85]:
+        above it every non-current CommitLog file may be deleted regardless of age."""
+        return min(0.85, max(0.30, self.disk_space_clean_forcibly_ratio / 100.0))
+
+    @property
+    def disk_max_used_space_level(self) -> float:
+        """``disk_max_used_space_ratio`` clamped to [10, 95] percent, as a fraction:
+        above it expired files are deleted outside the ``delete_when`` hours."""
+        return min(95, max(10, self.disk_max_used_space_ratio)) / 100.0
+
     # --- loading --------------------------------------------------------------
 
     @classmethod
@@ -140,6 +193,7 @@ class StoreConfig:
         kwargs = {}
         for raw_name, value in values.items():
             name = raw_name if raw_name in known else _camel_to_snake(raw_name)
+            name = _ALIASES.get(name, name)
             f = known.get(name)
             if f is None:
                 if strict:
@@ -186,6 +240,26 @@ def _convert(name, want, value):
         except ValueError:
             raise ConfigError(f"{name}: {value!r} is not an integer") from None
     return value
+
+
+# names RocketMQ uses for the same setting elsewhere (cleaner locals, spelling)
+_ALIASES = {
+    "delete_physic_files_interval": "delete_commit_log_files_interval",
+    "destroy_mapped_file_interval_forcibly": "destroy_maped_file_interval_forcibly",
+}
+
+
+def _parse_hours(text: str) -> frozenset:
+    """``deleteWhen``: hours of day separated by ``;`` ("04", "03;04")."""
+    hours = set()
+    for item in text.split(";"):
+        item = item.strip()
+        if not item:
+            continue
+        if not item.isdigit() or not 0 <= int(item) <= 23:
+            raise ConfigError(f"delete_when: {item!r} is not an hour of day (0-23)")
+        hours.add(int(item))
+    return frozenset(hours)
 
 
 def _parse_delay_levels(text: str) -> tuple:

@@ -8,6 +8,7 @@ import os
 from . import _kernels as k
 from ._layout import CQ_STORE_UNIT_SIZE as UNIT
 from ._layout import PRE_BLANK_SIZE, PROPERTY_DELAY, PROPERTY_TAGS, SCHEDULE_TOPIC
+from .exceptions import CorruptedFileError
 from .mapped_file import MappedFileQueue
 
 __all__ = ["ConsumeQueue", "is_pre_blank", "tags_code"]
@@ -47,6 +48,26 @@ def java_parse_int(text: str):
 def is_pre_blank(unit) -> bool:
     """Whether a unit is the placeholder written below a queue's first entry (P-14)."""
     return unit[0] == 0 and unit[1] == PRE_BLANK_SIZE and unit[2] == 0
+
+
+def view_time(view: tuple, physical_offset: int, size: int) -> int:
+    """Store timestamp of the record at *physical_offset* through a
+    ``CommitLog.timestamp_view()``; -1 unless ``[offset, offset + size)`` is
+    stored (RocketMQ ``pickupStoreTimestamp``)."""
+    bufs, fs, base, lo, hi = view
+    if physical_offset < lo or physical_offset + size > hi or physical_offset < base:
+        return -1
+    i = (physical_offset - base) // fs
+    if i >= len(bufs):
+        return -1
+    return k.read_store_timestamp(bufs[i], physical_offset - base - i * fs)
+
+
+def _unit_time(mf, pos: int, view: tuple) -> int:
+    if pos < 0 or pos + UNIT > mf.wrote_position:
+        return -1
+    phy, size, _ = k.cq_get(mf.mm, pos)
+    return view_time(view, phy, size)
 
 
 class ConsumeQueue:
@@ -110,18 +131,13 @@ class ConsumeQueue:
         self.max_physic_offset = phy_offset
         while self.queue.files:
             mf = self.queue.last
-            units = k.cq_units(mf.mm, 0, self.file_size)
-            keep = 0
-            for phy, size, tags in units:
-                if phy < 0 or size <= 0 or phy >= phy_offset:
-                    break
-                keep += 1
-                if not is_pre_blank((phy, size, tags)):
-                    self.max_physic_offset = phy + size
+            keep, max_end = k.cq_scan(mf.mm, 0, self.file_size, phy_offset)
             if keep == 0:
                 self.queue.delete_last()
                 continue
-            self.queue.truncate_dirty(mf.file_from_offset + keep * UNIT)
+            if max_end >= 0:  # else every unit kept is a pre-blank placeholder
+                self.max_physic_offset = max_end
+            self.queue.truncate_dirty(mf.file_from_offset + keep)
             break
 
     def correct_min_offset(self, min_commit_log_offset: int) -> None:
@@ -200,10 +216,11 @@ class ConsumeQueue:
         end = min(mf.wrote_position, pos + max_count * UNIT)
         return k.cq_units(mf.mm, pos, end)
 
-    def offset_by_time(self, timestamp: int, upper: bool, time_at, min_physical_offset: int) -> int:
+    def offset_by_time(self, timestamp: int, upper: bool, view: tuple, min_physical_offset: int) -> int:
         """Queue offset for *timestamp* (RocketMQ 5.1.1+ ``getOffsetInQueueByTime``,
-        SPEC §6.11), before the store's clamp to [min, max]."""
-        mf = self._file_by_time(timestamp, upper, time_at)
+        SPEC §6.11), before the store's clamp to [min, max]. *view* is
+        ``CommitLog.timestamp_view()``."""
+        mf = self._file_by_time(timestamp, upper, view)
         if mf is None:
             return 0
         fs = self.file_size
@@ -212,29 +229,79 @@ class ConsumeQueue:
         if wrote <= 0:
             return mf.file_from_offset // UNIT
         rng = wrote if wrote < fs else fs
-        return k.cq_search_time(mf.mm, mf.file_from_offset, low, rng, timestamp, upper, min_physical_offset, time_at)
+        return k.cq_search_time(mf.mm, mf.file_from_offset, low, rng, timestamp, upper, min_physical_offset, view)
 
-    def _file_by_time(self, timestamp, upper, time_at):
+    def _file_by_time(self, timestamp, upper, view):
         files = self.queue.files
         if not files:
             return None
-
-        def unit_time(mf, pos):
-            if pos < 0 or pos + UNIT > mf.wrote_position:
-                return -1
-            phy, size, _ = k.cq_get(mf.mm, pos)
-            return time_at(phy, size)
-
         if upper:
             for mf in reversed(files):
-                t = unit_time(mf, 0)
+                t = _unit_time(mf, 0, view)
                 if 0 <= t <= timestamp:
                     return mf
             return None
         for mf in files[:-1]:
-            if unit_time(mf, self.file_size - UNIT) >= timestamp:
+            if _unit_time(mf, self.file_size - UNIT, view) >= timestamp:
                 return mf
         return files[-1]
+
+    # --- retention and follow mode (SPEC §6.9, §6.10) ---------------------------------
+
+    def expired_head_count(self, min_commit_log_offset: int) -> int:
+        """SPEC §6.10: how many files, oldest first and never the last, have a
+        last unit whose record starts below *min_commit_log_offset* (their
+        messages are all gone from the CommitLog)."""
+        files = self.queue.files
+        n = 0
+        for mf in files[:-1]:
+            phy, size, tags = k.cq_get(mf.mm, mf.file_size - UNIT)
+            if phy >= min_commit_log_offset and not is_pre_blank((phy, size, tags)):
+                break
+            n += 1
+        return n
+
+    def follow(self, max_physical_end: int) -> bool:
+        """Read-only follow mode: take in units another process appended since
+        the last call (and files it created). A unit counts once its size is
+        non-zero (the writer stores the size last) and its record ends at or
+        below *max_physical_end*, the CommitLog's known end (so a unit whose
+        record is not seen yet, or was cut by recovery, stays out). Returns
+        whether the queue grew."""
+        q = self.queue
+        if not q.files:
+            if q.file_size is None:
+                try:
+                    q.load()  # earlier files are full; the last one is scanned below
+                except CorruptedFileError:  # caught mid-creation: next time
+                    q.files = []
+                    q.file_size = None
+                if q.files:
+                    q.files[-1].wrote_position = 0
+            else:
+                q.map_new_segments()
+            if not q.files:
+                return False
+        grew = False
+        fs = q.file_size
+        while True:
+            mf = q.files[-1]
+            start = mf.wrote_position
+            end, _last = k.cq_scan(mf.mm, start, fs)
+            pos = start
+            if end > start:
+                for unit in k.cq_units(mf.mm, start, end):
+                    if not is_pre_blank(unit):
+                        if unit[0] + unit[1] > max_physical_end:
+                            end = pos  # its record is not there (yet)
+                            break
+                        self.max_physic_offset = unit[0] + unit[1]
+                    pos += UNIT
+                if end > start:
+                    mf.wrote_position = end
+                    grew = True
+            if end < fs or not q.map_new_segments():
+                return grew
 
     def flush(self, least_pages: int = 0) -> None:
         self.queue.flush(least_pages)

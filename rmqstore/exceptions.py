@@ -87,4 +87,37 @@ class FlushError(RmqStoreError, OSError):
 
 
 class DiskFullError(RmqStoreError, OSError):
-    """No space left for a new store file; nothing was written."""
+    """A put was refused for lack of disk space; nothing of it was written.
+
+    Raised in two cases:
+
+    * disk use of the CommitLog's partition is above
+      ``disk_space_warning_level_ratio`` (RocketMQ sets its DISK_FULL running
+      flag and answers SERVICE_NOT_AVAILABLE): ``status`` is
+      ``PutMessageStatus.SERVICE_NOT_AVAILABLE``. Puts resume by themselves
+      once use falls back below the level (re-checked at most every
+      ``disk_check_interval`` ms).
+    * the file system had no room for a new store file (ENOSPC/EDQUOT while
+      reserving it): ``status`` is ``PutMessageStatus.CREATE_MAPPED_FILE_FAILED``.
+
+    Attributes:
+        status (PutMessageStatus): the RocketMQ put status this stands for.
+        ratio (float | None): the disk use ratio (0..1) that caused it, if known.
+        stored (bool): True only when the record itself was appended and only
+            its ConsumeQueue/index entries could not get a new file: they are
+            written once space returns (or by recovery), and the put must not
+            be retried blindly. False in every other case.
+        results (list | None): from ``put_messages``: the PutMessageResult of
+            each message of the batch that was stored before space ran out.
+    """
+
+    def __init__(self, *args, status=None, ratio=None, stored: bool = False, results=None):
+        super().__init__(*args)
+        if status is None:
+            from .message import PutMessageStatus
+
+            status = PutMessageStatus.CREATE_MAPPED_FILE_FAILED
+        self.status = status
+        self.ratio = ratio
+        self.stored = stored
+        self.results = results

@@ -333,14 +333,24 @@ class IndexService:
         keys a crash kept it from writing."""
         if sys_flag & 0xC == TRANSACTION_ROLLBACK_TYPE:
             return
+        todo = [uniq_key] if uniq_key else []
+        if keys:
+            todo += [key for key in keys.split(KEY_SEPARATOR) if key]
         last = self.files[-1] if self.files else None
+        if last is not None and todo:
+            # fast path: the kernel checks the file's end offset and puts all keys
+            done = k.index_put_keys(
+                last.mm, last.hash_slot_num, last.index_num, topic + "#", todo, physical_offset, store_timestamp
+            )
+            if done == -1:
+                return  # indexed already
+            if done > 0:
+                self.keys_added += done
+            if done == len(todo):
+                return
+            # at the file's end offset, or the file filled up: the careful path
         if last is not None and physical_offset < last.end_phy_offset:
             return
-        todo = []
-        if uniq_key:
-            todo.append(uniq_key)
-        if keys:
-            todo.extend(key for key in keys.split(KEY_SEPARATOR) if key)
         if last is not None and physical_offset == last.end_phy_offset:
             todo = todo[self._keys_already_indexed(physical_offset):]
         if not todo and last is not None:
@@ -378,10 +388,12 @@ class IndexService:
         max_num = min(max_num, self.max_msgs_num_batch)
         out: list = []
         full_key = f"{topic}#{key}"
+        select, header = k.index_select, _HEADER.unpack_from
         for f in reversed(self.files):
-            if f.is_time_matched(begin, end):
-                f.select_phy_offset(out, full_key, max_num, begin, end)
-            if f.begin_timestamp < begin or len(out) >= max_num:
+            fb, fe = header(f.mm, 0)[:2]  # is_time_matched, with one header read
+            if (begin < fb and end > fe) or (fb <= begin <= fe) or (fb <= end <= fe):
+                select(f.mm, f.hash_slot_num, f.index_num, full_key, max_num, begin, end, out)
+            if fb < begin or len(out) >= max_num:
                 break
         return out
 
@@ -399,9 +411,78 @@ class IndexService:
             log.warning("deleting index file %s: all its entries lie past offset %d", f.path, physical_offset)
             self.files.pop().destroy()
             fsync_dir(self.directory)
-        # the checkpoint's indexMsgTimestamp may only name a full file that is still there
-        full = [f.end_timestamp for f in self.files if f.is_write_full()]
-        self.last_full_end_timestamp = min(self.last_full_end_timestamp, full[-1]) if full else 0
+
+    def newest_full_end_timestamp(self) -> int:
+        """End store time (ms) of the newest full index file, 0 if none: what
+        the checkpoint's indexMsgTimestamp names once that file is flushed."""
+        for f in reversed(self.files):
+            if f.is_write_full():
+                return f.end_timestamp
+        return 0
+
+    # --- retention and follow mode (SPEC §7.8) ---------------------------------------
+
+    def expired_head_count(self, min_commit_log_offset: int) -> int:
+        """How many files, oldest first and never the newest, index only
+        records below *min_commit_log_offset* (``endPhyOffset < min``)."""
+        n = 0
+        for f in self.files[:-1]:
+            if f.end_phy_offset >= min_commit_log_offset:
+                break
+            n += 1
+        return n
+
+    def delete_first(self, count: int) -> list:
+        """Unmap and delete the *count* oldest files (never the newest); the
+        caller holds reader references exclusively and the dispatch lock.
+        Returns their paths."""
+        count = min(count, len(self.files) - 1)
+        if count <= 0:
+            return []
+        gone = self.files[:count]
+        for f in gone:
+            f.close()
+        del self.files[:count]
+        if not self.read_only:
+            for f in gone:
+                try:
+                    os.unlink(f.path)
+                except FileNotFoundError:
+                    pass
+            fsync_dir(self.directory)
+        return [f.path for f in gone]
+
+    def follow(self) -> tuple:
+        """Read-only follow mode: map index files another process created
+        (they appear complete, by rename) and forget the ones it deleted.
+        Returns ``(added, vanished)``: new :class:`IndexFile` objects appended
+        to ``files``, and the count of leading files whose file is gone (the
+        caller removes them with :meth:`delete_first` under exclusivity)."""
+        try:
+            names = sorted(n for n in os.listdir(self.directory) if n.isdigit())
+        except FileNotFoundError:
+            return [], 0
+        known = {f.name for f in self.files}
+        added = []
+        for n in names:
+            if n in known:
+                continue
+            path = os.path.join(self.directory, n)
+            try:
+                if self.hash_slot_num is None or self.index_num is None:
+                    self.hash_slot_num, self.index_num = infer_index_geometry([path])
+                added.append(IndexFile(path, self.hash_slot_num, self.index_num, read_only=True))
+            except (OSError, CorruptedFileError):
+                continue
+        added.sort(key=lambda f: (f.end_phy_offset, f.name))
+        self.files.extend(added)
+        present = set(names)
+        vanished = 0
+        for f in self.files[:-1]:
+            if f.name in present:
+                break
+            vanished += 1
+        return added, vanished
 
     def flush(self) -> None:
         for f in self.files:

@@ -12,10 +12,12 @@ import logging
 import mmap
 import os
 import sys
+import threading
+import time
 
 from .exceptions import ConfigError, CorruptedFileError, DiskFullError, StoreClosedError
 
-__all__ = ["MappedFile", "MappedFileQueue", "offset_to_file_name", "fsync_dir"]
+__all__ = ["MappedFile", "MappedFileQueue", "ReferenceResource", "offset_to_file_name", "fsync_dir"]
 
 log = logging.getLogger("rmqstore.mapped_file")
 
@@ -54,6 +56,7 @@ class MappedFile:
     __slots__ = (
         "path", "file_from_offset", "file_size", "mm", "read_only", "_fd",
         "wrote_position", "flushed_position", "first_created_in_queue",
+        "available", "first_shutdown_ms",
     )
 
     def __init__(self, path, file_size: int, read_only: bool = False, create: bool = False):
@@ -87,6 +90,10 @@ class MappedFile:
             raise
         self.wrote_position = 0
         self.flushed_position = 0
+        #: False once clean-up has shut the file down (RocketMQ ``isAvailable``)
+        self.available = True
+        #: ms (store clock) of the first shutdown attempt, 0 before
+        self.first_shutdown_ms = 0
 
     @property
     def closed(self) -> bool:
@@ -130,14 +137,24 @@ class MappedFile:
         return wrote_any
 
     def close(self) -> None:
-        """Unmap and close; idempotent."""
+        """Unmap and close; idempotent.
+
+        Raises BufferError (and stays open) while a buffer of the mapping is
+        exported, e.g. a kernel call in another thread holds it: Python never
+        unmaps memory under a live view, so nothing can read freed pages."""
         if self._fd < 0:
             return
+        self.mm.close()  # BufferError leaves the file open: the caller retries
+        os.close(self._fd)
+        self._fd = -1
+
+    def last_modified_ms(self) -> int:
+        """The file's modification time in ms since epoch (RocketMQ
+        ``getLastModifiedTimestamp``), 0 when it cannot be read."""
         try:
-            self.mm.close()
-        finally:
-            os.close(self._fd)
-            self._fd = -1
+            return os.stat(self.path).st_mtime_ns // 1_000_000
+        except OSError:
+            return 0
 
     def destroy(self) -> None:
         """Close and delete the file."""
@@ -183,6 +200,86 @@ def _unlink_quietly(path) -> None:
         os.unlink(path)
     except FileNotFoundError:
         pass
+
+
+class ReferenceResource:
+    """Reader references over a store's mapped files (RocketMQ's
+    ``ReferenceResource``, taken per read operation instead of per file).
+
+    A reader calls :meth:`hold` before it looks up files and :meth:`release`
+    after its last byte is copied out (one pair per pull or lookup, never per
+    message). Clean-up calls :meth:`acquire_exclusive`: new holds wait, and
+    the clean-up proceeds once the references held drain to zero, so no file
+    is removed from a queue or unmapped while a reader may be inside it. When
+    they do not drain in time the clean-up gives up for this round
+    (RocketMQ's failed ``destroy``) and retries later. There is no forced
+    unmapping: Python refuses to unmap memory a view still exports
+    (BufferError), and a mapping closed between two reads of a pull would
+    make that pull fail; the forcible interval only unlinks the file early
+    (see ``retention``).
+
+    Holds are not re-entrant: a thread must not hold twice at once.
+    """
+
+    __slots__ = ("_lock", "_cond", "_refs", "_exclusive")
+
+    def __init__(self) -> None:
+        # a plain Lock (C-level ``with``) on the fast paths; the Condition over
+        # the same lock only where someone must wait or be woken
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._refs = 0
+        self._exclusive = False
+
+    @property
+    def ref_count(self) -> int:
+        """References held right now."""
+        return self._refs
+
+    def hold(self) -> None:
+        """Take one reader reference (waits while a clean-up works)."""
+        with self._lock:
+            if not self._exclusive:
+                self._refs += 1
+                return
+            while self._exclusive:
+                self._cond.wait()
+            self._refs += 1
+
+    def release(self) -> None:
+        """Drop one reader reference; the last one lets a waiting clean-up in."""
+        with self._lock:
+            self._refs -= 1
+            if self._refs <= 0:
+                self._refs = 0
+                if self._exclusive:
+                    self._cond.notify_all()
+
+    def acquire_exclusive(self, timeout: float) -> bool:
+        """Block new holds and wait up to *timeout* seconds for held references
+        to drain. Returns True when exclusive (then :meth:`release_exclusive`
+        must follow), False when readers stayed inside."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self._exclusive:  # another clean-up: queue behind it
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(left)
+            self._exclusive = True
+            while self._refs > 0:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    self._exclusive = False
+                    self._cond.notify_all()
+                    return False
+                self._cond.wait(left)
+            return True
+
+    def release_exclusive(self) -> None:
+        with self._cond:
+            self._exclusive = False
+            self._cond.notify_all()
 
 
 class MappedFileQueue:
@@ -346,6 +443,76 @@ class MappedFileQueue:
             log.warning("deleting segment %s", mf.path)
             mf.destroy()
             fsync_dir(self.directory)
+
+    # --- clean-up and follow mode -------------------------------------------------
+
+    def delete_first(self, count: int = 1) -> list:
+        """Remove the first *count* segments (never the last one): close and
+        unlink each, then sync the directory. The caller holds the reader
+        references exclusively (:class:`ReferenceResource`) and the locks of
+        the queue's writer. Returns the removed :class:`MappedFile` objects.
+
+        Raises BufferError if a mapping is still exported (nothing removed)."""
+        files = self.files
+        count = min(count, len(files) - 1)
+        if count <= 0:
+            return []
+        gone = files[:count]
+        for mf in gone:
+            mf.available = False
+            if not self.read_only:
+                mf.flush(0)  # a crash must not lose what the CQ of a later file needs
+        for mf in gone:
+            mf.close()
+        # in place: a writer appends to the same list object concurrently
+        del files[:count]
+        if not self.read_only:
+            for mf in gone:
+                _unlink_quietly(mf.path)
+            fsync_dir(self.directory)
+        return gone
+
+    def vanished_head(self) -> int:
+        """Read-only follow mode: how many leading segments another process
+        deleted (their files are gone), never counting the last one."""
+        n = 0
+        for mf in self.files[:-1]:
+            if os.path.exists(mf.path):
+                break
+            n += 1
+        return n
+
+    def map_new_segments(self) -> int:
+        """Read-only follow mode: map the segment another process created
+        after the last one known, if there is one (a segment still being
+        created, not yet at full size, waits for the next call). One per call,
+        so the caller scans each before the next. Returns how many were added
+        (0 or 1); the wrote position of the new one is 0 until scanned."""
+        if self.file_size is None:
+            return 0
+        last = self.last
+        start = last.file_from_offset + self.file_size if last is not None else None
+        if start is None:
+            try:
+                names = sorted(n for n in os.listdir(self.directory) if n.isdigit())
+            except FileNotFoundError:
+                return 0
+            if not names:
+                return 0
+            start = int(names[0])
+        added = 0
+        while True:
+            path = os.path.join(self.directory, offset_to_file_name(start))
+            try:
+                if os.path.getsize(path) != self.file_size:
+                    break
+                mf = MappedFile(path, self.file_size, read_only=True)
+            except (OSError, CorruptedFileError):
+                break  # not there, or caught mid-creation
+            self.files.append(mf)
+            added += 1
+            break
+        return added
 
     def flush(self, least_pages: int = 0) -> None:
         """Flush every segment with unflushed bytes (see ``MappedFile.flush``)."""

@@ -8,6 +8,7 @@ Dispatch is synchronous: a message is in its ConsumeQueue and the index when
 from __future__ import annotations
 
 import collections
+import errno
 import fcntl
 import logging
 import os
@@ -17,13 +18,18 @@ import warnings
 
 from . import _kernels as k
 from ._layout import (
+    CQ_STORE_UNIT_SIZE,
+    END_FILE_MIN_BLANK_LENGTH,
     KEY_SEPARATOR,
     MAX_PROPERTIES_LENGTH,
     MAX_TOPIC_LENGTH_V1,
     MAX_TOPIC_LENGTH_V2,
+    PRE_BLANK_SIZE,
     PROPERTY_CRC32,
     PROPERTY_KEYS,
+    PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
+    SCHEDULE_TOPIC,
     STOREHOSTADDRESS_V6_FLAG,
     BORNHOST_V6_FLAG,
     TRANSACTION_COMMIT_TYPE,
@@ -33,10 +39,11 @@ from ._layout import (
 from .checkpoint import StoreCheckpoint
 from .commitlog import CommitLog
 from .config import SYNC_FLUSH, StoreConfig
-from .consumequeue import ConsumeQueue, is_pre_blank, tags_code
+from .consumequeue import ConsumeQueue, tags_code
 from .exceptions import (
     ConfigError,
     CorruptedFileError,
+    DiskFullError,
     FlushError,
     IllegalMessageError,
     MessageTooLargeError,
@@ -47,6 +54,7 @@ from .exceptions import (
     StoreReadOnlyError,
 )
 from .index import IndexService
+from .mapped_file import ReferenceResource
 from .message import (
     GetMessageResult,
     GetMessageStatus,
@@ -83,6 +91,58 @@ _open_writers: set = set()
 _open_writers_lock = threading.Lock()
 
 
+class StoreLock:
+    """The writer lock of a store directory (RocketMQ's ``lock`` file, SPEC
+    §8.3): an exclusive fcntl lock on ``<root_dir>/lock``, plus this
+    process's registry of open writers (fcntl locks do not exclude the same
+    process). :meth:`MessageStore.open` takes it for a writable store; jobs
+    that rewrite or swap a store's files (the Spark writer and rebuilds)
+    take it to keep writers out. Use as a context manager or
+    ``acquire()``/``release()``.
+
+    Raises StoreLockedError (from ``acquire``) when a writer holds the store,
+    in this process or another."""
+
+    def __init__(self, root_dir):
+        self.root_dir = os.fspath(root_dir)
+        self._key = os.path.realpath(self.root_dir)
+        self._fd = -1
+
+    def acquire(self) -> "StoreLock":
+        with _open_writers_lock:
+            if self._key in _open_writers:
+                raise StoreLockedError(f"store {self.root_dir} is already open for writing in this process")
+            flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
+            fd = os.open(os.path.join(self.root_dir, "lock"), flags, 0o644)
+            try:
+                fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
+            except OSError:
+                os.close(fd)
+                raise StoreLockedError(f"store {self.root_dir} is locked by another process") from None
+            os.pwrite(fd, b"lock", 0)
+            os.fsync(fd)
+            _open_writers.add(self._key)
+            self._fd = fd
+        return self
+
+    def release(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)  # closing the descriptor drops the fcntl lock
+            self._fd = -1
+            with _open_writers_lock:
+                _open_writers.discard(self._key)
+
+    def __enter__(self) -> "StoreLock":
+        return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+_new_tuple = tuple.__new__
+_PUT_OK = PutMessageStatus.PUT_OK
+
+
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -95,7 +155,7 @@ class MessageStore:
     ``abort`` (while open for writing), ``lock``.
     """
 
-    def __init__(self, root_dir, config: StoreConfig, store_host, clock, read_only: bool):
+    def __init__(self, root_dir, config: StoreConfig, store_host, clock, read_only: bool, disk_usage=None):
         self.root_dir = os.path.abspath(os.fspath(root_dir))
         self.config = config
         self.read_only = read_only
@@ -103,10 +163,10 @@ class MessageStore:
         self._clock = clock or _now_ms
         self._lock = threading.RLock()
         self._closed = False
-        self._lock_fd = -1
-        self._registered = False
+        self._store_lock: StoreLock | None = None  # the writer lock (SPEC §8.3)
         self._cqs: dict = {}
         self._queue_offsets: dict = {}
+        self._topics: dict = {}  # validated topic -> UTF-8 bytes
         self._append_crc = config.enabled_append_prop_crc
         self._sync_flush = config.flush_disk_type == SYNC_FLUSH
         # records appended but not yet dispatched, in CommitLog order
@@ -127,6 +187,18 @@ class MessageStore:
         self.last_exit_ok = True
         self.recovery_report: dict = {}
         self._offsets = None  # ConsumerOffsetStore (offsets.py), created by consumer_offsets()
+        # retention, disk space and follow mode (retention.py, SPEC §12)
+        from .retention import Retention, disk_usage_ratio
+
+        self._disk_usage = disk_usage or disk_usage_ratio
+        self._refs = ReferenceResource()  # readers: one hold per pull or lookup
+        self._retention = Retention(self)
+        self._cleaner: threading.Thread | None = None
+        self._disk_full = False  # RocketMQ's DISK_FULL running flag (or a stuck dispatch): puts refused
+        self._disk_ratio = -1.0
+        self._disk_next_check = 0.0  # time.monotonic() of the next probe
+        self._dispatch_stuck: DiskFullError | None = None  # no room for a CQ/index file
+        self._next_full_refresh = 0.0  # read-only follow mode: next directory re-scan
         self.checkpoint = StoreCheckpoint(os.path.join(self.root_dir, "checkpoint"))
         ro = read_only
         self.commitlog = CommitLog(
@@ -146,7 +218,9 @@ class MessageStore:
     # --- lifecycle --------------------------------------------------------------------
 
     @classmethod
-    def open(cls, root_dir, config=None, store_host="127.0.0.1:10911", clock=None, read_only=False) -> "MessageStore":
+    def open(
+        cls, root_dir, config=None, store_host="127.0.0.1:10911", clock=None, read_only=False, disk_usage=None
+    ) -> "MessageStore":
         """Open (creating if needed) the store in *root_dir* and recover it.
 
         Args:
@@ -160,6 +234,12 @@ class MessageStore:
             read_only (bool): never write; no lock is taken, so this may run
                 beside a writer. File sizes and index geometry are inferred
                 from the files, so a real RocketMQ store opens as it is.
+                Follow mode: reads see what a writer process dispatches
+                afterwards (see :meth:`refresh`).
+            disk_usage (callable | None): ``disk_usage(path) -> float``, the
+                used fraction (0..1, -1.0 unknown) of the file system holding
+                *path*; drives clean-up under disk pressure and write refusal
+                (SPEC §12). Default: ``statvfs`` as RocketMQ computes it.
 
         Raises:
             StoreLockedError: another writer holds the store.
@@ -173,7 +253,7 @@ class MessageStore:
             config = StoreConfig.from_dict(config)
         elif not isinstance(config, StoreConfig):
             raise ConfigError(f"config must be a StoreConfig or a dict, got {type(config).__name__}")
-        store = cls(root_dir, config, store_host, clock, read_only)
+        store = cls(root_dir, config, store_host, clock, read_only, disk_usage)
         try:
             store._start()
         except BaseException:
@@ -211,23 +291,16 @@ class MessageStore:
                 target=self._flush_loop, name=f"rmqstore-flush:{os.path.basename(self.root_dir)}", daemon=True
             )
             self._flusher.start()
+            if self.config.clean_service_enable:
+                self._cleaner = threading.Thread(
+                    target=self._clean_loop, name=f"rmqstore-clean:{os.path.basename(self.root_dir)}", daemon=True
+                )
+                self._cleaner.start()
+        else:
+            self._next_full_refresh = time.monotonic() + 1.0
 
     def _take_lock(self) -> None:
-        key = os.path.realpath(self.root_dir)
-        with _open_writers_lock:
-            if key in _open_writers:
-                raise StoreLockedError(f"store {self.root_dir} is already open for writing in this process")
-            fd = os.open(os.path.join(self.root_dir, "lock"), os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
-            try:
-                fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
-            except OSError:
-                os.close(fd)
-                raise StoreLockedError(f"store {self.root_dir} is locked by another process") from None
-            os.pwrite(fd, b"lock", 0)
-            os.fsync(fd)
-            _open_writers.add(key)
-            self._registered = True
-            self._lock_fd = fd
+        self._store_lock = StoreLock(self.root_dir).acquire()
 
     @staticmethod
     def _write_abort(path) -> None:
@@ -269,10 +342,10 @@ class MessageStore:
         else:
             start = self._normal_start(max_cq_phy) if self.last_exit_ok else self._abnormal_start()
             dispatch_from = max_cq_phy if self.last_exit_ok else -1
-            on_record = None if self.read_only else self._recovery_dispatcher(dispatch_from)
+            on_run = None if self.read_only else self._recovery_dispatcher(dispatch_from)
             # body CRC, and the store's own __CRC32# entry when it writes one
             crc_mode = 1 if cfg.force_verify_prop_crc else (2 if cfg.enabled_append_prop_crc else 0)
-            process_offset, reason = self.commitlog.scan_valid(start, cfg.check_crc_on_recover, crc_mode, on_record)
+            process_offset, reason = self.commitlog.scan_valid(start, cfg.check_crc_on_recover, crc_mode, on_run)
             report["start_file"] = files[start].path
         report["process_offset"] = process_offset
         report["index_keys_added"] = 0
@@ -314,6 +387,11 @@ class MessageStore:
             f = self.commitlog.read(phy, with_body=False, strict=True)
             props = k.parse_properties(f[16])
             index.build_index(f[15], phy, f[10], f[7], props.get(PROPERTY_UNIQ_KEY), props.get(PROPERTY_KEYS))
+        # from the files, not from the checkpoint or the rolls this recovery
+        # happened to make: a recovery that died before writing the checkpoint
+        # leaves full files the next one never rolls (_flush_all flushes them
+        # before the checkpoint names them)
+        index.last_full_end_timestamp = index.newest_full_end_timestamp()
 
     def _normal_start(self, max_cq_phy: int) -> int:
         """The last three segments, or earlier when the queues lag behind
@@ -338,15 +416,89 @@ class MessageStore:
         return 0
 
     def _recovery_dispatcher(self, dispatch_from: int):
-        def on_record(mf, pos, size):
-            phy = mf.file_from_offset + pos
-            if phy + size <= dispatch_from:
-                return
-            f = k.decode_record(mf.mm, pos, False)
-            props = k.parse_properties(f[16])
-            self._dispatch(f[15], f[3], f[5], phy, size, f[7], f[10], props)
+        """``on_run`` for the recovery scan: dispatch (again) every record of a
+        validated run that ends after *dispatch_from*. Runs are decoded into
+        columns (``decode_columns``); a record its queue and the index hold
+        already is passed over without a dispatch call."""
+        topics: dict = {}  # topic bytes -> str, decoded once
+        index = self.index if self.config.message_index_enable else None
 
-        return on_record
+        def on_run(mf, start, end):
+            base = mf.file_from_offset
+            if base + end <= dispatch_from:
+                return
+            pos = start
+            while pos < end:
+                pos_next, _stop, c = k.decode_columns(mf.mm, pos, end, base, 8192, False, False)
+                if pos_next == pos:  # cannot happen on a validated run; never loop on it
+                    raise CorruptedFileError("recovery could not decode a validated record", mf.path, pos)
+                pos = pos_next
+                self._dispatch_columns(mf, c, dispatch_from, topics, index)
+
+        return on_run
+
+    def _undispatched(self, c, dispatch_from: int, index_end):
+        """Rows of columns *c* that may need a dispatch. When the rows share one
+        topic (the usual case) the rows whose queue and index hold them
+        already are found with array operations; otherwise every row."""
+        import numpy as np
+
+        toff, tdata = c["topic_offsets"], c["topic_data"]
+        n = len(toff) - 1
+        width = int(toff[1] - toff[0]) if n else 0
+        if n == 0 or not (np.diff(toff) == width).all() or \
+                (width and not (tdata.reshape(n, width) == tdata[:width]).all()):
+            return range(n)
+        topic = tdata[:width].tobytes().decode("utf-8", "replace")
+        phy = c["physical_offset"]
+        end = phy + c["store_size"]
+        qids = c["queue_id"]
+        have = np.full(n, -1, dtype=np.int64)  # each row's queue: its max physical offset
+        for qid in np.unique(qids).tolist():
+            cq = self._cqs.get((topic, qid))
+            if cq is not None:
+                have[qids == qid] = cq.max_physic_offset
+        tran = c["sys_flag"] & TRANSACTION_MASK
+        done = ((tran == TRANSACTION_NOT_TYPE) | (tran == TRANSACTION_COMMIT_TYPE)) & (end <= have)
+        if index_end is not None:
+            done &= phy < index_end
+        return np.flatnonzero((end > dispatch_from) & ~done).tolist()
+
+    def _dispatch_columns(self, mf, c, dispatch_from: int, topics: dict, index) -> None:
+        """Dispatch the records of columns *c* (decoded from segment *mf*)."""
+        phys, sizes = c["physical_offset"].tolist(), c["store_size"].tolist()
+        qids, qoffs = c["queue_id"].tolist(), c["queue_offset"].tolist()
+        flags, times = c["sys_flag"].tolist(), c["store_timestamp"].tolist()
+        toff, tdata = c["topic_offsets"].tolist(), c["topic_data"].tobytes()
+        optional = [
+            (name, c[col + "_valid"].tolist(), c[col + "_offsets"].tolist(), c[col + "_data"].tobytes())
+            for name, col in ((PROPERTY_TAGS, "tags"), (PROPERTY_KEYS, "keys"), (PROPERTY_UNIQ_KEY, "unique_key"))
+        ]
+        index_end = index.files[-1].end_phy_offset if index is not None and index.files else -1
+        cqs = self._cqs
+        for i in self._undispatched(c, dispatch_from, index_end if index is not None else None):
+            phy = phys[i]
+            size = sizes[i]
+            if phy + size <= dispatch_from:
+                continue
+            tb = tdata[toff[i] : toff[i + 1]]
+            topic = topics.get(tb)
+            if topic is None:
+                topic = topics[tb] = tb.decode("utf-8", "replace")
+            sys_flag = flags[i]
+            tran = sys_flag & TRANSACTION_MASK
+            if tran == TRANSACTION_NOT_TYPE or tran == TRANSACTION_COMMIT_TYPE:
+                cq = cqs.get((topic, qids[i]))
+                if cq is not None and phy + size <= cq.max_physic_offset and (index is None or phy < index_end):
+                    continue  # in its queue and in the index already
+            if topic == SCHEDULE_TOPIC:  # its tags code needs DELAY: every property
+                props = k.parse_properties(k.decode_record(mf.mm, phy - mf.file_from_offset, False)[16])
+            else:
+                props = {}
+                for name, valid, off, data in optional:
+                    if valid[i]:
+                        props[name] = data[off[i] : off[i + 1]].decode("utf-8", "replace")
+            self._dispatch(topic, qids[i], qoffs[i], phy, size, sys_flag, times[i], props)
 
     def close(self) -> None:
         """Stop the flush thread, flush everything, write the checkpoint, remove
@@ -386,9 +538,9 @@ class MessageStore:
 
     def _stop_flusher(self) -> None:
         self._stop.set()
-        t = self._flusher
-        if t is not None and t is not threading.current_thread():
-            t.join()
+        for t in (self._cleaner, self._flusher):
+            if t is not None and t is not threading.current_thread():
+                t.join()
 
     def _release(self) -> None:
         with self._arrival:  # _closed is set: waiting long polls return now
@@ -397,13 +549,9 @@ class MessageStore:
         for cq in self._cqs.values():
             cq.close()
         self.index.close()
-        if self._lock_fd >= 0:
-            os.close(self._lock_fd)  # closing the descriptor drops the fcntl lock
-            self._lock_fd = -1
-        if self._registered:
-            with _open_writers_lock:
-                _open_writers.discard(os.path.realpath(self.root_dir))
-            self._registered = False
+        if self._store_lock is not None:
+            self._store_lock.release()
+            self._store_lock = None
 
     # --- flushing (SPEC §11) --------------------------------------------------------
 
@@ -490,6 +638,8 @@ class MessageStore:
                     self.checkpoint.index_msg_timestamp = self.index.last_full_end_timestamp
                     self.checkpoint.flush()
                     next_cp = now + 1.0
+                if now >= self._disk_next_check:
+                    self.check_disk_space()
             except FlushError:
                 return  # _fail_write logged it; puts now raise FlushError
             except OSError as e:
@@ -536,6 +686,287 @@ class MessageStore:
         if self.read_only:
             raise StoreReadOnlyError(f"store {self.root_dir} is open read-only")
 
+    # --- retention and disk space (SPEC §12, retention.py) ------------------------------
+
+    def delete_expired(self, force: bool = False, reserved_hours=None):
+        """Delete expired files now, whatever the hour (RocketMQ's admin
+        ``deleteExpiredCommitLog`` / ``executeDeleteFilesManually``), then the
+        ConsumeQueue and index files that only point below the new CommitLog
+        minimum, and correct every queue's minimum offset.
+
+        Args:
+            force (bool): delete every CommitLog segment but the current one,
+                regardless of age (RocketMQ's clean-at-once).
+            reserved_hours (int | None): keep files younger than this many
+                hours instead of ``file_reserved_time``.
+
+        A segment's age is its last record's store time (its mtime when it has
+        none, P-23) against the store clock. At most ``delete_file_batch_max``
+        segments go per call, ``delete_commit_log_files_interval`` ms apart;
+        segments a reader is inside are retried on the next call.
+
+        Returns a :class:`~rmqstore.retention.CleanupReport`; its ``deleted``
+        is the number of CommitLog segments deleted.
+
+        Raises StoreReadOnlyError, StoreClosedError; OSError from unlinking.
+        """
+        self._ensure_writable()
+        if reserved_hours is not None and (isinstance(reserved_hours, bool) or not isinstance(reserved_hours, int)
+                                           or reserved_hours < 0):
+            raise ConfigError(f"reserved_hours must be a non-negative int, got {reserved_hours!r}")
+        return self._retention.run(manual=True, force=force, reserved_hours=reserved_hours)
+
+    def run_maintenance(self):
+        """One round of RocketMQ's periodic clean-up (what the background
+        service runs every ``clean_resource_interval`` ms; call it yourself
+        with ``clean_service_enable=False``): delete expired CommitLog
+        segments when the local hour is in ``delete_when`` or disk use is above
+        ``disk_max_used_space_ratio`` (all non-current ones above the
+        clean-forcibly level), let ConsumeQueues and index follow, update the
+        disk-full state. On a read-only store: :meth:`refresh` only.
+
+        Returns a :class:`~rmqstore.retention.CleanupReport` (None when read-only).
+        Raises StoreClosedError."""
+        self._ensure_open()
+        if self.read_only:
+            self.refresh()
+            return None
+        return self._retention.run()
+
+    def _clean_loop(self) -> None:
+        """The clean-up service thread: first round ``clean_resource_initial_delay``
+        ms after open, then every ``clean_resource_interval`` ms."""
+        cfg = self.config
+        if self._stop.wait(cfg.clean_resource_initial_delay / 1000):
+            return
+        while True:
+            try:
+                self.run_maintenance()
+            except StoreClosedError:
+                return
+            except Exception:  # keep cleaning: one bad round must not stop retention
+                if self._stop.is_set():
+                    return
+                log.exception("clean-up round of %s failed", self.root_dir)
+            if self._stop.wait(max(cfg.clean_resource_interval, 1) / 1000):
+                return
+
+    def _probe_disk(self, path) -> float:
+        if not os.path.isdir(path):
+            path = self.root_dir
+        try:
+            return float(self._disk_usage(path))
+        except Exception:  # a probe must never break puts or the flusher
+            log.exception("disk usage probe failed for %s", path)
+            return -1.0
+
+    def check_disk_space(self) -> float:
+        """Probe the CommitLog's file system now and update the disk-full state
+        (RocketMQ ``isSpaceFull``): puts are refused with :class:`DiskFullError`
+        while use is above ``disk_space_warning_level_ratio`` (clamped to
+        [35, 90] %). Runs by itself every ``disk_check_interval`` ms (flush
+        thread) and, while puts are refused, on a put at the same cadence.
+        Returns the used fraction (0..1; -1.0 unknown)."""
+        ratio = self._probe_disk(self.commitlog.queue.directory)
+        self._disk_next_check = time.monotonic() + self.config.disk_check_interval / 1000
+        self._set_disk_full(ratio > self.config.disk_space_warning_level, ratio)
+        if not self._disk_full or self._dispatch_stuck is not None:
+            self._retry_stuck_dispatch()
+        return ratio
+
+    @property
+    def disk_full(self) -> bool:
+        """Whether puts are refused for lack of disk space right now."""
+        return self._disk_full
+
+    def _set_disk_full(self, full: bool, ratio: float) -> None:
+        self._disk_ratio = ratio
+        if full and not self._disk_full:
+            log.error("disk of %s is %.0f%% used: refusing puts until it is below %.0f%%", self.root_dir,
+                      ratio * 100, self.config.disk_space_warning_level * 100)
+        elif not full and self._disk_full and self._dispatch_stuck is None:
+            log.info("disk of %s is %.0f%% used: accepting puts again", self.root_dir, ratio * 100)
+        self._disk_full = full or self._dispatch_stuck is not None
+
+    def _refuse_if_disk_full(self) -> None:
+        """Put-side hook, entered only while the disk-full state is set:
+        re-probe when due, raise while still full."""
+        if time.monotonic() >= self._disk_next_check:
+            self.check_disk_space()
+        if not self._disk_full:
+            return
+        stuck = self._dispatch_stuck
+        if stuck is not None:
+            raise DiskFullError(
+                errno.ENOSPC, "no room for a ConsumeQueue or index file; puts resume once there is",
+                stuck.filename, status=stuck.status,
+            )
+        raise DiskFullError(
+            errno.ENOSPC,
+            f"disk use {self._disk_ratio:.0%} is above disk_space_warning_level_ratio "
+            f"({self.config.disk_space_warning_level:.0%}); puts resume when it falls back",
+            self.commitlog.queue.directory, status=PutMessageStatus.SERVICE_NOT_AVAILABLE, ratio=self._disk_ratio,
+        )
+
+    def _stuck_dispatch(self, e: DiskFullError) -> DiskFullError:
+        """A record is in the CommitLog but its ConsumeQueue/index file could
+        not be created: keep it pending, refuse puts until it is dispatched."""
+        self._dispatch_stuck = e
+        self._disk_full = True
+        self._disk_next_check = 0.0  # the next put re-checks at once
+        log.error("dispatch of %s stopped: %s", self.root_dir, e)
+        err = DiskFullError(
+            e.errno or errno.ENOSPC,
+            f"stored in the CommitLog, but no room for its ConsumeQueue/index file ({e.strerror}); "
+            "it is dispatched once there is room", e.filename, status=e.status, stored=True,
+        )
+        return err
+
+    def _retry_stuck_dispatch(self) -> None:
+        if self._dispatch_stuck is None or self._closed:
+            return
+        with self._lock:
+            if self._dispatch_stuck is None:
+                return
+            try:
+                self._dispatch_pending(self._flushed_where if self._sync_flush else MAX_OFFSET)
+            except DiskFullError:
+                return
+            self._dispatch_stuck = None
+            self._set_disk_full(self._disk_ratio > self.config.disk_space_warning_level, self._disk_ratio)
+
+    def _batch_disk_full(self, e: DiskFullError, prepared, w0: int) -> DiskFullError:
+        """``put_messages`` hit a full disk after appending part of the batch
+        (from physical offset *w0* on): dispatch what was appended (under
+        ASYNC_FLUSH; under SYNC_FLUSH it is made durable and dispatched by the
+        next put or close) and report it as ``results`` on the error, rebuilt
+        from the records themselves."""
+        results = []
+        for (phy, size), p in zip(self.commitlog.iter_offsets(w0), prepared):
+            f = self.commitlog.read(phy, with_body=False)
+            if f is None:  # pragma: no cover - a record appended under our lock
+                break
+            results.append(PutMessageResult(PutMessageStatus.PUT_OK, offset_msg_id(p[5], phy), phy, size, f[5], f[10]))
+        if not self._sync_flush and self._pending:
+            try:
+                self._dispatch_pending(MAX_OFFSET)
+            except DiskFullError as stuck:  # stored, not all dispatched yet
+                e = stuck
+        e.results = results
+        e.stored = bool(results)
+        return e
+
+    # --- reader references and follow mode ------------------------------------------------
+
+    def refresh(self) -> bool:
+        """Read-only follow mode: take in what a writer process did since the
+        last look — new records, ConsumeQueue units, queues, CommitLog,
+        ConsumeQueue and index files — and drop files it deleted (correcting
+        minimum offsets). Reads of a read-only store call the cheap part of
+        this (the asked queue's tail) by themselves when asked beyond the
+        known end, and all of it at most once a second. Returns whether
+        anything new was found; a no-op on a writable store.
+
+        Raises StoreClosedError."""
+        self._ensure_open()
+        if not self.read_only:
+            return False
+        self._next_full_refresh = time.monotonic() + 1.0
+        grew = False
+        base = os.path.join(self.root_dir, "consumequeue")
+        try:
+            topics = os.listdir(base)
+        except FileNotFoundError:
+            topics = []
+        for topic in topics:
+            try:
+                qids = os.listdir(os.path.join(base, topic))
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            for qid in qids:
+                if qid.isdigit() and (topic, int(qid)) not in self._cqs:
+                    grew |= self._follow_queue(topic, int(qid), full=False)
+        grew |= self._follow_commit_log()
+        end = self.commitlog.max_offset()
+        for cq in list(self._cqs.values()):
+            grew |= cq.follow(end)
+        _added, n_index = self.index.follow()
+        self._drop_vanished(n_index)
+        return grew
+
+    def _drop_vanished(self, n_index: int) -> None:
+        """Forget files a writer process deleted (clean-up) and move minimum
+        offsets past them, exclusively so no read of this process is inside."""
+        cl_q = self.commitlog.queue
+        n_cl = cl_q.vanished_head()
+        cq_n = {key: cq.queue.vanished_head() for key, cq in self._cqs.items()}
+        if not n_cl and not any(cq_n.values()) and not n_index:
+            return
+        if not self._refs.acquire_exclusive(5.0):
+            return  # readers stayed inside: next refresh
+        try:
+            gone = cl_q.delete_first(n_cl) if n_cl else []
+            self.commitlog.forget(gone)
+            cl_min = self.commitlog.min_offset()
+            for key, n in cq_n.items():
+                cq = self._cqs[key]
+                if n:
+                    cq.queue.delete_first(n)
+                cq.correct_min_offset(cl_min)
+            if n_index:
+                self.index.delete_first(n_index)
+        finally:
+            self._refs.release_exclusive()
+
+    def _follow_commit_log(self) -> bool:
+        cfg = self.config
+        crc_mode = 1 if cfg.force_verify_prop_crc else (2 if cfg.enabled_append_prop_crc else 0)
+        return self.commitlog.follow(cfg.check_crc_on_recover, crc_mode)
+
+    def _follow_queue(self, topic, queue_id, full: bool = True) -> bool:
+        """Read-only: take in new units of one queue (creating it when the
+        writer made it after we opened) and the records they point at. The
+        CommitLog goes first: the writer stores a record before its unit."""
+        self._follow_commit_log()
+        end = self.commitlog.max_offset()
+        cq = self._cqs.get((topic, queue_id))
+        if cq is None:
+            path = os.path.join(self.root_dir, "consumequeue", topic, str(queue_id))
+            if not os.path.isdir(path):
+                return False
+            cq = ConsumeQueue(os.path.join(self.root_dir, "consumequeue"), topic, queue_id, None, read_only=True)
+            if not cq.follow(end):
+                cq.close()
+                return False
+            cq.correct_min_offset(self.commitlog.min_offset())
+            self._cqs[(topic, queue_id)] = cq
+            grew = True
+        else:
+            grew = cq.follow(end)
+        if full and time.monotonic() >= self._next_full_refresh:
+            grew |= self.refresh()
+        return grew
+
+    def _poll_follow(self, topic, queue_id, offset, max_count, tags, wait_ms, result) -> GetMessageResult:
+        """Long polling on a read-only store: no in-process signal comes from
+        a writer process, so poll the queue's tail every
+        ``follow_poll_interval`` ms until messages arrive or *wait_ms* pass."""
+        deadline = time.monotonic() + wait_ms / 1000
+        pause = max(self.config.follow_poll_interval, 1) / 1000
+        while True:
+            if result.status is GetMessageStatus.NO_MATCHED_MESSAGE:
+                offset = result.next_begin_offset
+            left = deadline - time.monotonic()
+            if left <= 0 or self._closed:
+                return result
+            time.sleep(min(pause, left))
+            if self._closed:
+                return result
+            if self._follow_queue(topic, queue_id):
+                result = self._pull(topic, queue_id, offset, max_count, tags)
+                if result.messages or result.status not in _WAITABLE:
+                    return result
+
     # --- writing ---------------------------------------------------------------------
 
     def _prepare(self, msg):
@@ -544,13 +975,9 @@ class MessageStore:
             raise MessageTypeError(f"expected a Message, got {type(msg).__name__}")
         cfg = self.config
         topic = msg.topic
-        topic_b = topic.encode("utf-8")
-        if len(topic_b) > MAX_TOPIC_LENGTH_V1 and not cfg.auto_message_version_on_topic_len:
-            raise IllegalMessageError(f"topic of {len(topic_b)} UTF-8 bytes is over 127")
-        if len(topic_b) > MAX_TOPIC_LENGTH_V2:
-            raise IllegalMessageError(f"topic of {len(topic_b)} UTF-8 bytes is over {MAX_TOPIC_LENGTH_V2}")
-        if "/" in topic or "\x00" in topic or topic in (".", ".."):
-            raise IllegalMessageError(f"topic {topic!r} cannot name a ConsumeQueue directory")
+        topic_b = self._topics.get(topic)
+        if topic_b is None:
+            topic_b = self._check_topic(topic)
         body = msg.body
         if len(body) > cfg.max_message_size:
             raise MessageTooLargeError(f"body of {len(body)} bytes exceeds max_message_size {cfg.max_message_size}")
@@ -579,11 +1006,38 @@ class MessageStore:
             )
         return (topic, topic_b, msg, sys_flag, born_raw, store_raw, body, props_b, props, size)
 
+    def check_message(self, msg: Message) -> int:
+        """Validate *msg* as :meth:`put_message` would, writing nothing (for
+        loaders that must refuse a whole batch before storing any of it).
+        Returns the size in bytes its CommitLog record would take. Raises
+        MessageTypeError, IllegalMessageError, MessageTooLargeError or
+        PropertiesSizeExceededError, as put_message does."""
+        return self._prepare(msg)[-1]
+
+    def _check_topic(self, topic: str) -> bytes:
+        """Validate a topic once; its UTF-8 bytes are then cached (topics are few)."""
+        topic_b = topic.encode("utf-8")
+        if len(topic_b) > MAX_TOPIC_LENGTH_V1 and not self.config.auto_message_version_on_topic_len:
+            raise IllegalMessageError(f"topic of {len(topic_b)} UTF-8 bytes is over 127")
+        if len(topic_b) > MAX_TOPIC_LENGTH_V2:
+            raise IllegalMessageError(f"topic of {len(topic_b)} UTF-8 bytes is over {MAX_TOPIC_LENGTH_V2}")
+        if "/" in topic or "\x00" in topic or topic in (".", ".."):
+            raise IllegalMessageError(f"topic {topic!r} cannot name a ConsumeQueue directory")
+        if len(self._topics) >= 4096:  # bound the cache against endless distinct topics
+            self._topics.clear()
+        self._topics[topic] = topic_b
+        return topic_b
+
     def _append(self, prepared) -> PutMessageResult:
         """Append one prepared message; the caller holds the append lock. The
-        record joins the pending-dispatch queue in CommitLog order."""
+        record joins the pending-dispatch queue in CommitLog order (or, under
+        ASYNC_FLUSH, is dispatched at once by ``_append_dispatch``)."""
+        store_ts = self._clock()  # once per record, whichever path writes it
+        if not self._sync_flush and not self._pending:
+            result = self._append_dispatch(prepared, store_ts)
+            if result is not None:
+                return result
         topic, topic_b, msg, sys_flag, born_raw, store_raw, body, props_b, props, size = prepared
-        store_ts = self._clock()
         qid = msg.queue_id
         tran = sys_flag & TRANSACTION_MASK
         consumed = tran == TRANSACTION_NOT_TYPE or tran == TRANSACTION_COMMIT_TYPE
@@ -603,13 +1057,84 @@ class MessageStore:
             PutMessageStatus.PUT_OK, offset_msg_id(store_raw, phy), phy, size, queue_offset, store_ts
         )
 
+    def _append_dispatch(self, prepared, store_ts: int):
+        """ASYNC_FLUSH fast path: record, ConsumeQueue unit and index keys of a
+        plain message in one kernel call (``append_dispatch``), the same bytes
+        as append + dispatch. Returns None, having written nothing, whenever
+        the step-by-step path is needed: a file to create or roll, a queue to
+        create or pad, a scheduled or transactional-prepared message, an index
+        file that is full or already past this offset."""
+        topic, topic_b, msg, sys_flag, born_raw, store_raw, body, props_b, props, size = prepared
+        tran = sys_flag & TRANSACTION_MASK
+        if (tran != TRANSACTION_NOT_TYPE and tran != TRANSACTION_COMMIT_TYPE) or topic == SCHEDULE_TOPIC:
+            return None
+        qid = msg.queue_id
+        key = (topic, qid)
+        cq = self._cqs.get(key)
+        cl_files = self.commitlog.queue.files
+        if cq is None or not cl_files or not cq.queue.files:
+            return None
+        mf = cl_files[-1]
+        pos = mf.wrote_position
+        cmf = cq.queue.files[-1]
+        cq_pos = cmf.wrote_position
+        queue_offset = self._queue_offsets.get(key, 0)
+        # a unit at the very start of a file may start a queue (min offset,
+        # pre-blank fill): left to ConsumeQueue.put
+        if (
+            size + END_FILE_MIN_BLANK_LENGTH > mf.file_size - pos
+            or cq_pos <= 0
+            or cq_pos + CQ_STORE_UNIT_SIZE > cmf.file_size
+            or cmf.file_from_offset + cq_pos != queue_offset * CQ_STORE_UNIT_SIZE
+        ):
+            return None
+        phy = mf.file_from_offset + pos
+        if phy + size <= cq.max_physic_offset:
+            return None
+        index_mm = None
+        hsn = inum = 0
+        keys: list = []
+        if self.config.message_index_enable:
+            files = self.index.files
+            if not files:
+                return None
+            f = files[-1]
+            index_mm, hsn, inum = f.mm, f.hash_slot_num, f.index_num
+            uniq = props.get(PROPERTY_UNIQ_KEY)
+            if uniq:
+                keys.append(uniq)
+            more = props.get(PROPERTY_KEYS)
+            if more:
+                keys += [x for x in more.split(KEY_SEPARATOR) if x]
+        tags = props.get(PROPERTY_TAGS)
+        born_ts = store_ts if msg.born_timestamp is None else msg.born_timestamp
+        if not k.append_dispatch(
+            mf.mm, pos, qid, msg.flag, queue_offset, phy, sys_flag, born_ts, born_raw, store_ts, store_raw,
+            msg.reconsume_times, msg.prepared_transaction_offset, body, topic_b, props_b, self._append_crc,
+            cmf.mm, cq_pos, k.java_hash(tags) if tags else 0, index_mm, hsn, inum, topic + "#", keys,
+        ):
+            return None
+        mf.wrote_position = pos + size
+        cmf.wrote_position = cq_pos + CQ_STORE_UNIT_SIZE
+        cq.max_physic_offset = phy + size
+        self.index.keys_added += len(keys)
+        self._queue_offsets[key] = queue_offset + 1
+        self._written_end = phy + size
+        self._last_store_ts = self._last_logics_ts = store_ts
+        # PutMessageResult(...) without the NamedTuple's Python-level __new__
+        return _new_tuple(PutMessageResult, (_PUT_OK, offset_msg_id(store_raw, phy), phy, size, queue_offset, store_ts))
+
     def _dispatch_pending(self, upto: int) -> None:
         """Dispatch pending records that end at or before physical offset *upto*,
         in CommitLog order."""
         pending = self._pending
         with self._dispatch_lock:
-            while pending and pending[0][3] + pending[0][4] <= upto:
-                self._dispatch(*pending.popleft())
+            try:
+                while pending and pending[0][3] + pending[0][4] <= upto:
+                    self._dispatch(*pending[0])
+                    pending.popleft()
+            except DiskFullError as e:  # kept pending: dispatched again once there is room
+                raise self._stuck_dispatch(e) from e
         if self._waiting:  # read after the units are in: a waiter that missed it sees them
             with self._arrival:
                 self._arrival.notify_all()
@@ -652,9 +1177,15 @@ class MessageStore:
             FlushError: the sync failed (SYNC_FLUSH), now or earlier; the store
                 takes no more writes. The record may still be found after a
                 restart (the outcome of this put is unknown, never PUT_OK).
-            DiskFullError: no room for a new CommitLog file.
+            DiskFullError: disk use is above the warning level (status
+                SERVICE_NOT_AVAILABLE; nothing written; puts resume by
+                themselves when it falls), or no room for a new store file
+                (CREATE_MAPPED_FILE_FAILED; the record was not written unless
+                the error's ``stored`` is True, see :class:`DiskFullError`).
         """
         self._ensure_writable()
+        if self._disk_full:
+            self._refuse_if_disk_full()
         prepared = self._prepare(msg)
         with self._lock:
             self._ensure_open()
@@ -672,13 +1203,23 @@ class MessageStore:
         Every message is validated first, so bad input raises before anything
         is written. Returns the list of :class:`PutMessageResult`."""
         self._ensure_writable()
+        if self._disk_full:
+            self._refuse_if_disk_full()
         prepared = [self._prepare(m) for m in msgs]
         with self._lock:
             self._ensure_open()
             self._check_write_error()
-            results = [self._append(p) for p in prepared]
+            w0 = self._written_end
+            try:
+                results = [self._append(p) for p in prepared]
+            except DiskFullError as e:
+                raise self._batch_disk_full(e, prepared, w0) from e
             if not self._sync_flush:
-                self._dispatch_pending(MAX_OFFSET)
+                try:
+                    self._dispatch_pending(MAX_OFFSET)
+                except DiskFullError as e:  # all stored, some not dispatched yet
+                    e.results = results
+                    raise
         if self._sync_flush and results:
             self._commit(results[-1].wrote_offset + results[-1].wrote_bytes)
         return results
@@ -694,7 +1235,12 @@ class MessageStore:
                     self.config.mapped_file_size_consume_queue,
                 )
                 self._cqs[(topic, queue_id)] = cq
-            cq.put(phy, size, tags_code(topic, props, store_ts, self.config), queue_offset)
+            if topic == SCHEDULE_TOPIC:
+                code = tags_code(topic, props, store_ts, self.config)
+            else:  # tags_code without the delay rule
+                tags = props.get(PROPERTY_TAGS)
+                code = k.java_hash(tags) if tags else 0
+            cq.put(phy, size, code, queue_offset)
             self._last_logics_ts = store_ts
         if self.config.message_index_enable:
             self.index.build_index(topic, phy, store_ts, sys_flag, props.get(PROPERTY_UNIQ_KEY), props.get(PROPERTY_KEYS))
@@ -705,7 +1251,11 @@ class MessageStore:
         """The record starting at *physical_offset* as a :class:`MessageExt`, or
         None when no valid record starts there."""
         self._ensure_open()
-        fields = self.commitlog.read(physical_offset)
+        self._refs.hold()
+        try:
+            fields = self.commitlog.read(physical_offset)
+        finally:
+            self._refs.release()
         return None if fields is None else MessageExt(fields)
 
     def iter_messages(self, start_offset: int = 0):
@@ -714,8 +1264,25 @@ class MessageStore:
 
         Raises CorruptedFileError at a record that does not validate."""
         self._ensure_open()
-        for offset, _size in self.commitlog.iter_offsets(start_offset):
-            fields = self.commitlog.read(offset, strict=True)
+        offsets = self.commitlog.iter_offsets(start_offset)
+        refs = self._refs
+        at = start_offset
+        while True:
+            refs.hold()  # per step: a paused iterator must not block clean-up
+            try:
+                nxt = next(offsets, None)
+                if nxt is None:
+                    mn = self.commitlog.min_offset()
+                    if at >= mn:
+                        return
+                    # clean-up deleted the file we were in: go on at the new start
+                    at = mn
+                    offsets = self.commitlog.iter_offsets(mn)
+                    continue
+                at = nxt[0]
+                fields = self.commitlog.read(at, strict=True)
+            finally:
+                refs.release()
             yield MessageExt(fields)
 
     @property
@@ -745,6 +1312,8 @@ class MessageStore:
     def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
         """The next queue offset to be written (0 for an unknown queue)."""
         self._ensure_open()
+        if self.read_only:
+            self._follow_queue(topic, queue_id)
         cq = self._cqs.get((topic, queue_id))
         return cq.max_offset_in_queue() if cq else 0
 
@@ -760,7 +1329,10 @@ class MessageStore:
                 code matches and whose TAGS really is one of them.
             wait_ms (int): when nothing is there yet, wait up to this many ms for
                 messages put into this store (in this process) and return as
-                soon as one arrives; no busy loop. 0 returns at once.
+                soon as one arrives; no busy loop. 0 returns at once. On a
+                read-only store (follow mode) the queue's tail is re-read
+                every ``follow_poll_interval`` ms instead, as a writer process
+                gives no signal.
 
         Returns a :class:`GetMessageResult`; ``next_begin_offset`` is where the
         next pull starts. Statuses as RocketMQ: NO_MATCHED_LOGIC_QUEUE,
@@ -771,6 +1343,12 @@ class MessageStore:
         its record.
         """
         result = self._pull(topic, queue_id, offset, max_count, tags)
+        if self.read_only and not result.messages and result.status in _WAITABLE:
+            # follow mode: a writer process may have dispatched more since
+            if self._follow_queue(topic, queue_id):
+                result = self._pull(topic, queue_id, offset, max_count, tags)
+            if wait_ms > 0 and not result.messages and result.status in _WAITABLE:
+                return self._poll_follow(topic, queue_id, offset, max_count, tags, wait_ms, result)
         if wait_ms <= 0 or result.messages or result.status not in _WAITABLE:
             return result
         deadline = time.monotonic() + wait_ms / 1000
@@ -797,6 +1375,14 @@ class MessageStore:
 
     def _pull(self, topic, queue_id, offset, max_count, tags) -> GetMessageResult:
         self._ensure_open()
+        refs = self._refs
+        refs.hold()  # one reader reference for the whole pull: clean-up waits for it
+        try:
+            return self._pull_held(topic, queue_id, offset, max_count, tags)
+        finally:
+            refs.release()
+
+    def _pull_held(self, topic, queue_id, offset, max_count, tags) -> GetMessageResult:
         cq = self._cqs.get((topic, queue_id))
         if cq is None:
             return GetMessageResult(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, [], 0, 0, 0)
@@ -815,7 +1401,7 @@ class MessageStore:
         q = offset
         visited = 0
         cl_min = self.commitlog.min_offset()
-        read = self.commitlog.read
+        read = self.commitlog.record_reader()
         while q < mx and len(messages) < max_count and visited < max(_MAX_FILTER_UNITS, max_count):
             units = cq.get_units(q, max_count - len(messages) if wanted is None else max_count)
             if not units:
@@ -823,15 +1409,15 @@ class MessageStore:
             for unit in units:
                 q += 1
                 visited += 1
-                if is_pre_blank(unit):
-                    continue
                 phy, size, tags_code = unit
+                if size == PRE_BLANK_SIZE and phy == 0 and tags_code == 0:
+                    continue  # a pre-blank placeholder (is_pre_blank)
                 if wanted is not None and tags_code not in wanted[0]:
                     continue
                 if phy < cl_min:
                     status = GetMessageStatus.MESSAGE_WAS_REMOVING
                     continue
-                fields = read(phy, strict=True)
+                fields = read(phy)
                 # the record must be the one the unit stands for (P-11)
                 if fields[0] != size or fields[5] != q - 1 or fields[3] != queue_id or fields[15] != topic:
                     raise _unit_mismatch(cq, q - 1, phy, size, fields)
@@ -852,7 +1438,11 @@ class MessageStore:
         self._ensure_open()
         if not isinstance(key, str) or not isinstance(topic, str):
             raise MessageTypeError("topic and key must be str")
-        return self.index.query_offsets(topic, key, max_count, begin, end)
+        self._refs.hold()
+        try:
+            return self.index.query_offsets(topic, key, max_count, begin, end)
+        finally:
+            self._refs.release()
 
     def query_messages(self, topic: str, key: str, max_count: int = 64, begin: int = 0, end: int = MAX_OFFSET) -> list:
         """The messages behind :meth:`query_offsets`, keeping only records that
@@ -861,17 +1451,23 @@ class MessageStore:
         each record once (P-6), in the order of :meth:`query_offsets`."""
         out = []
         seen = set()
-        for phy in self.query_offsets(topic, key, max_count, begin, end):
-            if phy in seen:
-                continue
-            seen.add(phy)
-            fields = self.commitlog.read(phy)
-            if fields is None or fields[15] != topic:
-                continue
-            m = MessageExt(fields)
-            props = m.properties
-            if props.get(PROPERTY_UNIQ_KEY) == key or key in (props.get(PROPERTY_KEYS) or "").split(KEY_SEPARATOR):
-                out.append(m)
+        offsets = self.query_offsets(topic, key, max_count, begin, end)
+        self._refs.hold()  # one reader reference for the whole lookup
+        try:
+            read = self.commitlog.record_reader(strict=False)
+            cl_min = self.commitlog.min_offset()
+            for phy in offsets:
+                if phy in seen or phy < cl_min:
+                    continue
+                seen.add(phy)
+                fields = read(phy)
+                if fields is None or fields[15] != topic:
+                    continue
+                props = k.parse_properties(fields[16])
+                if props.get(PROPERTY_UNIQ_KEY) == key or key in (props.get(PROPERTY_KEYS) or "").split(KEY_SEPARATOR):
+                    out.append(MessageExt(fields, props))
+        finally:
+            self._refs.release()
         return out
 
     def look_message_by_msg_id(self, msg_id: str):
@@ -902,8 +1498,13 @@ class MessageStore:
         cq = self._cqs.get((topic, queue_id))
         if cq is None:
             return 0
-        res = cq.offset_by_time(timestamp, upper, self.commitlog.timestamp_reader(), self.commitlog.min_offset())
-        return min(max(res, cq.min_offset_in_queue()), cq.max_offset_in_queue())
+        self._refs.hold()
+        try:
+            view = self.commitlog.timestamp_view()
+            res = cq.offset_by_time(timestamp, upper, view, view[3])
+            return min(max(res, cq.min_offset_in_queue()), cq.max_offset_in_queue())
+        finally:
+            self._refs.release()
 
     def __repr__(self):
         mode = "read-only" if self.read_only else "read-write"

@@ -737,7 +737,8 @@ def _damage_for_recovery(root, recs):
     r = _first_in_file(recs, _last_file_index(recs) - 1, 3)  # the whole last segment goes too
     patch(cl_path(root, r.phy), r.phy % FS + 20, bytes(FS - r.phy % FS - 20))
     topic, qid = QUEUES[1]
-    os.unlink(_cq_files(root, topic, qid)[-1])
+    for path in _cq_files(root, topic, qid)[-2:]:  # units before the cut lost too: re-dispatch has work
+        os.unlink(path)
     os.unlink(index_paths(root)[-1])
     return r.phy
 
@@ -750,7 +751,7 @@ INTERRUPT_POINTS = [
     (MappedFile, "zero_tail", 1, "before"),  # a tail cut but not zeroed
     (MappedFile, "zero_tail", 1, "after"),
     (MappedFile, "destroy", 1, "after"),  # one segment beyond the end deleted, others not
-    (MessageStore, "_dispatch", 5, "before"),  # in the middle of re-dispatch
+    (MessageStore, "_dispatch", 3, "before"),  # in the middle of re-dispatch (of the lost units)
     (IndexService, "build_index", 3, "after"),  # in the middle of the index rebuild
     (IndexService, "truncate", 1, "before"),
     (StoreCheckpoint, "flush", 1, "before"),  # everything done but the checkpoint
@@ -850,6 +851,39 @@ def test_checkpoint_index_time_after_a_cut(tmp_path, monkeypatch):
     last_kept = max(r.ts for r in recs if r.phy < cut)
     assert cp.index_msg_timestamp <= last_kept, (cp.index_msg_timestamp, last_kept)
     assert read_bytes(victim / "checkpoint") == read_bytes(reference / "checkpoint")
+
+
+
+def test_checkpoint_lost_after_an_index_rebuild(tmp_path, monkeypatch):
+    """Recovery rebuilds a lost index (several files fill up) and dies before
+    the checkpoint is written; the next recovery finds the index whole, rolls
+    no file, and must still name the newest full index file in the
+    checkpoint, as the uninterrupted recovery does."""
+    base = tmp_path / "base"
+    recs = build(base, n=1500, crash=True, seed=3)
+    shutil.rmtree(base / "index")
+    reference = tmp_path / "reference"
+    shutil.copytree(base, reference)
+    s = open_store(reference)
+    s._crash()
+    victim = tmp_path / "victim"
+    shutil.copytree(base, victim)
+    real = StoreCheckpoint.flush
+
+    def flush(self):
+        raise Interrupted("before the checkpoint")
+
+    monkeypatch.setattr(StoreCheckpoint, "flush", flush)
+    with pytest.raises(Interrupted):
+        open_store(victim)
+    monkeypatch.setattr(StoreCheckpoint, "flush", real)
+    s = open_store(victim)
+    try:
+        check_store(s, recs, cut=None)
+    finally:
+        s._crash()
+    assert len(index_paths(victim)) > 2  # the rebuild filled files
+    assert_same_files(snapshot(reference), snapshot(victim), "checkpoint lost after an index rebuild")
 
 
 def test_kill_during_recovery_of_a_larger_store(tmp_path):
