@@ -1,0 +1,144 @@
+"""Spark read throughput: the ``rmqstore`` data source against Spark's Parquet
+reader on the same messages, in one run.
+
+Size knob: RMQSTORE_BENCH_SPARK_N (messages, default 2,000,000; 256-byte
+random bodies, a tag, a key and a unique key each, 8 queues, 1 GiB CommitLog
+files as RocketMQ's default). The store is written once with the live
+kernels; the Parquet copy is that store read through the data source and
+written by Spark (snappy, its default). Each reader is timed over
+RMQSTORE_BENCH_SPARK_ROUNDS rounds (default 3, after one warm-up) of a full
+scan into Spark's ``noop`` sink, which materialises every column of every
+row; the narrow variants read all columns but ``body`` and ``properties``
+(the data source's ``schema=narrow``, Parquet's column pruning). Reported:
+messages/s and MB/s (CommitLog bytes of the records, the same figure for
+both) and the ratio. Speed is never asserted: the test checks that both
+readers return the same rows (count, sums of offsets and sizes).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import statistics
+import sys
+import time
+
+import pytest
+
+
+def _why_no_spark():
+    try:
+        import pandas  # noqa: F401
+        import pyarrow  # noqa: F401
+        import pyspark  # noqa: F401
+    except ImportError as e:
+        return f"pyspark[sql] is not installed ({e})"
+    if not (shutil.which("java") or os.environ.get("JAVA_HOME")):
+        return "no Java runtime"
+    return None
+
+
+_WHY = _why_no_spark()
+if _WHY is not None:
+    if os.environ.get("RMQSTORE_REQUIRE_SPARK") == "1":
+        raise RuntimeError(f"RMQSTORE_REQUIRE_SPARK=1 but {_WHY}")
+    pytest.skip(_WHY, allow_module_level=True)
+
+import rmqstore  # noqa: E402
+from rmqstore import Message, MessageStore, StoreConfig  # noqa: E402
+
+N = int(os.environ.get("RMQSTORE_BENCH_SPARK_N", "2000000"))
+ROUNDS = int(os.environ.get("RMQSTORE_BENCH_SPARK_ROUNDS", "3"))
+NARROW = "physical_offset, topic, queue_id, queue_offset, store_timestamp, born_timestamp, born_host, " \
+         "store_host, sys_flag, flag, reconsume_times, tags, keys, unique_key, msg_id, store_size, " \
+         "prepared_transaction_offset, body_crc, broker"
+
+
+@pytest.fixture(scope="module")
+def spark():
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    src = os.path.dirname(os.path.dirname(os.path.abspath(rmqstore.__file__)))
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (src, os.environ.get("PYTHONPATH")) if p)
+    from pyspark.sql import SparkSession
+
+    from rmqstore.spark import register
+
+    s = (
+        SparkSession.builder.master("local[2]")
+        .appName("rmqstore-bench")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.memory", "4g")
+        .getOrCreate()
+    )
+    s.sparkContext.setLogLevel("ERROR")
+    register(s)
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def stores(tmp_path_factory, spark):
+    """(store dir, parquet dir): N seeded messages in both forms."""
+    base = tmp_path_factory.mktemp("spark-bench")
+    root = base / "broker-a" / "store"
+    rnd = random.Random(4321)
+    t = iter(range(1_700_000_000_000, 1_700_000_000_000 + 10 * N))
+    # no IndexFile: the readers never use it, and it would cost 420 MB of disk
+    cfg = StoreConfig(message_index_enable=False)
+    with MessageStore.open(root, config=cfg, clock=lambda: next(t)) as st:
+        for lo in range(0, N, 10_000):
+            st.put_messages([
+                Message("BenchTopic", rnd.randbytes(256), queue_id=i % 8, tags=f"Tag{i % 4}", keys=f"key-{i}",
+                        unique_key=f"{4321:08X}{i:024X}", born_timestamp=1_700_000_000_000 + i)
+                for i in range(lo, min(N, lo + 10_000))
+            ])
+    pq = base / "parquet"
+    spark.read.format("rmqstore").load(str(root)).write.parquet(str(pq))
+    return root, pq
+
+
+def _time(run) -> list:
+    run()  # warm-up: page cache, Python workers, JIT
+    out = []
+    for _ in range(ROUNDS):
+        t0 = time.perf_counter()
+        run()
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def test_read_throughput_vs_parquet(spark, stores, capsys):
+    root, pq = stores
+    ours = spark.read.format("rmqstore").load(str(root))
+    ours_narrow = spark.read.format("rmqstore").option("schema", "narrow").load(str(root))
+    theirs = spark.read.parquet(str(pq))
+    theirs_narrow = theirs.selectExpr(*NARROW.split(", "))
+
+    # same rows in both (outside the timing)
+    check = "count(*) AS n, sum(physical_offset) AS p, sum(store_size) AS s, sum(length(body)) AS b"
+    a, b = ours.selectExpr(*check.split(", ")).first(), theirs.selectExpr(*check.split(", ")).first()
+    assert a == b and a.n == N
+    record_mb = a.s / 1e6
+
+    results = {}
+    for name, df in (("rmqstore", ours), ("parquet", theirs), ("rmqstore narrow", ours_narrow),
+                     ("parquet narrow", theirs_narrow)):
+        results[name] = statistics.median(_time(lambda df=df: df.write.format("noop").mode("overwrite").save()))
+
+    pq_mb = sum(f.stat().st_size for f in pq.rglob("*.parquet")) / 1e6
+    lines = [
+        f"Spark read, {N:,} messages ({record_mb:,.0f} MB of CommitLog records; Parquet files {pq_mb:,.0f} MB), "
+        f"local[2], median of {ROUNDS}, kernels {rmqstore.IMPLEMENTATION}:",
+    ]
+    for name, secs in results.items():
+        lines.append(f"  {name:<16} {secs:7.2f} s  {N / secs:>12,.0f} msgs/s  {record_mb / secs:8.1f} MB/s")
+    for kind in ("", " narrow"):
+        r = results["parquet" + kind] / results["rmqstore" + kind]
+        lines.append(f"  rmqstore{kind} / parquet{kind}: {r:.2f}x (above 1: the data source is faster)")
+    with capsys.disabled():
+        print("\n" + "\n".join(lines))

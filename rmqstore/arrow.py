@@ -1,0 +1,690 @@
+"""CommitLog records as Apache Arrow columns, without Spark.
+
+Reads one or more store directories (one per broker) into ``pyarrow``
+record batches: the bulk decoder (``_kernels.decode_columns``) turns
+consecutive CommitLog records into numpy columns, and the columns become
+Arrow arrays over the same buffers (``Array.from_buffers``), so no Python
+object is made per message. The Spark data source (``rmqstore.spark``) and
+the rebuild jobs sit on top of this module; it needs ``pyarrow`` and
+``numpy`` (the ``rmqstore[spark]`` extra) and the core never imports it.
+
+Work is cut into :class:`Split`\\ s: one per CommitLog file, cut further only
+at physical offsets known to start a record (ConsumeQueue units, each
+checked with ``check_record`` and its stored PHYSICALOFFSET). A
+:class:`ScanFilter` prunes files and splits (topic and queue via the
+ConsumeQueues, physical offsets, store time) and then filters rows exactly.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Iterator, NamedTuple, Optional, Sequence
+
+import numpy as np
+
+try:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+except ImportError as e:  # pragma: no cover - depends on the environment
+    raise ImportError(f"rmqstore.arrow needs pyarrow: pip install 'rmqstore[spark]' ({e})") from e
+
+from . import _kernels as k
+from ._layout import (
+    BLANK_MAGIC_CODE,
+    CQ_STORE_UNIT_SIZE,
+    POS_PHYSICALOFFSET,
+    PRE_BLANK_SIZE,
+    REC_BLANK,
+    REC_STATUS_TEXT,
+)
+from .exceptions import CorruptedFileError
+
+__all__ = [
+    "COLUMNS",
+    "NARROW_COLUMNS",
+    "ScanFilter",
+    "Split",
+    "arrow_schema",
+    "broker_name",
+    "iter_batches",
+    "min_offset",
+    "range_splits",
+    "read_split",
+    "read_table",
+    "scan_end",
+    "store_splits",
+]
+
+#: every column, in schema order
+COLUMNS = (
+    "broker", "physical_offset", "topic", "queue_id", "queue_offset", "store_timestamp", "born_timestamp",
+    "born_host", "store_host", "sys_flag", "flag", "reconsume_times", "tags", "keys", "unique_key", "msg_id",
+    "properties", "body", "store_size", "prepared_transaction_offset", "body_crc",
+)
+#: the narrow schema: everything but the body and the property map
+NARROW_COLUMNS = tuple(c for c in COLUMNS if c not in ("properties", "body"))
+
+_TS = pa.timestamp("us", tz="UTC")
+_TYPES = {
+    "broker": pa.string(), "physical_offset": pa.int64(), "topic": pa.string(), "queue_id": pa.int32(),
+    "queue_offset": pa.int64(), "store_timestamp": _TS, "born_timestamp": _TS, "born_host": pa.string(),
+    "store_host": pa.string(), "sys_flag": pa.int32(), "flag": pa.int32(), "reconsume_times": pa.int32(),
+    "tags": pa.string(), "keys": pa.string(), "unique_key": pa.string(), "msg_id": pa.string(),
+    "properties": pa.map_(pa.string(), pa.string()), "body": pa.binary(), "store_size": pa.int32(),
+    "prepared_transaction_offset": pa.int64(), "body_crc": pa.int32(),
+}
+_I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
+#: |ms| beyond this overflows microseconds in int64: such a timestamp reads as null
+_MAX_MS = (1 << 63) // 1000 - 1
+#: records decoded per batch by default
+DEFAULT_BATCH_ROWS = 65536
+
+
+def arrow_schema(columns: Optional[Sequence[str]] = None) -> pa.Schema:
+    """The Arrow schema of *columns* (default :data:`COLUMNS`), every field
+    nullable; timestamps are ``timestamp[us, UTC]``, the property map is
+    ``map<string, string>``. Raises ValueError for an unknown column."""
+    cols = COLUMNS if columns is None else tuple(columns)
+    bad = [c for c in cols if c not in _TYPES]
+    if bad:
+        raise ValueError(f"unknown column(s) {bad}; known: {', '.join(COLUMNS)}")
+    return pa.schema([pa.field(c, _TYPES[c]) for c in cols])
+
+
+def broker_name(store_dir: str) -> str:
+    """The broker a store directory belongs to: its base name, or its parent's
+    when the directory is called ``store`` (RocketMQ's default
+    ``${user.home}/store``, so ``/data/broker-a/store`` is ``broker-a``)."""
+    path = os.path.abspath(os.fspath(store_dir)).rstrip(os.sep)
+    base = os.path.basename(path)
+    if base == "store":
+        parent = os.path.basename(os.path.dirname(path))
+        return parent or base
+    return base
+
+
+@dataclass(frozen=True)
+class ScanFilter:
+    """Row conditions a scan applies exactly (and uses to skip files).
+
+    Attributes:
+        topics (frozenset[str] | None): keep only these topics.
+        queue_ids (frozenset[int] | None): keep only these queue ids.
+        min_physical_offset, max_physical_offset (int | None): inclusive
+            bounds on the record's physical offset (bytes).
+        min_store_timestamp, max_store_timestamp (int | None): inclusive
+            bounds on STORETIMESTAMP, ms since epoch.
+
+    Pruning by topic and queue reads the ConsumeQueues, which have no unit
+    for prepared and rollback transaction records (SPEC §9): such a record is
+    found only in a file that also holds a unit of a selected queue. Pruning
+    by store time assumes store timestamps do not decrease along the
+    CommitLog (as RocketMQ's own lookups by time do).
+    """
+
+    topics: Optional[frozenset] = None
+    queue_ids: Optional[frozenset] = None
+    min_physical_offset: Optional[int] = None
+    max_physical_offset: Optional[int] = None
+    min_store_timestamp: Optional[int] = None
+    max_store_timestamp: Optional[int] = None
+
+    def is_empty(self) -> bool:
+        return self == ScanFilter()
+
+    def intersect(self, other: "ScanFilter") -> "ScanFilter":
+        """Both filters at once."""
+
+        def both_sets(a, b):
+            return b if a is None else (a if b is None else a & b)
+
+        def lo(a, b):
+            return b if a is None else (a if b is None else max(a, b))
+
+        def hi(a, b):
+            return b if a is None else (a if b is None else min(a, b))
+
+        return ScanFilter(
+            both_sets(self.topics, other.topics), both_sets(self.queue_ids, other.queue_ids),
+            lo(self.min_physical_offset, other.min_physical_offset),
+            hi(self.max_physical_offset, other.max_physical_offset),
+            lo(self.min_store_timestamp, other.min_store_timestamp),
+            hi(self.max_store_timestamp, other.max_store_timestamp),
+        )
+
+
+class Split(NamedTuple):
+    """A byte range of one CommitLog file that starts at a record.
+
+    Attributes:
+        broker (str): value of the ``broker`` column.
+        path (str): the CommitLog file.
+        file_offset (int): physical offset of the file's first byte (its name).
+        start (int): position in the file where the first record starts.
+        end (int): position the split stops at (the next split's start, or
+            the file size).
+    """
+
+    broker: str
+    path: str
+    file_offset: int
+    start: int
+    end: int
+
+
+@dataclass
+class _Segment:
+    path: str
+    offset: int
+    size: int
+    first_ts: int = -1  # store time of the file's first record, -1 if none
+    units: Optional[np.ndarray] = field(default=None, repr=False)
+
+
+def _segments(store_dir: str) -> list:
+    d = os.path.join(store_dir, "commitlog")
+    try:
+        names = sorted(n for n in os.listdir(d) if n.isdigit())
+    except FileNotFoundError:
+        return []
+    out = []
+    for n in names:
+        p = os.path.join(d, n)
+        size = os.path.getsize(p) if os.path.isfile(p) else 0
+        if size > 0:
+            out.append(_Segment(p, int(n), size))
+    return out
+
+
+def _map(path: str):
+    """The file mapped read-only (b"" when empty)."""
+    with open(path, "rb") as fh:
+        size = os.fstat(fh.fileno()).st_size
+        if size == 0:
+            return b""
+        return mmap.mmap(fh.fileno(), size, access=mmap.ACCESS_READ)
+
+
+def _starts_record(buf, pos: int, phy: int, max_size: int) -> bool:
+    """Whether a valid record (body CRC checked) whose PHYSICALOFFSET is *phy* starts at *pos*."""
+    if pos < 0 or pos + 36 > len(buf):
+        return False
+    if k.check_record(buf, pos, len(buf), True, False, max_size) <= 0:
+        return False
+    return _I64.unpack_from(buf, pos + POS_PHYSICALOFFSET)[0] == phy
+
+
+_UNIT = struct.Struct(">qiq")
+_INF = 1 << 63
+
+
+class _QueueFiles:
+    """The ConsumeQueue files of one queue, searched by physical offset without
+    reading them whole: units are in CommitLog order, so a unit's physical
+    offset is a sort key once pre-blank placeholders (at the head) count as
+    -1 and invalid units (the zeros after the last one) as +infinity."""
+
+    def __init__(self, paths: list):
+        self.paths = paths
+        self._bounds: dict = {}  # file index -> (first key, last key) of its valid units
+
+    @staticmethod
+    def _key(buf, i: int) -> int:
+        phy, size, tags = _UNIT.unpack_from(buf, i * CQ_STORE_UNIT_SIZE)
+        if size <= 0 or phy < 0:
+            return _INF
+        if phy == 0 and size == PRE_BLANK_SIZE and tags == 0:
+            return -1
+        return phy
+
+    def _search(self, buf, n: int, target: int) -> int:
+        """First unit index whose key is >= *target* (n if none)."""
+        lo, hi = 0, n
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self._key(buf, mid) < target:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    def _with(self, i: int, fn):
+        buf = _map(self.paths[i])
+        try:
+            return fn(buf, len(buf) // CQ_STORE_UNIT_SIZE)
+        finally:
+            if isinstance(buf, mmap.mmap):
+                buf.close()
+
+    def bounds(self, i: int) -> tuple:
+        """(smallest, largest) physical offset of file *i*'s units, or (-1, -1)."""
+        if i not in self._bounds:
+            def find(buf, n):
+                first = self._search(buf, n, 0)
+                end = self._search(buf, n, _INF)
+                if first >= end:
+                    return -1, -1
+                return self._key(buf, first), self._key(buf, end - 1)
+
+            self._bounds[i] = self._with(i, find)
+        return self._bounds[i]
+
+    def first_at_or_after(self, target: int) -> int:
+        """Smallest unit physical offset >= *target*, or -1."""
+        for i in range(len(self.paths)):
+            lo, hi = self.bounds(i)
+            if hi < target:
+                continue
+
+            def find(buf, n):
+                j = self._search(buf, n, target)
+                key = self._key(buf, j) if j < n else _INF
+                return -1 if key == _INF else key
+
+            return self._with(i, find)
+        return -1
+
+    def last(self) -> int:
+        """Largest unit physical offset, or -1."""
+        for i in range(len(self.paths) - 1, -1, -1):
+            hi = self.bounds(i)[1]
+            if hi >= 0:
+                return hi
+        return -1
+
+
+def _queues(store_dir: str) -> dict:
+    """``{(topic, queue_id): _QueueFiles}`` of the store's ConsumeQueues."""
+    base = os.path.join(store_dir, "consumequeue")
+    out: dict = {}
+    try:
+        topic_names = sorted(os.listdir(base))
+    except FileNotFoundError:
+        return out
+    for topic in topic_names:
+        tdir = os.path.join(base, topic)
+        if not os.path.isdir(tdir):
+            continue
+        for q in sorted(os.listdir(tdir)):
+            qdir = os.path.join(tdir, q)
+            if not q.isdigit() or not os.path.isdir(qdir):
+                continue
+            paths = [os.path.join(qdir, n) for n in sorted(os.listdir(qdir)) if n.isdigit()]
+            paths = [p for p in paths if os.path.getsize(p) >= CQ_STORE_UNIT_SIZE]
+            if paths:
+                out[(topic, int(q))] = _QueueFiles(paths)
+    return out
+
+
+def store_splits(
+    store_dir,
+    broker: Optional[str] = None,
+    split_bytes: int = 128 << 20,
+    scan_filter: Optional[ScanFilter] = None,
+) -> list:
+    """Plan the :class:`Split`\\ s of one store.
+
+    Each CommitLog file is one split; a file larger than *split_bytes*
+    (bytes) is cut near every multiple of it, at the next record a
+    ConsumeQueue unit points at, once that record validates there (body CRC
+    and stored physical offset; no ConsumeQueues: no cut). With
+    *scan_filter*, files and splits that cannot hold a matching record are
+    left out (see :class:`ScanFilter` for what that relies on). The
+    ConsumeQueues are binary-searched, never read whole.
+
+    Raises FileNotFoundError when *store_dir* is not a directory.
+    """
+    store_dir = os.fspath(store_dir)
+    if not os.path.isdir(store_dir):
+        raise FileNotFoundError(f"no store directory at {store_dir}")
+    broker = broker_name(store_dir) if broker is None else broker
+    f = scan_filter or ScanFilter()
+    segs = _segments(store_dir)
+    if not segs:
+        return []
+    by_queue = f.topics is not None or f.queue_ids is not None
+    queues = _queues(store_dir) if by_queue or any(s.size > split_bytes for s in segs) else {}
+    wanted_files: Optional[set] = None
+    covered_end = -1
+    if by_queue:
+        # files past the queues' last unit are never pruned by queue (a lagging dispatch)
+        covered_end = max((q.last() for q in queues.values()), default=-1)
+        chosen = [q for (topic, qid), q in queues.items()
+                  if (f.topics is None or topic in f.topics) and (f.queue_ids is None or qid in f.queue_ids)]
+        wanted_files = set()
+        for s in segs:
+            for q in chosen:
+                phy = q.first_at_or_after(s.offset)
+                if 0 <= phy < s.offset + s.size:
+                    wanted_files.add(s.offset)
+                    break
+    for s in segs:
+        buf = _map(s.path)
+        try:
+            if _starts_record(buf, 0, s.offset, s.size):
+                s.first_ts = k.read_store_timestamp(buf, 0)
+        finally:
+            if isinstance(buf, mmap.mmap):
+                buf.close()
+    out = []
+    for i, s in enumerate(segs):
+        if wanted_files is not None and s.offset not in wanted_files and s.offset <= covered_end:
+            continue
+        next_ts = segs[i + 1].first_ts if i + 1 < len(segs) else -1
+        if not _may_hold(f, s.offset, s.offset + s.size, s.first_ts, next_ts):
+            continue
+        cuts = _cuts(s, list(queues.values()), split_bytes) if s.size > split_bytes and queues else [0]
+        buf = _map(s.path)
+        try:
+            times = [k.read_store_timestamp(buf, c) if c else s.first_ts for c in cuts]
+        finally:
+            if isinstance(buf, mmap.mmap):
+                buf.close()
+        for j, c in enumerate(cuts):
+            end = cuts[j + 1] if j + 1 < len(cuts) else s.size
+            t_next = times[j + 1] if j + 1 < len(cuts) else next_ts
+            if _may_hold(f, s.offset + c, s.offset + end, times[j], t_next):
+                out.append(Split(broker, s.path, s.offset, c, end))
+    return out
+
+
+def _cuts(seg: _Segment, queues: list, split_bytes: int) -> list:
+    """Positions in *seg* to cut at: for every multiple of *split_bytes*, the
+    first record at or after it that a unit of some queue points at and that
+    validates."""
+    cuts = [0]
+    buf = _map(seg.path)
+    try:
+        for target in range(split_bytes, seg.size, split_bytes):
+            found = sorted(p for p in (q.first_at_or_after(seg.offset + target) for q in queues) if p >= 0)
+            for phy in found:
+                pos = phy - seg.offset
+                if pos >= seg.size:
+                    break
+                if pos > cuts[-1] and _starts_record(buf, pos, phy, seg.size):
+                    cuts.append(pos)
+                    break
+    finally:
+        if isinstance(buf, mmap.mmap):
+            buf.close()
+    return cuts
+
+
+def _may_hold(f: ScanFilter, lo: int, hi: int, first_ts: int, next_ts: int) -> bool:
+    """Whether physical range [lo, hi), whose first record was stored at
+    *first_ts* and the range after it starts at *next_ts* (-1: unknown),
+    can hold a record *f* keeps."""
+    if f.min_physical_offset is not None and hi <= f.min_physical_offset:
+        return False
+    if f.max_physical_offset is not None and lo > f.max_physical_offset:
+        return False
+    if f.min_store_timestamp is not None and next_ts >= 0 and next_ts < f.min_store_timestamp:
+        return False
+    if f.max_store_timestamp is not None and first_ts >= 0 and first_ts > f.max_store_timestamp:
+        return False
+    return True
+
+
+# --- decoding -------------------------------------------------------------------------------------
+
+
+def _buf(arr: np.ndarray) -> pa.Buffer:
+    return pa.py_buffer(np.ascontiguousarray(arr))
+
+
+def _validity(valid: Optional[np.ndarray], n: int):
+    """(bitmap buffer or None, null count) of a bool mask (True = present)."""
+    if valid is None:
+        return None, 0
+    nulls = n - int(np.count_nonzero(valid))
+    if nulls == 0:
+        return None, 0
+    return pa.py_buffer(np.packbits(valid, bitorder="little")), nulls
+
+
+def _string(cols: dict, name: str, n: int, binary: bool = False) -> pa.Array:
+    bitmap, nulls = _validity(cols.get(name + "_valid"), n)
+    typ = pa.binary() if binary else pa.string()
+    return pa.Array.from_buffers(
+        typ, n, [bitmap, _buf(cols[name + "_offsets"]), _buf(cols[name + "_data"])], nulls
+    )
+
+
+def _timestamp(ms: np.ndarray) -> pa.Array:
+    n = ms.size
+    bad = (ms > _MAX_MS) | (ms < -_MAX_MS)
+    if bad.any():
+        us = np.where(bad, 0, ms) * 1000
+        bitmap, nulls = _validity(~bad, n)
+        return pa.Array.from_buffers(_TS, n, [bitmap, _buf(us)], nulls)
+    return pa.Array.from_buffers(_TS, n, [None, _buf(ms * 1000)], 0)
+
+
+def _constant_string(value: str, n: int) -> pa.Array:
+    raw = value.encode("utf-8")
+    offsets = np.arange(n + 1, dtype=np.int32) * len(raw)
+    data = np.tile(np.frombuffer(raw, dtype=np.uint8), n) if raw else np.zeros(0, np.uint8)
+    return pa.Array.from_buffers(pa.string(), n, [None, _buf(offsets), _buf(data)], 0)
+
+
+def _column(name: str, cols: dict, n: int, broker: str) -> pa.Array:
+    if name == "broker":
+        return _constant_string(broker, n)
+    if name in ("store_timestamp", "born_timestamp"):
+        return _timestamp(cols[name])
+    if name == "body":
+        return _string(cols, "body", n, binary=True)
+    if name == "properties":
+        keys = _string(cols, "property_key", int(cols["property_key_offsets"].size - 1))
+        values = _string(cols, "property_value", int(cols["property_value_offsets"].size - 1))
+        return pa.MapArray.from_arrays(pa.array(cols["properties_offsets"]), keys, values)
+    typ = _TYPES[name]
+    if pa.types.is_string(typ):
+        return _string(cols, name, n)
+    return pa.Array.from_buffers(typ, n, [None, _buf(cols[name])], 0)
+
+
+def _batch(cols: dict, columns: Sequence[str], schema: pa.Schema, broker: str) -> pa.RecordBatch:
+    n = int(cols["physical_offset"].size)
+    return pa.RecordBatch.from_arrays([_column(c, cols, n, broker) for c in columns], schema=schema)
+
+
+def _row_mask(cols: dict, f: ScanFilter) -> Optional[np.ndarray]:
+    """Rows of a decoded chunk *f* keeps (None: all of them)."""
+    mask = None
+
+    def both(m, cond):
+        return cond if m is None else (m & cond)
+
+    if f.min_physical_offset is not None:
+        mask = both(mask, cols["physical_offset"] >= f.min_physical_offset)
+    if f.max_physical_offset is not None:
+        mask = both(mask, cols["physical_offset"] <= f.max_physical_offset)
+    if f.min_store_timestamp is not None:
+        mask = both(mask, cols["store_timestamp"] >= f.min_store_timestamp)
+    if f.max_store_timestamp is not None:
+        mask = both(mask, cols["store_timestamp"] <= f.max_store_timestamp)
+    if f.queue_ids is not None:
+        mask = both(mask, np.isin(cols["queue_id"], np.fromiter(f.queue_ids, np.int64)))
+    if f.topics is not None:
+        n = int(cols["physical_offset"].size)
+        topic = _string(cols, "topic", n)
+        hit = pc.is_in(topic, value_set=pa.array(sorted(f.topics), pa.string()))
+        mask = both(mask, hit.to_numpy(zero_copy_only=False))
+    return mask
+
+
+def read_split(
+    split: Split,
+    columns: Optional[Sequence[str]] = None,
+    batch_rows: int = DEFAULT_BATCH_ROWS,
+    scan_filter: Optional[ScanFilter] = None,
+    check_crc: bool = False,
+    on_corrupt: str = "fail",
+    end_offset: Optional[int] = None,
+) -> Iterator[pa.RecordBatch]:
+    """Decode one split into record batches of at most *batch_rows* rows.
+
+    Args:
+        split (Split): from :func:`store_splits`.
+        columns (sequence of str | None): output columns (default :data:`COLUMNS`).
+        scan_filter (ScanFilter | None): rows to keep.
+        check_crc (bool): verify body CRCs (and ``__CRC32#`` when present).
+        on_corrupt (str): ``"fail"`` raises at an invalid record, ``"stop"``
+            ends the split there.
+        end_offset (int | None): physical offset to stop at (a live store's
+            known end), in addition to the split's end.
+
+    Raises:
+        CorruptedFileError: an invalid record before the end of data
+            (``on_corrupt="fail"``), with the file and position.
+    """
+    cols_out = COLUMNS if columns is None else tuple(columns)
+    schema = arrow_schema(cols_out)
+    f = scan_filter if scan_filter is not None and not scan_filter.is_empty() else None
+    with_body = "body" in cols_out
+    with_props = "properties" in cols_out
+    end = split.end
+    if end_offset is not None:
+        end = max(split.start, min(end, end_offset - split.file_offset))
+    buf = _map(split.path)
+    try:
+        pos = split.start
+        while pos < end:
+            nxt, stop, cols = k.decode_columns(
+                buf, pos, end, split.file_offset, batch_rows, with_body, with_props, check_crc
+            )
+            n = int(cols["physical_offset"].size)
+            if n:
+                mask = _row_mask(cols, f) if f is not None else None
+                b = _batch(cols, cols_out, schema, split.broker)
+                if mask is not None:
+                    b = b.filter(pa.array(mask))
+                if b.num_rows:
+                    yield b
+            if stop < 0:
+                if on_corrupt == "stop":
+                    return
+                raise CorruptedFileError(
+                    f"invalid record: {REC_STATUS_TEXT.get(stop, stop)} (run `rmqstore verify`)", split.path, nxt
+                )
+            if stop == REC_BLANK or nxt <= pos:
+                return
+            pos = nxt
+    finally:
+        if isinstance(buf, mmap.mmap):
+            buf.close()
+
+
+def iter_batches(
+    store_dirs,
+    columns: Optional[Sequence[str]] = None,
+    brokers: Optional[Sequence[str]] = None,
+    scan_filter: Optional[ScanFilter] = None,
+    batch_rows: int = DEFAULT_BATCH_ROWS,
+    split_bytes: int = 128 << 20,
+    check_crc: bool = False,
+    on_corrupt: str = "fail",
+) -> Iterator[pa.RecordBatch]:
+    """Every record of the stores in *store_dirs* (a path or a list, one per
+    broker), in CommitLog order store by store, as record batches.
+
+    *brokers* names the stores for the ``broker`` column (default
+    :func:`broker_name` of each path). Other arguments as :func:`read_split`.
+    Raises FileNotFoundError for a missing store, CorruptedFileError as
+    :func:`read_split`, ValueError for an unknown column or a broker list
+    of the wrong length.
+    """
+    dirs = _as_list(store_dirs)
+    names = _broker_names(dirs, brokers)
+    for d, b in zip(dirs, names):
+        for split in store_splits(d, b, split_bytes, scan_filter):
+            yield from read_split(split, columns, batch_rows, scan_filter, check_crc, on_corrupt)
+
+
+def read_table(store_dirs, columns: Optional[Sequence[str]] = None, **kwargs: Any) -> pa.Table:
+    """:func:`iter_batches` collected into one ``pyarrow.Table`` (for stores
+    that fit in memory)."""
+    cols = COLUMNS if columns is None else tuple(columns)
+    return pa.Table.from_batches(list(iter_batches(store_dirs, cols, **kwargs)), schema=arrow_schema(cols))
+
+
+def _as_list(store_dirs) -> list:
+    if isinstance(store_dirs, (str, bytes, os.PathLike)):
+        return [os.fspath(store_dirs)]
+    return [os.fspath(d) for d in store_dirs]
+
+
+def _broker_names(dirs: list, brokers: Optional[Iterable[str]]) -> list:
+    if brokers is None:
+        return [broker_name(d) for d in dirs]
+    names = list(brokers)
+    if len(names) != len(dirs):
+        raise ValueError(f"{len(names)} broker names for {len(dirs)} store directories")
+    return names
+
+
+
+# --- live stores ----------------------------------------------------------------------------------
+
+
+def min_offset(store_dir) -> int:
+    """Physical offset of the first CommitLog byte still stored (0 without files)."""
+    segs = _segments(os.fspath(store_dir))
+    return segs[0].offset if segs else 0
+
+
+def scan_end(store_dir, start: int) -> int:
+    """Physical offset just past the last valid record at or after *start*
+    (a record boundary), crossing END_OF_FILE blank records: the end a
+    reader of a live store may go to. Records are checked with their body
+    CRC, so one still being written ends the scan."""
+    segs = _segments(os.fspath(store_dir))
+    offset = start
+    for i, s in enumerate(segs):
+        if offset >= s.offset + s.size:
+            continue
+        if offset < s.offset:
+            offset = s.offset
+        buf = _map(s.path)
+        try:
+            pos = offset - s.offset
+            while True:
+                nxt, stop, _cols = k.decode_columns(buf, pos, s.size, s.offset, 65536, False, False, True)
+                pos = nxt
+                if stop != 1:
+                    break
+        finally:
+            if isinstance(buf, mmap.mmap):
+                buf.close()
+        offset = s.offset + pos
+        if stop == REC_BLANK and i + 1 < len(segs) and _is_blank_record(s.path, pos, s.size):
+            offset = s.offset + s.size  # the file is full: go on with the next one
+            continue
+        return offset
+    return offset
+
+
+def _is_blank_record(path: str, pos: int, size: int) -> bool:
+    """Whether an END_OF_FILE record filling the rest of the file is at *pos*."""
+    if pos + 8 > size:
+        return pos == size
+    with open(path, "rb") as fh:
+        fh.seek(pos)
+        total, magic = struct.unpack(">ii", fh.read(8))
+    return magic == BLANK_MAGIC_CODE and total == size - pos
+
+
+def range_splits(store_dir, broker: str, start: int, end: int) -> list:
+    """:class:`Split`\\ s covering physical offsets [*start*, *end*), both
+    record boundaries (from :func:`scan_end`)."""
+    out = []
+    for s in _segments(os.fspath(store_dir)):
+        lo, hi = max(start, s.offset), min(end, s.offset + s.size)
+        if lo < hi:
+            out.append(Split(broker, s.path, s.offset, lo - s.offset, hi - s.offset))
+    return out

@@ -1,0 +1,671 @@
+"""The ``rmqstore`` Spark data source (PySpark's Python Data Source API).
+
+Reading (``spark.read.format("rmqstore")``)
+    ``.load(store_dir)`` or ``.load([dir_a, dir_b])``: every CommitLog record
+    of the stores, one row per message, columns as :data:`rmqstore.arrow.COLUMNS`
+    (``broker`` names the store, see :func:`rmqstore.arrow.broker_name`).
+    One partition per CommitLog file, cut further (``splitBytes``) only at
+    record starts the ConsumeQueues know. Rows come as Arrow record batches
+    decoded by the bulk decoder of the core.
+
+    Options: ``brokers`` (comma-separated names, one per path),
+    ``schema`` (``full``, or ``narrow``: no ``body`` and ``properties``;
+    Spark 4.3 does not prune columns for Python sources), ``columns``
+    (comma-separated subset, in any order), ``splitBytes`` (default 128 MiB),
+    ``batchRows`` (default 65536), ``checkCrc`` (verify body CRCs),
+    ``onCorrupt`` (``fail``: raise CorruptedFileError at an invalid record;
+    ``stop``: end that partition there).
+    Filters, applied exactly and used to skip files (:class:`rmqstore.arrow.ScanFilter`):
+    ``topics``, ``queueIds`` (comma-separated), ``minPhysicalOffset``,
+    ``maxPhysicalOffset`` (bytes, inclusive), ``minStoreTimestamp``,
+    ``maxStoreTimestamp`` (ms since epoch, inclusive). With ``pushdown=true``
+    and ``spark.sql.python.filterPushdown.enabled=true``, WHERE conditions on
+    topic, queue_id, physical_offset and store_timestamp prune the same way
+    (Spark still evaluates them); with the conf off, ``pushdown=true`` is
+    accepted and only the options prune.
+
+Writing (``df.write.format("rmqstore")``)
+    see :class:`RmqStoreWriter`.
+
+Streaming (``spark.readStream.format("rmqstore")``)
+    see :class:`RmqStoreStreamReader`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import os
+import shutil
+import sys
+import time
+import uuid
+from typing import Any, Iterator, Optional
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceReader,
+    DataSourceStreamReader,
+    EqualTo,
+    GreaterThan,
+    GreaterThanOrEqual,
+    In,
+    InputPartition,
+    LessThan,
+    LessThanOrEqual,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import (
+    BinaryType,
+    IntegerType,
+    LongType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from .. import arrow
+
+__all__ = ["RmqStoreDataSource", "RmqStoreWriter", "RmqStoreStreamReader", "register", "spark_schema"]
+
+_SPARK_TYPES: dict = {
+    "broker": StringType(), "physical_offset": LongType(), "topic": StringType(), "queue_id": IntegerType(),
+    "queue_offset": LongType(), "store_timestamp": TimestampType(), "born_timestamp": TimestampType(),
+    "born_host": StringType(), "store_host": StringType(), "sys_flag": IntegerType(), "flag": IntegerType(),
+    "reconsume_times": IntegerType(), "tags": StringType(), "keys": StringType(), "unique_key": StringType(),
+    "msg_id": StringType(), "properties": MapType(StringType(), StringType()), "body": BinaryType(),
+    "store_size": IntegerType(), "prepared_transaction_offset": LongType(), "body_crc": IntegerType(),
+}
+
+
+def spark_schema(columns=None) -> StructType:
+    """The Spark schema of *columns* (default: every column), all nullable.
+    Raises ValueError for an unknown column."""
+    cols = arrow.COLUMNS if columns is None else tuple(columns)
+    arrow.arrow_schema(cols)  # validates the names
+    return StructType([StructField(c, _SPARK_TYPES[c], True) for c in cols])
+
+
+def register(spark) -> None:
+    """Register the ``rmqstore`` format with *spark* (a SparkSession)."""
+    spark.dataSource.register(RmqStoreDataSource)
+
+
+# --- options ----------------------------------------------------------------------------------------
+
+
+def _truthy(value) -> bool:
+    return str(value).strip().lower() in ("1", "true", "yes", "on")
+
+
+def _paths(options) -> list:
+    """Store directories from the ``path`` / ``paths`` options."""
+    if options.get("paths"):
+        raw = options["paths"]
+        try:
+            paths = json.loads(raw)
+        except ValueError:
+            paths = [p for p in raw.split(",") if p]
+        if isinstance(paths, str):
+            paths = [paths]
+    elif options.get("path"):
+        paths = [options["path"]]
+    else:
+        raise ValueError("no store directory: use .load(dir) or .load([dir, ...])")
+    return [_local(p) for p in paths]
+
+
+def _local(path: str) -> str:
+    """A filesystem path from a path or a ``file:`` URI."""
+    if path.startswith("file://"):
+        return path[len("file://"):]
+    if path.startswith("file:"):
+        return path[len("file:"):]
+    return path
+
+
+def _columns(options) -> tuple:
+    if options.get("columns"):
+        return tuple(c.strip() for c in options["columns"].split(",") if c.strip())
+    shape = options.get("schema", "full").lower()
+    if shape == "narrow":
+        return arrow.NARROW_COLUMNS
+    if shape != "full":
+        raise ValueError(f"option schema must be 'full' or 'narrow', got {shape!r}")
+    return arrow.COLUMNS
+
+
+def _int_opt(options, name):
+    v = options.get(name)
+    return None if v is None or v == "" else int(v)
+
+
+def _option_filter(options) -> arrow.ScanFilter:
+    topics = options.get("topics")
+    qids = options.get("queueIds")
+    return arrow.ScanFilter(
+        topics=frozenset(t for t in topics.split(",") if t) if topics else None,
+        queue_ids=frozenset(int(q) for q in qids.split(",") if q.strip()) if qids else None,
+        min_physical_offset=_int_opt(options, "minPhysicalOffset"),
+        max_physical_offset=_int_opt(options, "maxPhysicalOffset"),
+        min_store_timestamp=_int_opt(options, "minStoreTimestamp"),
+        max_store_timestamp=_int_opt(options, "maxStoreTimestamp"),
+    )
+
+
+def _brokers(options, paths: list) -> list:
+    names = options.get("brokers")
+    return arrow._broker_names(paths, [n.strip() for n in names.split(",")] if names else None)
+
+
+# --- the data source ------------------------------------------------------------------------------
+
+
+class RmqStoreDataSource(DataSource):
+    """Format ``rmqstore``: RocketMQ store directories as a table (see the module docstring)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "rmqstore"
+
+    def schema(self) -> StructType:
+        return spark_schema(_columns(self.options))
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        if _truthy(self.options.get("pushdown", "false")) and _planning_with_pushdown():
+            return _PushdownReader(self.options, schema)
+        return RmqStoreReader(self.options, schema)
+
+    def writer(self, schema: StructType, overwrite: bool) -> "RmqStoreWriter":
+        return RmqStoreWriter(self.options, schema, overwrite)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return RmqStoreStreamReader(self.options, schema)
+
+
+def _planning_with_pushdown() -> bool:
+    """Whether Spark asks for the reader to push filters into it. Spark plans
+    a Python source in one of two worker modules, chosen by
+    ``spark.sql.python.filterPushdown.enabled``; the other one fails any
+    reader that implements ``pushFilters``, so the choice is made here."""
+    frame: Any = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_filename.endswith("data_source_pushdown_filters.py"):
+            return True
+        frame = frame.f_back
+    return False
+
+
+class RmqStoreReader(DataSourceReader):
+    """Batch reader: one partition per split (:func:`rmqstore.arrow.store_splits`)."""
+
+    def __init__(self, options, schema: StructType):
+        self.paths = _paths(options)
+        self.brokers = _brokers(options, self.paths)
+        self.columns = tuple(f.name for f in schema.fields)
+        self.filter = _option_filter(options)
+        self.split_bytes = int(options.get("splitBytes", 128 << 20))
+        self.batch_rows = int(options.get("batchRows", arrow.DEFAULT_BATCH_ROWS))
+        self.check_crc = _truthy(options.get("checkCrc", "false"))
+        self.on_corrupt = options.get("onCorrupt", "fail").lower()
+        if self.on_corrupt not in ("fail", "stop"):
+            raise ValueError(f"option onCorrupt must be 'fail' or 'stop', got {self.on_corrupt!r}")
+
+    def partitions(self) -> list:
+        out = []
+        for path, broker in zip(self.paths, self.brokers):
+            for s in arrow.store_splits(path, broker, self.split_bytes, self.filter):
+                out.append(InputPartition(tuple(s)))
+        return out
+
+    def read(self, partition: InputPartition) -> Iterator:
+        if partition.value is None:  # a read of stores without records
+            return iter(())
+        split = arrow.Split(*partition.value)
+        return arrow.read_split(
+            split, self.columns, self.batch_rows, self.filter, self.check_crc, self.on_corrupt
+        )
+
+
+class _PushdownReader(RmqStoreReader):
+    """The reader Spark hands WHERE conditions to (``pushdown=true``)."""
+
+    def pushFilters(self, filters: list) -> Iterator:
+        for f in filters:
+            got = _to_scan_filter(f)
+            if got is not None:
+                self.filter = self.filter.intersect(got)
+            # Spark evaluates every filter again: pruning here is only a shortcut
+            yield f
+
+
+def _ms_bounds(value) -> tuple:
+    """(floor, ceil) ms since epoch of a filter's timestamp literal; a naive
+    datetime is widened by a day since its zone is not known here."""
+    if isinstance(value, datetime.datetime):
+        if value.tzinfo is None:
+            base = value.replace(tzinfo=datetime.timezone.utc).timestamp()
+            return int((base - 86400) * 1000), int((base + 86400) * 1000) + 1
+        ts = value.timestamp() * 1000
+        return int(ts // 1), int(-(-ts // 1))
+    if isinstance(value, datetime.date):
+        base = datetime.datetime(value.year, value.month, value.day, tzinfo=datetime.timezone.utc).timestamp()
+        return int((base - 86400) * 1000), int((base + 2 * 86400) * 1000)
+    return int(value), int(value)
+
+
+def _to_scan_filter(f) -> Optional[arrow.ScanFilter]:
+    """The pruning a Spark filter allows (None: none)."""
+    col = f.attribute[0] if len(f.attribute) == 1 else None
+    if col == "topic":
+        if isinstance(f, EqualTo) and isinstance(f.value, str):
+            return arrow.ScanFilter(topics=frozenset([f.value]))
+        if isinstance(f, In) and all(isinstance(v, str) for v in f.value):
+            return arrow.ScanFilter(topics=frozenset(f.value))
+        return None
+    if col == "queue_id":
+        if isinstance(f, EqualTo) and isinstance(f.value, int):
+            return arrow.ScanFilter(queue_ids=frozenset([f.value]))
+        if isinstance(f, In) and all(isinstance(v, int) for v in f.value):
+            return arrow.ScanFilter(queue_ids=frozenset(f.value))
+        return None
+    if col not in ("physical_offset", "store_timestamp"):
+        return None
+    if not isinstance(f, (EqualTo, GreaterThan, GreaterThanOrEqual, LessThan, LessThanOrEqual)):
+        return None
+    try:
+        lo, hi = _ms_bounds(f.value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    if col == "physical_offset" and isinstance(f, GreaterThan):
+        lo += 1
+    if col == "physical_offset" and isinstance(f, LessThan):
+        hi -= 1
+    low = lo if isinstance(f, (EqualTo, GreaterThan, GreaterThanOrEqual)) else None
+    high = hi if isinstance(f, (EqualTo, LessThan, LessThanOrEqual)) else None
+    if col == "physical_offset":
+        return arrow.ScanFilter(min_physical_offset=low, max_physical_offset=high)
+    return arrow.ScanFilter(min_store_timestamp=low, max_store_timestamp=high)
+
+
+# --- streaming ----------------------------------------------------------------------------------
+
+
+class RmqStoreStreamReader(DataSourceStreamReader):
+    """Tails live stores: each micro-batch holds the records appended since
+    the previous one. The offset is ``{broker: physical offset}``, the end of
+    the valid records found by walking the CommitLog from the last end
+    (:func:`rmqstore.arrow.scan_end`; a record still being written does not
+    validate and waits for the next batch). Options as for reading, plus
+    ``startingOffsets``: ``earliest`` (default) or ``latest``. Records
+    removed by retention before they are read are skipped."""
+
+    def __init__(self, options, schema: StructType):
+        self.reader = RmqStoreReader(options, schema)
+        self.starting = options.get("startingOffsets", "earliest").lower()
+        if self.starting not in ("earliest", "latest"):
+            raise ValueError(f"option startingOffsets must be 'earliest' or 'latest', got {self.starting!r}")
+
+    def initialOffset(self) -> dict:
+        out = {}
+        for path, broker in zip(self.reader.paths, self.reader.brokers):
+            start = arrow.min_offset(path)
+            out[broker] = arrow.scan_end(path, start) if self.starting == "latest" else start
+        return out
+
+    def latestOffset(self, start: Optional[dict] = None, limit: Any = None) -> dict:
+        # Spark >= 4.2 passes the batch's start and a read limit (always
+        # ReadAllAvailable here: no option limits a batch); older Spark passes nothing
+        prev = start or getattr(self, "_last", None) or self.initialOffset()
+        out = {}
+        for path, broker in zip(self.reader.paths, self.reader.brokers):
+            out[broker] = arrow.scan_end(path, max(prev.get(broker, 0), arrow.min_offset(path)))
+        self._last = out
+        return out
+
+    def partitions(self, start: dict, end: dict) -> list:
+        r = self.reader
+        out = []
+        for path, broker in zip(r.paths, r.brokers):
+            lo, hi = int(start.get(broker, 0)), int(end.get(broker, 0))
+            for s in arrow.range_splits(path, broker, max(lo, arrow.min_offset(path)), hi):
+                out.append(InputPartition((tuple(s), hi)))
+        return out
+
+    def read(self, partition: InputPartition) -> Iterator:
+        split_values, end = partition.value
+        r = self.reader
+        return arrow.read_split(
+            arrow.Split(*split_values), r.columns, r.batch_rows, r.filter, r.check_crc, r.on_corrupt, end
+        )
+
+    def commit(self, end: dict) -> None:
+        pass
+
+
+# --- writing ------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class _Staged(WriterCommitMessage):
+    partition: int
+    files: list  # [(store directory, staged Arrow file, rows)]
+
+
+class RmqStoreWriter(DataSourceArrowWriter):
+    """``df.write.format("rmqstore").mode(m).save(dir)``: one message per row.
+
+    Columns used (others are ignored; store-assigned ones such as
+    physical_offset, queue_offset, msg_id, store_size are recomputed):
+    ``topic`` (string, required), ``body`` (binary or string, required),
+    ``queue_id``, ``flag``, ``tags``, ``keys``, ``unique_key``,
+    ``properties`` (map), ``born_timestamp`` (timestamp, or long ms),
+    ``born_host``, ``store_host``, ``store_timestamp`` (kept as the record's
+    store time when given, else the clock), ``reconsume_times``,
+    ``sys_flag``, ``prepared_transaction_offset``, ``broker``.
+
+    Tasks validate their rows and stage them as Arrow files beside the
+    target; nothing touches a store until ``commit``, which appends every
+    staged file in partition order under the store's writer lock (queue
+    and physical offsets are sequential per store, so one writer per store).
+    A mode is required (Spark refuses its default, ``errorifexists``, for
+    Python sources): ``mode("append")`` appends to the store (created if missing);
+    ``mode("overwrite")`` builds a new store next to it and swaps the two
+    directories atomically (``renameat2(RENAME_EXCHANGE)`` where the OS has
+    it). ``abort`` deletes the staged data: the target stays as it was.
+
+    Options: ``brokerDirs=true`` routes each row to ``<dir>/<broker>`` by its
+    ``broker`` column (a store per broker); ``storeHost`` (default
+    ``127.0.0.1:10911``); ``config.<name>`` store settings
+    (:class:`rmqstore.StoreConfig` names, snake_case or RocketMQ's
+    camelCase) for new stores — an existing store's file sizes are kept;
+    ``lockTimeout`` seconds to wait for a store another writer holds
+    (default 600).
+    """
+
+    def __init__(self, options, schema: StructType, overwrite: bool):
+        self.target = os.path.abspath(_local(_paths(options)[0]))
+        self.overwrite = overwrite
+        self.route = _truthy(options.get("brokerDirs", "false"))
+        self.store_host = options.get("storeHost", "127.0.0.1:10911")
+        self.lock_timeout = float(options.get("lockTimeout", 600))
+        self.config = {k[len("config."):]: v for k, v in options.items() if k.lower().startswith("config.")}
+        _config_names(self.config)  # a misspelt setting fails now, before any task runs
+        names = set(schema.fieldNames())
+        for need in ("topic", "body"):
+            if need not in names:
+                raise ValueError(f"writing to rmqstore needs a {need!r} column; the DataFrame has {sorted(names)}")
+        if self.route and "broker" not in names:
+            raise ValueError("brokerDirs=true needs a 'broker' column")
+        self.job = uuid.uuid4().hex[:12]
+        parent, base = os.path.split(self.target)
+        self.staging = os.path.join(parent, f".{base}.rmqstore-write-{self.job}")
+
+    def write(self, iterator) -> _Staged:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        part = ctx.partitionId() if ctx is not None else 0
+        attempt = ctx.attemptNumber() if ctx is not None else 0
+        writers: dict = {}
+        counts: dict = {}
+        try:
+            for batch in iterator:
+                if batch.num_rows == 0:
+                    continue
+                batch = _normalise_batch(batch)
+                if self.route:
+                    brokers = batch.column("broker")
+                    if brokers.null_count:
+                        raise ValueError("a row has no broker (brokerDirs=true routes rows by the broker column)")
+                    groups = [(b, batch.filter(pc.equal(brokers, b))) for b in pc.unique(brokers).to_pylist()]
+                else:
+                    groups = [(None, batch)]
+                for broker, rows in groups:
+                    store = self.target if broker is None else os.path.join(self.target, _safe_name(broker))
+                    w = writers.get(store)
+                    if w is None:
+                        os.makedirs(self.staging, exist_ok=True)
+                        path = os.path.join(self.staging, f"part-{part:05d}-{attempt}-{len(writers)}.arrow")
+                        w = writers[store] = (path, pa.ipc.new_file(path, rows.schema))
+                        counts[store] = 0
+                    w[1].write_batch(rows)
+                    counts[store] += rows.num_rows
+        finally:
+            for _path, w in writers.values():
+                w.close()
+        return _Staged(part, [(store, path, counts[store]) for store, (path, _w) in writers.items()])
+
+    def commit(self, messages: list) -> None:
+        try:
+            staged: dict = {}
+            for m in sorted((m for m in messages if m is not None), key=lambda m: m.partition):
+                for store, path, _rows in m.files:
+                    staged.setdefault(store, []).append(path)
+            for store, paths in staged.items():
+                if self.overwrite:
+                    self._replace(store, paths)
+                else:
+                    self._append(store, paths, store)
+            if self.overwrite and not self.route and not staged:
+                self._replace(self.target, [])  # overwrite with no rows: an empty store
+        finally:
+            shutil.rmtree(self.staging, ignore_errors=True)
+
+    def abort(self, messages: list) -> None:
+        shutil.rmtree(self.staging, ignore_errors=True)
+
+    # -- store side
+
+    def _store_config(self, store: str):
+        from ..config import StoreConfig
+        from ..tools import infer_config
+
+        cfg = StoreConfig.from_dict(_config_names(self.config)) if self.config else StoreConfig()
+        if os.path.isdir(os.path.join(store, "commitlog")):
+            cfg, _notes = infer_config(store, cfg)
+        if cfg.clean_service_enable:
+            # the clock replays old store times while writing: no retention by it
+            cfg = cfg.replace(clean_service_enable=False)
+        return cfg
+
+    def _append(self, store: str, paths: list, config_from: str) -> None:
+        from ..exceptions import StoreLockedError
+        from ..store import MessageStore
+
+        cfg = self._store_config(config_from)
+        clock_value = [0]
+        use_clock = [False]
+        wall = _wall_ms
+
+        def clock() -> int:
+            return clock_value[0] if use_clock[0] else wall()
+
+        deadline = time.monotonic() + self.lock_timeout
+        st = None
+        while st is None:
+            try:
+                st = MessageStore.open(store, config=cfg, store_host=self.store_host, clock=clock)
+            except StoreLockedError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+        try:
+            # first the store's own checks on every row (they write nothing),
+            # so a row it refuses fails the job before the store changes
+            for path in paths:
+                for batch in _read_staged(path):
+                    for msg, _ts in _messages(batch):
+                        st.check_message(msg)
+            for path in paths:
+                for batch in _read_staged(path):
+                    _put_rows(st, _messages(batch), clock_value, use_clock)
+        finally:
+            st.close()
+
+    def _replace(self, store: str, paths: list) -> None:
+        parent, base = os.path.split(store)
+        os.makedirs(parent, exist_ok=True)
+        fresh = os.path.join(parent, f".{base}.rmqstore-new-{self.job}")
+        try:
+            self._append(fresh, paths, store if os.path.isdir(store) else fresh)
+            with _held_lock(store):
+                if os.path.isdir(store):
+                    _exchange(fresh, store)  # fresh now holds the old store
+                    shutil.rmtree(fresh)
+                else:
+                    os.rename(fresh, store)
+        finally:
+            shutil.rmtree(fresh, ignore_errors=True)
+
+
+def _config_names(options: dict) -> dict:
+    """Spark lower-cases option names: map them back to StoreConfig fields
+    (``maxindexnum`` and ``max_index_num`` are both ``max_index_num``).
+    Raises ConfigError for a name that is no field."""
+    from ..config import StoreConfig
+    from ..exceptions import ConfigError
+
+    fields = {f.name.replace("_", ""): f.name for f in dataclasses.fields(StoreConfig)}
+    out = {}
+    for name, value in options.items():
+        field = fields.get(name.lower().replace("_", ""))
+        if field is None:
+            raise ConfigError(f"unknown store config option config.{name}")
+        out[field] = value
+    return out
+
+
+def _wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _safe_name(broker: str) -> str:
+    if not broker or "/" in broker or broker in (".", ".."):
+        raise ValueError(f"broker {broker!r} cannot name a store directory")
+    return broker
+
+
+def _normalise_batch(batch):
+    """Check and convert the columns a message needs (body as binary,
+    timestamps as int64 ms) so bad input fails in the task, before commit."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    names = batch.schema.names
+    cols = {}
+    for name in names:
+        col = batch.column(name)
+        if name == "body" and pa.types.is_string(col.type):
+            col = col.cast(pa.binary())
+        if name in ("born_timestamp", "store_timestamp"):
+            if pa.types.is_timestamp(col.type):
+                col = pc.divide(col.cast(pa.timestamp("us")).cast(pa.int64()), 1000)
+            col = col.cast(pa.int64())
+        cols[name] = col
+    if batch.column("topic").null_count:
+        raise ValueError("a row has no topic")
+    return pa.RecordBatch.from_arrays(list(cols.values()), names=list(cols))
+
+
+def _read_staged(path: str):
+    import pyarrow as pa
+
+    with pa.memory_map(path) as source:
+        reader = pa.ipc.open_file(source)
+        for i in range(reader.num_record_batches):
+            yield reader.get_batch(i)
+
+
+_MESSAGE_FIELDS = (
+    "queue_id", "flag", "tags", "keys", "unique_key", "born_timestamp", "born_host", "store_host",
+    "reconsume_times", "sys_flag", "prepared_transaction_offset",
+)
+
+
+def _messages(batch) -> Iterator:
+    """``(Message, store time in ms or None)`` per row of a staged batch.
+    Raises MessageTypeError / IllegalMessageError for a bad row."""
+    from ..message import Message
+
+    data = batch.to_pydict()
+    topics = data["topic"]
+    bodies = data["body"]
+    props = data.get("properties")
+    store_ts = data.get("store_timestamp")
+    present = [f for f in _MESSAGE_FIELDS if f in data]
+    for i in range(batch.num_rows):
+        kw = {f: data[f][i] for f in present if data[f][i] is not None}
+        p = props[i] if props is not None else None
+        if p is not None:
+            kw["properties"] = dict(p)
+        msg = Message(topics[i], bodies[i] if bodies[i] is not None else b"", **kw)
+        yield msg, (store_ts[i] if store_ts is not None else None)
+
+
+def _put_rows(st, rows, clock_value: list, use_clock: list) -> None:
+    """Put ``(message, store time)`` pairs into the open store *st*, in order."""
+    chunk: list = []
+    for msg, ts in rows:
+        if ts is not None:
+            # the record keeps its own store time: one put with the clock set to it
+            if chunk:
+                use_clock[0] = False
+                st.put_messages(chunk)
+                chunk = []
+            clock_value[0] = ts
+            use_clock[0] = True
+            st.put_message(msg)
+        else:
+            chunk.append(msg)
+    if chunk:
+        use_clock[0] = False
+        st.put_messages(chunk)
+
+
+class _held_lock:
+    """The store's writer lock (:class:`rmqstore.store.StoreLock`) while a job
+    rewrites its files or swaps its directory; nothing to hold for a store
+    that does not exist yet. Raises StoreLockedError when a writer holds it."""
+
+    def __init__(self, store: str):
+        self.store = store
+        self.lock: Any = None  # a StoreLock while held
+
+    def __enter__(self):
+        from ..store import StoreLock
+
+        if os.path.isdir(self.store):
+            self.lock = StoreLock(self.store).acquire()
+        return self
+
+    def __exit__(self, *exc):
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
+
+
+def _exchange(a: str, b: str) -> None:
+    """Swap directories *a* and *b*: atomically with Linux ``renameat2
+    (RENAME_EXCHANGE)``, else with three renames."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        renameat2 = None
+    if renameat2 is not None:
+        at_fdcwd, rename_exchange = -100, 2
+        if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
+            return
+    tmp = b + ".rmqstore-swap"
+    os.rename(b, tmp)
+    os.rename(a, b)
+    os.rename(tmp, a)

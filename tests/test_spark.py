@@ -1,0 +1,376 @@
+"""The Spark data source, writer, rebuild jobs and streaming reader (rmqstore.spark).
+
+One session-scoped SparkSession (local[2]); every result is compared with the
+plain reader (``MessageStore.iter_messages``) or with files the store (or
+RocketMQ itself, for the golden stores) wrote. Skipped when pyspark or Java
+is missing, unless ``RMQSTORE_REQUIRE_SPARK=1`` (CI), which makes that an error.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+
+def _why_no_spark():
+    try:
+        import pandas  # noqa: F401
+        import pyarrow  # noqa: F401
+        import pyspark  # noqa: F401
+    except ImportError as e:
+        return f"pyspark[sql] is not installed ({e}); pip install -e '.[spark,test]'"
+    if not (shutil.which("java") or os.environ.get("JAVA_HOME")):
+        return "no Java runtime (java is not on PATH and JAVA_HOME is unset)"
+    return None
+
+
+_WHY = _why_no_spark()
+if _WHY is not None:
+    if os.environ.get("RMQSTORE_REQUIRE_SPARK") == "1":
+        raise RuntimeError(f"RMQSTORE_REQUIRE_SPARK=1 but {_WHY}")
+    pytest.skip(_WHY, allow_module_level=True)
+
+import rmqstore  # noqa: E402
+from conftest import StepClock, copy_golden_store, golden_store, load_dump  # noqa: E402
+from rmqstore import Message, MessageStore, StoreConfig  # noqa: E402
+from rmqstore.exceptions import StoreLockedError  # noqa: E402
+from rmqstore.tools import recover_store  # noqa: E402
+from test_arrow import SMALL, make_store, plain_rows  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def spark():
+    # Python workers: this interpreter, with rmqstore importable even from a plain checkout
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    src = str(pathlib.Path(rmqstore.__file__).resolve().parent.parent)
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (src, os.environ.get("PYTHONPATH")) if p)
+    from pyspark.sql import SparkSession
+
+    from rmqstore.spark import register
+
+    s = (
+        SparkSession.builder.master("local[2]")
+        .appName("rmqstore-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
+    s.sparkContext.setLogLevel("ERROR")
+    register(s)
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def mixed(tmp_path_factory):
+    root = tmp_path_factory.mktemp("spark") / "broker-x" / "store"
+    make_store(root)
+    return root
+
+
+def tree(root, sub: str) -> dict:
+    """{relative path: bytes} of every file under root/sub."""
+    base = pathlib.Path(root) / sub
+    return {str(p.relative_to(base)): p.read_bytes() for p in sorted(base.rglob("*")) if p.is_file()}
+
+
+def index_contents(root) -> list:
+    """Index file contents in name order (names are creation times)."""
+    return list(tree(root, "index").values())
+
+
+def file_hashes(directory) -> dict:
+    out = {}
+    for p in sorted(pathlib.Path(directory).rglob("*")):
+        if p.is_file():
+            out[str(p.relative_to(directory))] = hashlib.sha256(p.read_bytes()).hexdigest()
+    return out
+
+
+def rows_by_offset(df) -> list:
+    df = df.selectExpr("*", "unix_millis(store_timestamp) AS store_ms", "unix_millis(born_timestamp) AS born_ms")
+    return [r.asDict(recursive=True) for r in df.orderBy("broker", "physical_offset").collect()]
+
+
+def check_rows(rows: list, msgs: list, broker: str) -> None:
+    assert len(rows) == len(msgs)
+    for r, m in zip(rows, msgs):
+        assert r["broker"] == broker
+        for name in ("physical_offset", "topic", "queue_id", "queue_offset", "born_host", "store_host", "sys_flag",
+                     "flag", "reconsume_times", "tags", "keys", "unique_key", "msg_id", "store_size",
+                     "prepared_transaction_offset", "body_crc"):
+            assert r[name] == getattr(m, name), (name, r["physical_offset"])
+        assert bytes(r["body"]) == m.body
+        assert r["properties"] == m.properties
+        assert (r["store_ms"], r["born_ms"]) == (m.store_timestamp, m.born_timestamp)
+
+
+# --- reading -------------------------------------------------------------------------------------
+
+
+def test_read_matches_plain_reader(spark, mixed):
+    paths = [str(golden_store("tiny")), str(golden_store("basic")), str(mixed)]
+    df = spark.read.format("rmqstore").load(paths)
+    files = sum(len(os.listdir(os.path.join(p, "commitlog"))) for p in paths)
+    assert df.rdd.getNumPartitions() == files  # one partition per CommitLog file
+    rows = rows_by_offset(df)
+    by_broker: dict = {}
+    for r in rows:
+        by_broker.setdefault(r["broker"], []).append(r)
+    assert sorted(by_broker) == ["basic", "broker-x", "tiny"]
+    check_rows(by_broker["tiny"], plain_rows(golden_store("tiny")), "tiny")
+    check_rows(by_broker["basic"], plain_rows(golden_store("basic")), "basic")
+    check_rows(by_broker["broker-x"], plain_rows(mixed), "broker-x")
+
+
+def test_narrow_schema_split_files_and_options(spark, mixed):
+    from rmqstore.arrow import NARROW_COLUMNS
+
+    narrow = spark.read.format("rmqstore").option("schema", "narrow").option("splitBytes", "2000").load(str(mixed))
+    assert tuple(narrow.columns) == NARROW_COLUMNS
+    assert narrow.rdd.getNumPartitions() > 2 * len(os.listdir(mixed / "commitlog"))
+    got = [r.physical_offset for r in narrow.select("physical_offset").orderBy("physical_offset").collect()]
+    assert got == [m.physical_offset for m in plain_rows(mixed)]
+    cols = spark.read.format("rmqstore").option("columns", "topic,body").option("brokers", "x").load(str(mixed))
+    assert cols.columns == ["topic", "body"]
+
+
+def test_filter_options_prune_without_pushdown_conf(spark, mixed):
+    assert spark.conf.get("spark.sql.python.filterPushdown.enabled", "false") == "false"
+    msgs = plain_rows(mixed)
+    t0 = msgs[100].store_timestamp
+    df = (
+        spark.read.format("rmqstore").option("pushdown", "true").option("topics", "SCHEDULE_TOPIC_XXXX")
+        .option("minStoreTimestamp", str(t0)).load(str(mixed))
+    )
+    all_parts = spark.read.format("rmqstore").load(str(mixed)).rdd.getNumPartitions()
+    assert df.rdd.getNumPartitions() < all_parts
+    got = [r.physical_offset for r in df.select("physical_offset").collect()]
+    assert got == [m.physical_offset for m in msgs if m.topic == "SCHEDULE_TOPIC_XXXX" and m.store_timestamp >= t0]
+
+
+def test_sql_filter_pushdown_prunes_files(spark, mixed):
+    msgs = plain_rows(mixed)
+    lo, hi = msgs[50].physical_offset, msgs[120].physical_offset
+    spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
+    try:
+        df = spark.read.format("rmqstore").option("pushdown", "true").option("schema", "narrow").load(str(mixed))
+        t = msgs[60].store_timestamp
+        q = df.where(f"physical_offset >= {lo} AND physical_offset < {hi} AND queue_id IN (0, 2) AND topic = 'TopicA'"
+                     f" AND store_timestamp >= timestamp_millis({t})")
+        parts = q.rdd.getNumPartitions()
+        got = [r.physical_offset for r in q.select("physical_offset").orderBy("physical_offset").collect()]
+    finally:
+        spark.conf.unset("spark.sql.python.filterPushdown.enabled")
+    assert parts < len(os.listdir(mixed / "commitlog"))
+    assert got == [m.physical_offset for m in msgs if lo <= m.physical_offset < hi and m.queue_id in (0, 2)
+                   and m.topic == "TopicA" and m.store_timestamp >= t]
+    assert got
+
+
+# --- writing ---------------------------------------------------------------------------------------
+
+
+def test_write_round_trip_is_byte_identical(spark, mixed, tmp_path):
+    out = tmp_path / "copy"
+    # camelCase (RocketMQ's names) and snake_case option names both work
+    sizes = {"config.mappedFileSizeCommitLog": SMALL["mapped_file_size_commit_log"],
+             "config.mapped_file_size_consume_queue": SMALL["mapped_file_size_consume_queue"],
+             "config.maxHashSlotNum": SMALL["max_hash_slot_num"], "config.maxIndexNum": SMALL["max_index_num"]}
+    df = spark.read.format("rmqstore").load(str(mixed))
+    df.write.format("rmqstore").mode("overwrite").options(**sizes).save(str(out))
+    assert tree(out, "commitlog") == tree(mixed, "commitlog")
+    assert tree(out, "consumequeue") == tree(mixed, "consumequeue")
+    assert index_contents(out) == index_contents(mixed)
+    assert not glob.glob(str(tmp_path / ".copy.rmqstore-*"))
+
+
+def test_append_routes_rows_by_broker(spark, tmp_path):
+    out = tmp_path / "stores"
+    df = spark.read.format("rmqstore").option("schema", "full").load(
+        [str(golden_store("tiny")), str(golden_store("basic"))]
+    ).select("broker", "topic", "queue_id", "body", "properties", "tags", "keys", "unique_key")
+    # not 1 GiB CommitLog files for a test (64 KiB: basic has a 30000-byte body)
+    small = {f"config.{k}": v for k, v in {**SMALL, "mapped_file_size_commit_log": 65536}.items()}
+    for _ in range(2):
+        df.write.format("rmqstore").mode("append").option("brokerDirs", "true").options(**small).save(str(out))
+    assert sorted(os.listdir(out)) == ["basic", "tiny"]
+    for name in ("tiny", "basic"):
+        src = [m for m in plain_rows(golden_store(name))]
+        got = plain_rows(out / name)
+        assert [m.body for m in got] == [m.body for m in src] * 2
+        assert [m.topic for m in got] == [m.topic for m in src] * 2
+        # sys_flag was not selected: every row became a plain message with a
+        # queue offset, and the offsets go on across the two appends
+        with MessageStore.open(out / name, read_only=True) as st:
+            for (topic, qid) in {(m.topic, m.queue_id) for m in src}:
+                n = sum(1 for m in src if (m.topic, m.queue_id) == (topic, qid))
+                assert st.get_max_offset_in_queue(topic, qid) == 2 * n
+                assert [m.queue_offset for m in got if (m.topic, m.queue_id) == (topic, qid)] == list(range(2 * n))
+
+
+def test_failed_write_leaves_target_as_it_was_and_overwrite_replaces(spark, tmp_path):
+    target = copy_golden_store("tiny", tmp_path / "target")
+    before = file_hashes(target)
+    bad = spark.createDataFrame(
+        [("T", b"a"), (None, b"b")], "topic string, body binary"
+    ).repartition(2)
+    for mode in ("append", "overwrite"):
+        with pytest.raises(Exception, match="no topic"):
+            bad.write.format("rmqstore").mode(mode).save(str(target))
+        assert file_hashes(target) == before
+    # a row only the store refuses (a record larger than a 4 KiB CommitLog file)
+    # fails in commit, before anything is written
+    huge = spark.createDataFrame([("T", b"ok"), ("T", b"x" * 5000)], "topic string, body binary").coalesce(1)
+    with pytest.raises(Exception, match="cannot fit"):
+        huge.write.format("rmqstore").mode("append").save(str(target))
+    assert file_hashes(target) == before
+    assert sorted(os.listdir(tmp_path)) == ["target"]  # no staged data left behind
+    good = spark.createDataFrame([("T", b"new", 3)], "topic string, body binary, queue_id int")
+    good.write.format("rmqstore").mode("overwrite").save(str(target))
+    got = plain_rows(target)
+    assert [(m.topic, m.body, m.queue_id) for m in got] == [("T", b"new", 3)]
+    # the golden store's file sizes are kept for the new store
+    assert os.listdir(target / "commitlog") == ["00000000000000000000"]
+    assert os.path.getsize(target / "commitlog" / "00000000000000000000") == 4096
+    assert sorted(os.listdir(tmp_path)) == ["target"]
+
+
+# --- rebuild jobs --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["tiny", "basic"])
+def test_rebuild_golden_is_byte_identical_to_rocketmq(spark, tmp_path, name):
+    from rmqstore.spark import rebuild_consume_queues, rebuild_index
+
+    root = copy_golden_store(name, tmp_path / name)
+    shutil.rmtree(root / "consumequeue")
+    shutil.rmtree(root / "index")
+    # with the files gone, their sizes come from the store config RocketMQ ran with
+    config = load_dump(name)["storeConfig"]
+    rep = rebuild_consume_queues(spark, root, config=config)
+    assert tree(root, "consumequeue") == tree(golden_store(name), "consumequeue")
+    assert rep["units"] == sum(1 for m in plain_rows(root) if m.transaction_type in (0, 8))
+    rep = rebuild_index(spark, root, config=config)
+    assert index_contents(root) == index_contents(golden_store(name))
+    assert rep["files"] == len(os.listdir(golden_store(name) / "index"))
+    assert not [n for n in os.listdir(root) if ".rebuild-" in n]
+
+
+def test_rebuild_matches_store_and_local_rebuild(spark, mixed, tmp_path):
+    from rmqstore.cli import main
+
+    spark_copy = tmp_path / "spark"
+    local_copy = tmp_path / "local"
+    for d in (spark_copy, local_copy):
+        shutil.copytree(mixed, d)
+        shutil.rmtree(d / "consumequeue")
+        shutil.rmtree(d / "index")
+    recover_store(local_copy, StoreConfig(**SMALL))  # the local rebuild: recovery re-dispatches
+    props = tmp_path / "broker.properties"
+    props.write_text("".join(f"{k}={v}\n" for k, v in SMALL.items()))
+    assert main(["spark", "rebuild-cq", str(spark_copy), "--config", str(props)]) == 0
+    assert main(["spark", "rebuild-index", str(spark_copy), "--config", str(props)]) == 0
+    assert tree(spark_copy, "consumequeue") == tree(mixed, "consumequeue") == tree(local_copy, "consumequeue")
+    assert index_contents(spark_copy) == index_contents(mixed) == index_contents(local_copy)
+    assert len(index_contents(mixed)) > 2
+
+
+def test_rebuild_refuses_a_store_open_for_writing(spark, tmp_path, capsys):
+    from rmqstore.cli import main
+    from rmqstore.spark import rebuild_consume_queues
+
+    root = copy_golden_store("tiny", tmp_path / "s")
+    before = file_hashes(root / "consumequeue")
+    with MessageStore.open(root, config=load_dump("tiny")["storeConfig"]):
+        with pytest.raises(StoreLockedError):
+            rebuild_consume_queues(spark, root)
+        assert main(["spark", "rebuild-cq", str(root)]) == 2
+    assert "open for writing" in capsys.readouterr().err
+    # a writer in another process holds the fcntl lock
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import json, sys; from rmqstore import MessageStore; "
+         "s = MessageStore.open(sys.argv[1], config=json.loads(sys.argv[2])); "
+         "print('ready', flush=True); sys.stdin.read(); s.close()",
+         str(root), json.dumps(load_dump("tiny")["storeConfig"])],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH", "")},
+    )
+    try:
+        assert holder.stdout.readline().strip() == "ready"
+        with pytest.raises(StoreLockedError, match="another process"):
+            rebuild_consume_queues(spark, root)
+    finally:
+        holder.communicate("", timeout=60)
+    assert file_hashes(root / "consumequeue") == before
+
+
+# --- streaming -----------------------------------------------------------------------------------
+
+
+def test_stream_reads_new_records_of_a_live_store(spark, tmp_path):
+    root = tmp_path / "live"
+    cfg = StoreConfig(**SMALL)
+    with MessageStore.open(root, config=cfg, clock=StepClock()) as st:
+        st.put_messages([Message("T", f"a{i}".encode() * 300, queue_id=i % 2) for i in range(30)])
+        stream = (
+            spark.readStream.format("rmqstore").option("schema", "narrow").load(str(root))
+            .writeStream.format("memory").queryName("rmq_live").start()
+        )
+        try:
+            stream.processAllAvailable()
+            first = spark.sql("SELECT count(*) AS n FROM rmq_live").first().n
+            st.put_messages([Message("U", f"b{i}".encode() * 300) for i in range(25)])
+            stream.processAllAvailable()
+            got = [(r.topic, r.physical_offset) for r in
+                   spark.sql("SELECT topic, physical_offset FROM rmq_live ORDER BY physical_offset").collect()]
+        finally:
+            stream.stop()
+        want = [(m.topic, m.physical_offset) for m in st.iter_messages()]
+    assert first == 30
+    assert got == want and len(os.listdir(root / "commitlog")) > 2
+
+
+def test_cli_help_lists_the_jobs(capsys):
+    from rmqstore.spark.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    assert "rebuild-cq" in out and "rebuild-index" in out
+
+
+def test_stream_offsets_start_latest_and_follow_the_end(tmp_path):
+    """The stream reader's offset logic, driven directly (no query)."""
+    from rmqstore.spark.source import RmqStoreStreamReader, spark_schema
+
+    root = tmp_path / "b1" / "store"
+    with MessageStore.open(root, config=StoreConfig(**SMALL)) as st:
+        st.put_messages([Message("T", b"old" * 2000) for _ in range(10)])
+        old_end = st.max_physical_offset
+        opts = {"path": str(root), "startingOffsets": "latest", "schema": "narrow"}
+        reader = RmqStoreStreamReader(opts, spark_schema(["topic", "body"]))
+        start = reader.initialOffset()
+        assert start == {"b1": old_end}
+        assert reader.latestOffset(start, None) == start  # nothing new
+        st.put_messages([Message("T", b"new%d" % i) for i in range(3)])
+        end = reader.latestOffset(start, None)
+        assert end == {"b1": st.max_physical_offset}
+        bodies = [b for p in reader.partitions(start, end) for batch in reader.read(p)
+                  for b in batch.column("body").to_pylist()]
+        assert bodies == [b"new0", b"new1", b"new2"]
+        earliest = RmqStoreStreamReader({**opts, "startingOffsets": "earliest"}, spark_schema(["topic"]))
+        assert earliest.initialOffset() == {"b1": 0}
+        with pytest.raises(ValueError):
+            RmqStoreStreamReader({**opts, "startingOffsets": "soon"}, spark_schema(["topic"]))
