@@ -47,6 +47,7 @@ if _WHY is not None:
 
 import rmqstore  # noqa: E402
 from rmqstore import Message, MessageStore, StoreConfig  # noqa: E402
+from rmqstore.spark.cli import session  # noqa: E402
 
 N = int(os.environ.get("RMQSTORE_BENCH_SPARK_N", "2000000"))
 ROUNDS = int(os.environ.get("RMQSTORE_BENCH_SPARK_ROUNDS", "3"))
@@ -57,26 +58,8 @@ NARROW = "physical_offset, topic, queue_id, queue_offset, store_timestamp, born_
 
 @pytest.fixture(scope="module")
 def spark():
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    src = os.path.dirname(os.path.dirname(os.path.abspath(rmqstore.__file__)))
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (src, os.environ.get("PYTHONPATH")) if p)
-    from pyspark.sql import SparkSession
-
-    from rmqstore.spark import register
-
-    s = (
-        SparkSession.builder.master("local[2]")
-        .appName("rmqstore-bench")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.driver.memory", "4g")
-        .getOrCreate()
-    )
-    s.sparkContext.setLogLevel("ERROR")
-    register(s)
+    os.environ["PYSPARK_PYTHON"] = sys.executable  # workers: this interpreter
+    s = session("local[2]", "rmqstore-bench", {"spark.sql.shuffle.partitions": "2", "spark.driver.memory": "4g"})
     yield s
     s.stop()
 

@@ -374,19 +374,8 @@ class CommitLog:
         so a record caught mid-write is not seen yet, and a corrupt one stops
         the end where recovery would. Returns whether the end moved."""
         q = self.queue
-        if not q.files:
-            if q.file_size is None:  # opened before the first segment existed
-                try:
-                    q.load()
-                except CorruptedFileError:  # caught mid-creation: next time
-                    q.files = []
-                    q.file_size = None
-                if q.files:
-                    q.files[-1].wrote_position = 0
-            else:
-                q.map_new_segments()
-            if not q.files:
-                return False
+        if not q.files and not q.follow_files():
+            return False
         moved = False
         while True:
             mf = q.files[-1]

@@ -8,7 +8,6 @@ import os
 from . import _kernels as k
 from ._layout import CQ_STORE_UNIT_SIZE as UNIT
 from ._layout import PRE_BLANK_SIZE, PROPERTY_DELAY, PROPERTY_TAGS, SCHEDULE_TOPIC
-from .exceptions import CorruptedFileError
 from .mapped_file import MappedFileQueue
 
 __all__ = ["ConsumeQueue", "is_pre_blank", "tags_code"]
@@ -269,19 +268,8 @@ class ConsumeQueue:
         record is not seen yet, or was cut by recovery, stays out). Returns
         whether the queue grew."""
         q = self.queue
-        if not q.files:
-            if q.file_size is None:
-                try:
-                    q.load()  # earlier files are full; the last one is scanned below
-                except CorruptedFileError:  # caught mid-creation: next time
-                    q.files = []
-                    q.file_size = None
-                if q.files:
-                    q.files[-1].wrote_position = 0
-            else:
-                q.map_new_segments()
-            if not q.files:
-                return False
+        if not q.files and not q.follow_files():  # earlier files are full; the last one is scanned below
+            return False
         grew = False
         fs = q.file_size
         while True:

@@ -482,6 +482,24 @@ class MappedFileQueue:
             n += 1
         return n
 
+    def follow_files(self) -> bool:
+        """Read-only follow mode, for a queue with no segment mapped yet: load
+        it if it was opened before its first segment existed (caught
+        mid-creation: nothing, try again next time), else map a segment the
+        writer created since. The last segment's wrote position starts at 0,
+        for the caller to scan. Returns whether any segment is mapped now."""
+        if self.file_size is None:
+            try:
+                self.load()
+            except CorruptedFileError:
+                self.files = []
+                self.file_size = None
+            if self.files:
+                self.files[-1].wrote_position = 0
+        else:
+            self.map_new_segments()
+        return bool(self.files)
+
     def map_new_segments(self) -> int:
         """Read-only follow mode: map the segment another process created
         after the last one known, if there is one (a segment still being

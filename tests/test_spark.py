@@ -38,9 +38,9 @@ if _WHY is not None:
         raise RuntimeError(f"RMQSTORE_REQUIRE_SPARK=1 but {_WHY}")
     pytest.skip(_WHY, allow_module_level=True)
 
-import rmqstore  # noqa: E402
 from conftest import StepClock, copy_golden_store, golden_store, load_dump  # noqa: E402
 from rmqstore import Message, MessageStore, StoreConfig  # noqa: E402
+from rmqstore.spark.cli import session  # noqa: E402
 from rmqstore.exceptions import StoreLockedError  # noqa: E402
 from rmqstore.tools import recover_store  # noqa: E402
 from test_arrow import SMALL, make_store, plain_rows  # noqa: E402
@@ -48,26 +48,8 @@ from test_arrow import SMALL, make_store, plain_rows  # noqa: E402
 
 @pytest.fixture(scope="session")
 def spark():
-    # Python workers: this interpreter, with rmqstore importable even from a plain checkout
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    src = str(pathlib.Path(rmqstore.__file__).resolve().parent.parent)
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (src, os.environ.get("PYTHONPATH")) if p)
-    from pyspark.sql import SparkSession
-
-    from rmqstore.spark import register
-
-    s = (
-        SparkSession.builder.master("local[2]")
-        .appName("rmqstore-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
-    )
-    s.sparkContext.setLogLevel("ERROR")
-    register(s)
+    os.environ["PYSPARK_PYTHON"] = sys.executable  # workers: this interpreter
+    s = session("local[2]", "rmqstore-tests", {"spark.sql.shuffle.partitions": "2"})
     yield s
     s.stop()
 

@@ -17,22 +17,32 @@ import sys
 __all__ = ["main", "session"]
 
 
-def session(master: str = "local[*]", app_name: str = "rmqstore"):
-    """A SparkSession for rmqstore jobs (UTC, UI off, the ``rmqstore``
-    format registered). Python workers run this interpreter."""
+def session(master: str = "local[*]", app_name: str = "rmqstore", conf: dict | None = None):
+    """A SparkSession for rmqstore jobs: UTC, UI and progress bars off, log
+    level ERROR, the ``rmqstore`` format registered, *conf* (Spark settings)
+    applied. Python workers run this interpreter with rmqstore importable
+    (``PYSPARK_PYTHON``, ``PYTHONPATH``), so a plain checkout works too."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    if master.startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    src = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    path = os.environ.get("PYTHONPATH", "")
+    if src not in path.split(os.pathsep):
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (src, path) if p)
     from pyspark.sql import SparkSession
 
     from .source import register
 
-    spark = (
+    builder = (
         SparkSession.builder.master(master)
         .appName(app_name)
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
     )
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
     return spark
