@@ -6,6 +6,8 @@ Run with ``python -m pytest bench/ --benchmark-enable``. Each benchmark sets
 
 import random
 
+import pytest
+
 from benchdata import CONFIG, N, QUEUES, TOPIC, make_messages
 
 from rmqstore import MessageStore
@@ -72,6 +74,30 @@ def test_consume(benchmark, impl, filled_store):
                     if not r.messages:
                         break
                     n += len(r.messages)
+                    off = r.next_begin_offset
+            assert n == N
+
+        benchmark.pedantic(run, rounds=ROUNDS)
+
+
+@pytest.mark.parametrize("batch", [32, 1024])
+def test_consume_columns(benchmark, impl, filled_store, batch):
+    """The bulk pull: get_message_columns, bodies included, *batch* per call."""
+    benchmark.group = f"consume-columns-{batch}"
+    benchmark.extra_info["ops"] = N
+    path, _ = filled_store
+    with MessageStore.open(path, read_only=True) as s:
+
+        def run():
+            n = 0
+            for q in range(QUEUES):
+                off = 0
+                while True:
+                    r = s.get_message_columns(TOPIC, q, off, batch)
+                    got = len(r.columns["queue_id"])
+                    if not got:
+                        break
+                    n += got
                     off = r.next_begin_offset
             assert n == N
 

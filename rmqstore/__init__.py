@@ -23,6 +23,7 @@ from .exceptions import (
     StoreReadOnlyError,
 )
 from .message import (
+    GetColumnsResult,
     GetMessageResult,
     GetMessageStatus,
     Message,
@@ -50,6 +51,7 @@ __all__ = [
     "GetMessageStatus",
     "PutMessageResult",
     "GetMessageResult",
+    "GetColumnsResult",
     "new_unique_key",
     "RmqStoreError",
     "ConfigError",

@@ -29,6 +29,7 @@ __all__ = [
     "check_record",
     "decode_record",
     "decode_columns",
+    "decode_columns_at",
     "scan_records",
     "read_record",
     "read_store_timestamp",
@@ -135,6 +136,14 @@ def decode_columns(
     with_body: bool,
     with_properties: bool,
     check_crc: bool = ...,
+) -> tuple[int, int, dict[str, Any]]: ...
+def decode_columns_at(
+    bufs: list[ReadableBuffer],
+    file_size: int,
+    base: int,
+    offsets: list[int],
+    with_body: bool,
+    with_properties: bool,
 ) -> tuple[int, int, dict[str, Any]]: ...
 def scan_records(
     buf: ReadableBuffer,

@@ -144,6 +144,7 @@ __all__ = [
     "check_record",
     "decode_record",
     "decode_columns",
+    "decode_columns_at",
     "scan_records",
     "read_record",
     "read_store_timestamp",
@@ -991,23 +992,121 @@ cdef int _optional(_Col *cols, int c, int valid, const unsigned char *b, _Pair *
     return _put(&cols[valid], &yes, 1)
 
 
-def decode_columns(buf, pos, end, base_offset, max_count, bint with_body, bint with_properties,
-                   bint check_crc=False):
-    cdef Py_ssize_t p0 = _idx(pos), lim = _idx(end), mx = _idx(max_count), n, p, count = 0, i, np_
-    cdef long long base = _i64(base_offset), phy
-    cdef const unsigned char *b
+cdef int _decode_one(_Col *cols, _Col *tmp, const unsigned char *b, Py_ssize_t p0, int32_t size,
+                     bint with_body, bint with_properties) except -1:
+    """Append the record at *p0* (which _check accepted) to every column."""
+    cdef int64_t phy = ld64(b + p0 + 28)
+    cdef int32_t sys_flag, body_len, topic_len, props_len
+    cdef int bw, sw
+    cdef Py_ssize_t p, i, np_
     cdef const unsigned char *h
     cdef const unsigned char *props
-    cdef int32_t size, sys_flag, body_len, topic_len, props_len
-    cdef int bw, sw, stop = STOP_END, rc
     cdef char text[64]
-    cdef _Col cols[_C_NCOLS]
-    cdef _Col tmp
     cdef _Pair *pairs
     cdef _Pair *tags
     cdef _Pair *keys
     cdef _Pair *uniq
-    cdef int32_t zero = 0
+    sys_flag = ld32(b + p0 + 36)
+    bw = 20 if sys_flag & BORNHOST_V6_FLAG else 8
+    sw = 20 if sys_flag & STOREHOSTADDRESS_V6_FLAG else 8
+    h = b + p0 + 48 + bw  # STORETIMESTAMP
+    _put64(&cols[_C_PHY], phy)
+    _put64(&cols[_C_QOFF], ld64(b + p0 + 20))
+    _put64(&cols[_C_BORN_TS], ld64(b + p0 + 40))
+    _put64(&cols[_C_STORE_TS], ld64(h))
+    _put64(&cols[_C_PREPARED], ld64(h + 12 + sw))
+    _put32(&cols[_C_SIZE], size)
+    _put32(&cols[_C_QID], ld32(b + p0 + 12))
+    _put32(&cols[_C_FLAG], ld32(b + p0 + 16))
+    _put32(&cols[_C_SYSFLAG], sys_flag)
+    _put32(&cols[_C_RECONSUME], ld32(h + 8 + sw))
+    _put32(&cols[_C_BODYCRC], ld32(b + p0 + 8))
+    _put(&cols[_C_BORN_HOST], text, _fmt_host(text, b + p0 + 48, bw))
+    _end_string(cols, _C_BORN_HOST)
+    _put(&cols[_C_STORE_HOST], text, _fmt_host(text, h + 8, sw))
+    _end_string(cols, _C_STORE_HOST)
+    _put_hex(&cols[_C_MSGID], h + 8, sw)
+    _put_hex(&cols[_C_MSGID], b + p0 + 28, 8)
+    _end_string(cols, _C_MSGID)
+    # _check accepted the record, so these lengths are consistent
+    p = p0 + 72 + bw + sw
+    body_len = ld32(b + p - 4)
+    if with_body:
+        _put(&cols[_C_BODY], b + p, body_len)
+        _end_string(cols, _C_BODY)
+    p += body_len
+    if ld32(b + p0 + 4) == MESSAGE_MAGIC_CODE:
+        topic_len = b[p]
+        p += 1
+    else:
+        topic_len = ld16(b + p)
+        p += 2
+    _put(&cols[_C_TOPIC], b + p, topic_len)
+    _end_string(cols, _C_TOPIC)
+    p += topic_len
+    props_len = ld16(b + p)
+    props = b + p + 2
+    np_ = _pairs(props, props_len, tmp)
+    pairs = <_Pair *>tmp.p
+    tags = keys = uniq = NULL
+    for i in range(np_):
+        if _is_name(props, &pairs[i], "TAGS", 4):
+            tags = &pairs[i]
+        elif _is_name(props, &pairs[i], "KEYS", 4):
+            keys = &pairs[i]
+        elif _is_name(props, &pairs[i], "UNIQ_KEY", 8):
+            uniq = &pairs[i]
+        if with_properties:
+            _put(&cols[_C_PKEY], props + pairs[i].k, pairs[i].kn)
+            _end_string(cols, _C_PKEY)
+            _put(&cols[_C_PVAL], props + pairs[i].v, pairs[i].vn)
+            _end_string(cols, _C_PVAL)
+    _optional(cols, _C_TAGS, _C_TAGS_VALID, props, tags)
+    _optional(cols, _C_KEYS, _C_KEYS_VALID, props, keys)
+    _optional(cols, _C_UNIQ, _C_UNIQ_VALID, props, uniq)
+    if with_properties:
+        _put32(&cols[_C_PROPS_OFFSETS], <int32_t>((cols[_C_OFFSETS + _C_PKEY].n // 4) - 1))
+    return 0
+
+
+cdef object _columns_out(_Col *cols, bint with_body, bint with_properties):
+    """The columns as numpy arrays (decode_columns' dict)."""
+    cdef int i
+    out = {}
+    for i in range(_C_PHY, _C_PREPARED + 1):
+        out[_COLUMN_NAMES[i]] = _array(&cols[i], "int64", 8)
+    for i in range(_C_SIZE, _C_BODYCRC + 1):
+        out[_COLUMN_NAMES[i]] = _array(&cols[i], "int32", 4)
+    for i in range(_C_TOPIC, _C_STRINGS_END):
+        if (i == _C_BODY and not with_body) or ((i == _C_PKEY or i == _C_PVAL) and not with_properties):
+            continue
+        out[_COLUMN_NAMES[i] + "_offsets"] = _array(&cols[_C_OFFSETS + i], "int32", 4)
+        out[_COLUMN_NAMES[i] + "_data"] = _array(&cols[i], "uint8", 1)
+    out["tags_valid"] = _array(&cols[_C_TAGS_VALID], "bool", 1)
+    out["keys_valid"] = _array(&cols[_C_KEYS_VALID], "bool", 1)
+    out["unique_key_valid"] = _array(&cols[_C_UNIQ_VALID], "bool", 1)
+    if with_properties:
+        out["properties_offsets"] = _array(&cols[_C_PROPS_OFFSETS], "int32", 4)
+    return out
+
+
+cdef int _columns_init(_Col *cols) except -1:
+    cdef int i
+    for i in range(_C_STRINGS_END):
+        _put32(&cols[_C_OFFSETS + i], 0)
+    _put32(&cols[_C_PROPS_OFFSETS], 0)
+    return 0
+
+
+def decode_columns(buf, pos, end, base_offset, max_count, bint with_body, bint with_properties,
+                   bint check_crc=False):
+    cdef Py_ssize_t p0 = _idx(pos), lim = _idx(end), mx = _idx(max_count), n, count = 0, i
+    cdef long long base = _i64(base_offset), phy
+    cdef const unsigned char *b
+    cdef int32_t size
+    cdef int stop = STOP_END, rc
+    cdef _Col cols[_C_NCOLS]
+    cdef _Col tmp
     cdef Py_buffer v
     memset(cols, 0, sizeof(cols))
     memset(&tmp, 0, sizeof(tmp))
@@ -1019,9 +1118,7 @@ def decode_columns(buf, pos, end, base_offset, max_count, bint with_body, bint w
             raise ValueError(f"bad range pos={pos} end={end} max_count={max_count} for a buffer of {n} bytes")
         if lim > n:
             lim = n
-        for i in range(_C_STRINGS_END):
-            _put32(&cols[_C_OFFSETS + i], 0)
-        _put32(&cols[_C_PROPS_OFFSETS], 0)
+        _columns_init(cols)
         while p0 < lim:
             if count >= mx:
                 stop = STOP_LIMIT
@@ -1038,84 +1135,56 @@ def decode_columns(buf, pos, end, base_offset, max_count, bint with_body, bint w
             if base >= 0 and <rmq_i128>phy != <rmq_i128>base + p0:
                 stop = REC_BAD_OFFSET
                 break
-            sys_flag = ld32(b + p0 + 36)
-            bw = 20 if sys_flag & BORNHOST_V6_FLAG else 8
-            sw = 20 if sys_flag & STOREHOSTADDRESS_V6_FLAG else 8
-            h = b + p0 + 48 + bw  # STORETIMESTAMP
-            _put64(&cols[_C_PHY], phy)
-            _put64(&cols[_C_QOFF], ld64(b + p0 + 20))
-            _put64(&cols[_C_BORN_TS], ld64(b + p0 + 40))
-            _put64(&cols[_C_STORE_TS], ld64(h))
-            _put64(&cols[_C_PREPARED], ld64(h + 12 + sw))
-            _put32(&cols[_C_SIZE], size)
-            _put32(&cols[_C_QID], ld32(b + p0 + 12))
-            _put32(&cols[_C_FLAG], ld32(b + p0 + 16))
-            _put32(&cols[_C_SYSFLAG], sys_flag)
-            _put32(&cols[_C_RECONSUME], ld32(h + 8 + sw))
-            _put32(&cols[_C_BODYCRC], ld32(b + p0 + 8))
-            _put(&cols[_C_BORN_HOST], text, _fmt_host(text, b + p0 + 48, bw))
-            _end_string(cols, _C_BORN_HOST)
-            _put(&cols[_C_STORE_HOST], text, _fmt_host(text, h + 8, sw))
-            _end_string(cols, _C_STORE_HOST)
-            _put_hex(&cols[_C_MSGID], h + 8, sw)
-            _put_hex(&cols[_C_MSGID], b + p0 + 28, 8)
-            _end_string(cols, _C_MSGID)
-            # _check accepted the record, so these lengths are consistent
-            p = p0 + 72 + bw + sw
-            body_len = ld32(b + p - 4)
-            if with_body:
-                _put(&cols[_C_BODY], b + p, body_len)
-                _end_string(cols, _C_BODY)
-            p += body_len
-            if ld32(b + p0 + 4) == MESSAGE_MAGIC_CODE:
-                topic_len = b[p]
-                p += 1
-            else:
-                topic_len = ld16(b + p)
-                p += 2
-            _put(&cols[_C_TOPIC], b + p, topic_len)
-            _end_string(cols, _C_TOPIC)
-            p += topic_len
-            props_len = ld16(b + p)
-            props = b + p + 2
-            np_ = _pairs(props, props_len, &tmp)
-            pairs = <_Pair *>tmp.p
-            tags = keys = uniq = NULL
-            for i in range(np_):
-                if _is_name(props, &pairs[i], "TAGS", 4):
-                    tags = &pairs[i]
-                elif _is_name(props, &pairs[i], "KEYS", 4):
-                    keys = &pairs[i]
-                elif _is_name(props, &pairs[i], "UNIQ_KEY", 8):
-                    uniq = &pairs[i]
-                if with_properties:
-                    _put(&cols[_C_PKEY], props + pairs[i].k, pairs[i].kn)
-                    _end_string(cols, _C_PKEY)
-                    _put(&cols[_C_PVAL], props + pairs[i].v, pairs[i].vn)
-                    _end_string(cols, _C_PVAL)
-            _optional(cols, _C_TAGS, _C_TAGS_VALID, props, tags)
-            _optional(cols, _C_KEYS, _C_KEYS_VALID, props, keys)
-            _optional(cols, _C_UNIQ, _C_UNIQ_VALID, props, uniq)
-            if with_properties:
-                _put32(&cols[_C_PROPS_OFFSETS], <int32_t>((cols[_C_OFFSETS + _C_PKEY].n // 4) - 1))
+            _decode_one(cols, &tmp, b, p0, size, with_body, with_properties)
             p0 += size
             count += 1
-        out = {}
-        for i in range(_C_PHY, _C_PREPARED + 1):
-            out[_COLUMN_NAMES[i]] = _array(&cols[i], "int64", 8)
-        for i in range(_C_SIZE, _C_BODYCRC + 1):
-            out[_COLUMN_NAMES[i]] = _array(&cols[i], "int32", 4)
-        for i in range(_C_TOPIC, _C_STRINGS_END):
-            if (i == _C_BODY and not with_body) or ((i == _C_PKEY or i == _C_PVAL) and not with_properties):
-                continue
-            out[_COLUMN_NAMES[i] + "_offsets"] = _array(&cols[_C_OFFSETS + i], "int32", 4)
-            out[_COLUMN_NAMES[i] + "_data"] = _array(&cols[i], "uint8", 1)
-        out["tags_valid"] = _array(&cols[_C_TAGS_VALID], "bool", 1)
-        out["keys_valid"] = _array(&cols[_C_KEYS_VALID], "bool", 1)
-        out["unique_key_valid"] = _array(&cols[_C_UNIQ_VALID], "bool", 1)
-        if with_properties:
-            out["properties_offsets"] = _array(&cols[_C_PROPS_OFFSETS], "int32", 4)
+        out = _columns_out(cols, with_body, with_properties)
         return p0, stop, out
+    finally:
+        PyBuffer_Release(&v)
+        for i in range(_C_NCOLS):
+            free(cols[i].p)
+        free(tmp.p)
+
+
+def decode_columns_at(bufs, file_size, base, offsets, bint with_body, bint with_properties):
+    cdef long long fs = _i64(file_size), b0 = _i64(base), phy
+    cdef Py_ssize_t i, seg, last = -1, pos, nbufs, count = 0
+    cdef int stop = STOP_END, rc
+    cdef _Col cols[_C_NCOLS]
+    cdef _Col tmp
+    cdef Py_buffer v
+    if not PyList_CheckExact(bufs) or not PyList_CheckExact(offsets):
+        raise TypeError("bufs and offsets must be lists")
+    if fs <= 0:
+        raise ValueError(f"file size {file_size} is not positive")
+    nbufs = PyList_GET_SIZE(bufs)
+    memset(cols, 0, sizeof(cols))
+    memset(&tmp, 0, sizeof(tmp))
+    _init_view(&v)
+    try:
+        _columns_init(cols)
+        for i in range(PyList_GET_SIZE(offsets)):
+            phy = _i64(offsets[i])
+            if phy < b0 or (phy - b0) // fs >= nbufs:
+                stop = REC_BAD_OFFSET
+                break
+            seg = <Py_ssize_t>((phy - b0) // fs)
+            if seg != last:  # units of a pull mostly share a segment: one view for them
+                PyBuffer_Release(&v)
+                last = -1
+                PyObject_GetBuffer(bufs[seg], &v, PyBUF_SIMPLE)
+                last = seg
+            pos = <Py_ssize_t>(phy - b0 - seg * fs)
+            rc = _check(<const unsigned char *>v.buf, v.len, pos, v.len, False, 0, v.len - pos)
+            if rc > 0 and ld64(<const unsigned char *>v.buf + pos + 28) != phy:
+                rc = REC_BAD_OFFSET
+            if rc <= 0:
+                stop = rc
+                break
+            _decode_one(cols, &tmp, <const unsigned char *>v.buf, pos, rc, with_body, with_properties)
+            count += 1
+        return count, stop, _columns_out(cols, with_body, with_properties)
     finally:
         PyBuffer_Release(&v)
         for i in range(_C_NCOLS):

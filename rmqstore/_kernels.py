@@ -40,9 +40,9 @@ else:
 
 KERNELS = (
     "java_hash", "index_key_hash", "masked_crc32", "parse_properties", "record_size", "write_record",
-    "append_dispatch", "encode_record", "check_record", "decode_record", "decode_columns", "scan_records",
-    "read_record", "read_store_timestamp", "cq_put", "cq_get", "cq_units", "cq_scan", "cq_search_time", "index_put",
-    "index_put_keys", "index_select",
+    "append_dispatch", "encode_record", "check_record", "decode_record", "decode_columns", "decode_columns_at",
+    "scan_records", "read_record", "read_store_timestamp", "cq_put", "cq_get", "cq_units", "cq_scan",
+    "cq_search_time", "index_put", "index_put_keys", "index_select",
 )
 
 
@@ -58,6 +58,7 @@ if TYPE_CHECKING:
         cq_search_time,
         cq_units,
         decode_columns,
+        decode_columns_at,
         decode_record,
         encode_record,
         index_key_hash,

@@ -57,6 +57,7 @@ __all__ = [
     "check_record",
     "decode_record",
     "decode_columns",
+    "decode_columns_at",
     "scan_records",
     "read_record",
     "read_store_timestamp",
@@ -603,24 +604,14 @@ def decode_columns(
     the stored bytes, not re-validated as UTF-8. Raises ValueError for
     positions outside the buffer or a negative *max_count*.
     """
-    import numpy as np
-
     n_buf = len(buf)
     if pos < 0 or end < pos or pos > n_buf or max_count < 0:
         raise ValueError(f"bad range pos={pos} end={end} max_count={max_count} for a buffer of {n_buf} bytes")
     end = min(end, n_buf)
-    i64: dict = {k: [] for k in _FIXED_I64}
-    i32: dict = {k: [] for k in _FIXED_I32}
-    strs: dict = {k: [] for k in _STRINGS}
-    valid: dict = {k: [] for k in ("tags", "keys", "unique_key")}
-    bodies: list = []
-    prop_counts: list = []
-    prop_keys: list = []
-    prop_values: list = []
+    out = _Columns(with_body, with_properties)
     stop = STOP_END
-    count = 0
     while pos < end:
-        if count >= max_count:
+        if out.count >= max_count:
             stop = STOP_LIMIT
             break
         if end - pos >= 8 and _SIZE_MAGIC.unpack_from(buf, pos) == (0, 0):
@@ -634,13 +625,67 @@ def decode_columns(
         if base_offset >= 0 and f[6] != base_offset + pos:
             stop = REC_BAD_OFFSET
             break
+        out.add(buf, pos, f)
+        pos += f[0]
+    return pos, stop, out.columns()
+
+
+def decode_columns_at(bufs: list, file_size: int, base: int, offsets: list, with_body: bool, with_properties: bool) -> tuple:
+    """``decode_columns`` for records at given physical offsets (a pull: the
+    offsets of ConsumeQueue units) instead of consecutive ones.
+
+    *bufs* are the CommitLog segments in order, each *file_size* bytes, the
+    first at physical offset *base* (``CommitLog.timestamp_view()[:3]``);
+    *offsets* a list of physical offsets. Each record is validated as a read
+    does (``check_record`` without CRC, PHYSICALOFFSET equal to its offset).
+    Returns ``(count, stop, cols)``: the first *count* offsets decoded into
+    *cols* (as ``decode_columns``), *stop* ``STOP_END`` when all were, else
+    the ``REC_*`` code of ``offsets[count]`` (``REC_BAD_OFFSET`` also for an
+    offset outside the segments). Raises TypeError unless *bufs* and
+    *offsets* are lists, ValueError for a file size that is not positive."""
+    if type(bufs) is not list or type(offsets) is not list:
+        raise TypeError("bufs and offsets must be lists")
+    _fields((file_size, 64), (base, 64))
+    if file_size <= 0:
+        raise ValueError(f"file size {file_size} is not positive")
+    out = _Columns(with_body, with_properties)
+    for phy in offsets:
+        _fields((phy, 64))
+        i = (phy - base) // file_size
+        if phy < base or i >= len(bufs):
+            return out.count, REC_BAD_OFFSET, out.columns()
+        buf, pos = bufs[i], phy - base - i * file_size
+        f = read_record(buf, pos, len(buf), phy, len(buf), with_body)
+        if type(f) is int:
+            return out.count, f, out.columns()
+        out.add(buf, pos, f)
+    return out.count, STOP_END, out.columns()
+
+
+class _Columns:
+    """Rows of decoded records gathered into decode_columns' column arrays."""
+
+    def __init__(self, with_body: bool, with_properties: bool):
+        self.with_body, self.with_properties = with_body, with_properties
+        self.count = 0
+        self.i64: dict = {k: [] for k in _FIXED_I64}
+        self.i32: dict = {k: [] for k in _FIXED_I32}
+        self.strs: dict = {k: [] for k in _STRINGS}
+        self.valid: dict = {k: [] for k in ("tags", "keys", "unique_key")}
+        self.bodies: list = []
+        self.prop_counts: list = []
+        self.prop_keys: list = []
+        self.prop_values: list = []
+
+    def add(self, buf, pos: int, f: tuple) -> None:
         (size, _magic, body_crc, queue_id, flag, queue_offset, phy, sys_flag, born_ts, born_host, store_ts,
          store_host, reconsume, prepared, body, _topic, props) = f
         for k, v in zip(_FIXED_I64, (phy, queue_offset, born_ts, store_ts, prepared)):
-            i64[k].append(v)
+            self.i64[k].append(v)
         for k, v in zip(_FIXED_I32, (size, queue_id, flag, sys_flag, reconsume, body_crc)):
-            i32[k].append(v)
+            self.i32[k].append(v)
         pairs = _split_properties(props)
+        strs = self.strs
         # the topic as stored, not decode_record's replaced text
         strs["topic"].append(_stored_topic(buf, pos))
         strs["born_host"].append(_host_text(born_host))
@@ -648,31 +693,34 @@ def decode_columns(
         strs["msg_id"].append((store_host + _I64.pack(phy)).hex().upper().encode())
         for raw_name, col in _OPTIONAL.items():
             v = pairs.get(raw_name)
-            valid[col].append(v is not None)
+            self.valid[col].append(v is not None)
             strs[col].append(v if v is not None else b"")
-        if with_body:
-            bodies.append(body)
-        if with_properties:
-            prop_counts.append(len(pairs))
-            prop_keys.extend(pairs.keys())
-            prop_values.extend(pairs.values())
-        pos += size
-        count += 1
-    cols: dict = {k: np.array(v, dtype=np.int64) for k, v in i64.items()}
-    cols.update({k: np.array(v, dtype=np.int32) for k, v in i32.items()})
-    for k, v in strs.items():
-        _var_column(cols, k, v)
-    for k, v in valid.items():
-        cols[k + "_valid"] = np.array(v, dtype=np.bool_)
-    if with_body:
-        _var_column(cols, "body", bodies)
-    if with_properties:
-        offsets = np.zeros(count + 1, dtype=np.int32)
-        np.cumsum(prop_counts, out=offsets[1:])
-        cols["properties_offsets"] = offsets
-        _var_column(cols, "property_key", prop_keys)
-        _var_column(cols, "property_value", prop_values)
-    return pos, stop, cols
+        if self.with_body:
+            self.bodies.append(body)
+        if self.with_properties:
+            self.prop_counts.append(len(pairs))
+            self.prop_keys.extend(pairs.keys())
+            self.prop_values.extend(pairs.values())
+        self.count += 1
+
+    def columns(self) -> dict:
+        import numpy as np
+
+        cols: dict = {k: np.array(v, dtype=np.int64) for k, v in self.i64.items()}
+        cols.update({k: np.array(v, dtype=np.int32) for k, v in self.i32.items()})
+        for k, v in self.strs.items():
+            _var_column(cols, k, v)
+        for k, v in self.valid.items():
+            cols[k + "_valid"] = np.array(v, dtype=np.bool_)
+        if self.with_body:
+            _var_column(cols, "body", self.bodies)
+        if self.with_properties:
+            offsets = np.zeros(self.count + 1, dtype=np.int32)
+            np.cumsum(self.prop_counts, out=offsets[1:])
+            cols["properties_offsets"] = offsets
+            _var_column(cols, "property_key", self.prop_keys)
+            _var_column(cols, "property_value", self.prop_values)
+        return cols
 
 
 def _stored_topic(buf, pos: int) -> bytes:

@@ -36,6 +36,7 @@ __all__ = [
     "GetMessageStatus",
     "PutMessageResult",
     "GetMessageResult",
+    "GetColumnsResult",
     "encode_host",
     "decode_host",
     "offset_msg_id",
@@ -93,6 +94,19 @@ class GetMessageResult(NamedTuple):
 
     status: GetMessageStatus
     messages: list
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+
+
+class GetColumnsResult(NamedTuple):
+    """Result of a columnar pull (:meth:`MessageStore.get_message_columns`):
+    ``columns`` is ``decode_columns``' dict of numpy arrays, one row per
+    message found (see :mod:`rmqstore._pure`), and the queue offsets as for
+    :class:`GetMessageResult`."""
+
+    status: GetMessageStatus
+    columns: dict
     next_begin_offset: int
     min_offset: int
     max_offset: int

@@ -29,6 +29,7 @@ from ._layout import (
     PROPERTY_KEYS,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
+    REC_STATUS_TEXT,
     SCHEDULE_TOPIC,
     STOREHOSTADDRESS_V6_FLAG,
     BORNHOST_V6_FLAG,
@@ -56,6 +57,7 @@ from .exceptions import (
 from .index import IndexService
 from .mapped_file import ReferenceResource
 from .message import (
+    GetColumnsResult,
     GetMessageResult,
     GetMessageStatus,
     Message,
@@ -1429,6 +1431,111 @@ class MessageStore:
                 if len(messages) >= max_count:
                     break
         return GetMessageResult(status, messages, q, mn, mx)
+
+    def get_message_columns(
+        self, topic: str, queue_id: int, offset: int, max_count: int = 1024, with_body: bool = True,
+        with_properties: bool = False,
+    ) -> GetColumnsResult:
+        """Bulk form of :meth:`get_messages`: up to *max_count* messages of
+        (topic, queue_id) from queue offset *offset*, decoded by one kernel
+        call into column arrays (``decode_columns_at``) instead of one
+        :class:`MessageExt` each. For consumers that take many messages at a
+        time; no tag filter and no waiting (use get_messages for those).
+
+        Args:
+            with_body (bool): include ``body_offsets``/``body_data``.
+            with_properties (bool): include the property map columns
+                (tags, keys and unique_key are always there).
+
+        Returns a :class:`GetColumnsResult` with the statuses and offsets of
+        get_messages (NO_MATCHED_LOGIC_QUEUE, NO_MESSAGE_IN_QUEUE,
+        OFFSET_TOO_SMALL, OFFSET_OVERFLOW_ONE, OFFSET_OVERFLOW_BADLY, FOUND,
+        MESSAGE_WAS_REMOVING). Raises CorruptedFileError when a unit points at
+        something that is not its record.
+        """
+        self._ensure_open()
+        if self.read_only:  # follow mode: a writer process may have dispatched more
+            cq = self._cqs.get((topic, queue_id))
+            if cq is None or offset >= cq.max_offset_in_queue():
+                self._follow_queue(topic, queue_id)
+        self._refs.hold()
+        try:
+            return self._columns_held(topic, queue_id, offset, max_count, with_body, with_properties)
+        finally:
+            self._refs.release()
+
+    def _columns_held(self, topic, queue_id, offset, max_count, with_body, with_properties) -> GetColumnsResult:
+        view = self.commitlog.timestamp_view()
+        cq = self._cqs.get((topic, queue_id))
+        status, mn, mx, nxt = GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0
+        phys: list = []
+        sizes: list = []
+        qoffs: list = []
+        if cq is not None:
+            mn, mx = cq.min_offset_in_queue(), cq.max_offset_in_queue()
+            if mx == 0:
+                status = GetMessageStatus.NO_MESSAGE_IN_QUEUE
+            elif offset < mn:
+                status, nxt = GetMessageStatus.OFFSET_TOO_SMALL, mn
+            elif offset == mx:
+                status, nxt = GetMessageStatus.OFFSET_OVERFLOW_ONE, offset
+            elif offset > mx:
+                status, nxt = GetMessageStatus.OFFSET_OVERFLOW_BADLY, mx
+            else:
+                status, q, cl_min = GetMessageStatus.NO_MATCHED_MESSAGE, offset, view[3]
+                while q < mx and len(phys) < max_count:
+                    units = cq.get_units(q, max_count - len(phys))
+                    if not units:
+                        break
+                    for phy, size, tags_code in units:
+                        q += 1
+                        if size == PRE_BLANK_SIZE and phy == 0 and tags_code == 0:
+                            continue  # a pre-blank placeholder
+                        if phy < cl_min:
+                            status = GetMessageStatus.MESSAGE_WAS_REMOVING
+                            continue
+                        phys.append(phy)
+                        sizes.append(size)
+                        qoffs.append(q - 1)
+                nxt = q
+        count, stop, cols = k.decode_columns_at(view[0], view[1], view[2], phys, with_body, with_properties)
+        if count < len(phys):
+            raise CorruptedFileError(
+                f"ConsumeQueue {topic}/{queue_id} unit {qoffs[count]} points at physical offset {phys[count]}, "
+                f"where no valid record starts: {REC_STATUS_TEXT.get(stop, 'blank record')}",
+                self.commitlog.queue.directory, phys[count],
+            )
+        if count:
+            self._check_columns(cq, topic, queue_id, cols, sizes, qoffs)
+            status = GetMessageStatus.FOUND
+        return GetColumnsResult(status, cols, nxt, mn, mx)
+
+    @staticmethod
+    def _check_columns(cq, topic, queue_id, cols, sizes, qoffs) -> None:
+        """Every record is the one its unit stands for (P-11), checked on the arrays."""
+        import numpy as np
+
+        topic_b = np.frombuffer(topic.encode("utf-8"), dtype=np.uint8)
+        n, width = len(sizes), len(topic_b)
+        toff = cols["topic_offsets"]
+        same = (
+            np.array_equal(cols["store_size"], sizes)
+            and np.array_equal(cols["queue_offset"], qoffs)
+            and bool((cols["queue_id"] == queue_id).all())
+            and bool((np.diff(toff) == width).all())
+            and bool((cols["topic_data"].reshape(n, width) == topic_b).all() if width else True)
+        )
+        if not same:
+            i = next(
+                i for i in range(n)
+                if (cols["store_size"][i], cols["queue_offset"][i], cols["queue_id"][i]) != (sizes[i], qoffs[i], queue_id)
+                or cols["topic_data"][toff[i] : toff[i + 1]].tobytes() != topic_b.tobytes()
+            )
+            raise CorruptedFileError(
+                f"ConsumeQueue {topic}/{queue_id} unit {qoffs[i]} ({sizes[i]} bytes) points at a record of "
+                f"{cols['store_size'][i]} bytes for queue {cols['queue_id'][i]} offset {cols['queue_offset'][i]}",
+                cq.queue.directory, int(cols["physical_offset"][i]),
+            )
 
     def query_offsets(self, topic: str, key: str, max_count: int = 64, begin: int = 0, end: int = MAX_OFFSET) -> list:
         """Physical offsets the index holds for *key* in *topic* with index time in

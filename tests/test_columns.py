@@ -222,3 +222,123 @@ def test_scan_records_core_matches_pure(seed):
     args = (bytes(buf), 0, rnd.randrange(len(buf) + 1), rnd.choice([0, -1, 65536]), rnd.random() < 0.5,
             rnd.choice([0, 1, 2]), rnd.choice([500, 1 << 22]))
     assert _core.scan_records(*args) == _pure.scan_records(*args)
+
+
+# --- decode_columns_at: the records of a pull, by physical offset ---------------------
+
+
+def _segments(name):
+    paths = _files(name)
+    fs = len(paths[0].read_bytes())
+    return [p.read_bytes() for p in paths], fs, int(paths[0].name)
+
+
+def _row_of(cols, i):
+    """Row *i* of decoded columns as a comparable dict (every column)."""
+    row = {}
+    for name, arr in cols.items():
+        if name.endswith("_offsets"):
+            base = name[: -len("_offsets")]
+            if base == "properties":
+                continue
+            data = cols[base + "_data"].tobytes()
+            if base.startswith("property_"):
+                continue
+            row[base] = data[arr[i] : arr[i + 1]]
+        elif not name.endswith("_data"):
+            row[name] = arr[i].item()
+    return row
+
+
+def test_decode_columns_at_equals_decode_columns_rows(k):
+    bufs, fs, base = _segments("basic")
+    whole = [k.decode_columns(b, 0, len(b), base + i * fs, 1 << 30, True, False)[2] for i, b in enumerate(bufs)]
+    rows = [(c, i) for c in whole for i in range(len(c["physical_offset"]))]
+    picks = random.Random(5).sample(rows, 40)
+    offsets = [int(c["physical_offset"][i]) for c, i in picks]
+    count, stop, cols = k.decode_columns_at(bufs, fs, base, offsets, True, False)
+    assert (count, stop) == (40, STOP_END)
+    assert [_row_of(cols, j) for j in range(40)] == [_row_of(c, i) for c, i in picks]
+    # with properties: the same maps as decode_columns gives
+    count, _, with_props = k.decode_columns_at(bufs, fs, base, offsets[:5], False, True)
+    assert "body_offsets" not in with_props and len(with_props["properties_offsets"]) == 6
+
+
+def test_decode_columns_at_stops_at_the_first_bad_offset(k):
+    bufs, fs, base = _segments("basic")
+    _, _, c = k.decode_columns(bufs[0], 0, len(bufs[0]), base, 3, False, False)
+    good = [int(x) for x in c["physical_offset"]]
+    for bad, code in ((good[1] + 1, L.REC_BAD_MAGIC), (base + len(bufs) * fs, L.REC_BAD_OFFSET),
+                      (base - 1, L.REC_BAD_OFFSET)):
+        count, stop, cols = k.decode_columns_at(bufs, fs, base, [good[0], bad, good[2]], False, False)
+        assert (count, stop) == (1, code) and cols["physical_offset"].tolist() == [good[0]]
+    # the segment under another base: PHYSICALOFFSET disagrees with where it is read
+    assert k.decode_columns_at(bufs[:1], fs, base + fs, [base + fs + good[1]], False, False)[:2] == (
+        0, L.REC_BAD_OFFSET)
+    assert k.decode_columns_at(bufs, fs, base, [], True, True)[:2] == (0, STOP_END)
+    with pytest.raises(TypeError):
+        k.decode_columns_at(tuple(bufs), fs, base, good, False, False)
+    with pytest.raises(ValueError):
+        k.decode_columns_at(bufs, 0, base, good, False, False)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_decode_columns_at_core_matches_pure(seed):
+    if _core is None:
+        pytest.skip("rmqstore._core not built")
+    rnd = random.Random(seed)
+    bufs, fs, base = _segments("basic")
+    bufs = [bytes(_damaged(rnd, [p])) for p in _files("basic")]
+    _, _, c = _pure.decode_columns(bufs[0], 0, len(bufs[0]), -1, 1 << 30, False, False)
+    offsets = [int(x) for x in c["physical_offset"]] + [rnd.randrange(base, base + 3 * fs) for _ in range(3)]
+    rnd.shuffle(offsets)
+    args = (bufs, fs, base, offsets, rnd.random() < 0.5, rnd.random() < 0.5)
+    a, b = _core.decode_columns_at(*args), _pure.decode_columns_at(*args)
+    _same(a, b)
+
+
+# --- MessageStore.get_message_columns: the bulk pull -----------------------------------
+
+
+@pytest.mark.parametrize("golden_set", ["tiny", "basic"])
+def test_column_pulls_equal_message_pulls(golden_set):
+    from rmqstore import GetMessageStatus
+
+    with MessageStore.open(golden_store(golden_set), read_only=True) as store:
+        for topic, qid in store.queues():
+            mx = store.get_max_offset_in_queue(topic, qid)
+            off = store.get_min_offset_in_queue(topic, qid)
+            while off < mx:
+                want = store.get_messages(topic, qid, off, 3)
+                got = store.get_message_columns(topic, qid, off, 3, with_properties=True)
+                assert (got.status, got.next_begin_offset, got.min_offset, got.max_offset) == (
+                    want.status, want.next_begin_offset, want.min_offset, want.max_offset)
+                c = got.columns
+                assert c["physical_offset"].tolist() == [m.physical_offset for m in want.messages]
+                assert _strings(c, "body") == [m.body for m in want.messages]
+                assert _optional(c, "tags") == [m.tags for m in want.messages]
+                assert _properties(c) == [m.properties for m in want.messages]
+                off = got.next_begin_offset
+            edge = store.get_message_columns(topic, qid, mx, 3)
+            assert edge.status is GetMessageStatus.OFFSET_OVERFLOW_ONE and len(edge.columns["queue_id"]) == 0
+        assert store.get_message_columns("NoSuchTopic", 0, 0).status is GetMessageStatus.NO_MATCHED_LOGIC_QUEUE
+
+
+def test_column_pull_refuses_a_unit_that_is_not_its_record(tmp_path):
+    from rmqstore import CorruptedFileError, Message, StoreConfig
+
+    small = StoreConfig(mapped_file_size_commit_log=65536, mapped_file_size_consume_queue=400,
+                        max_hash_slot_num=64, max_index_num=256)
+    with MessageStore.open(tmp_path / "s", config=small) as store:
+        for i in range(6):
+            store.put_message(Message("T", b"x%d" % i, queue_id=i % 2))
+    # point unit 1 of queue 0 at queue 1's first record
+    cq = next((tmp_path / "s" / "consumequeue" / "T" / "0").iterdir())
+    other = next((tmp_path / "s" / "consumequeue" / "T" / "1").iterdir())
+    data = bytearray(cq.read_bytes())
+    data[20:40] = other.read_bytes()[:20]
+    cq.write_bytes(bytes(data))
+    with MessageStore.open(tmp_path / "s", read_only=True) as store:
+        with pytest.raises(CorruptedFileError):
+            store.get_message_columns("T", 0, 0, 10)
+        assert len(store.get_message_columns("T", 0, 0, 1).columns["queue_id"]) == 1
