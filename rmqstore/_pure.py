@@ -635,7 +635,7 @@ def decode_columns_at(bufs: list, file_size: int, base: int, offsets: list, with
     offsets of ConsumeQueue units) instead of consecutive ones.
 
     *bufs* are the CommitLog segments in order, each *file_size* bytes, the
-    first at physical offset *base* (``CommitLog.timestamp_view()[:3]``);
+    first at physical offset *base* (``CommitLog.segment_view()[:3]``);
     *offsets* a list of physical offsets. Each record is validated as a read
     does (``check_record`` without CRC, PHYSICALOFFSET equal to its offset).
     Returns ``(count, stop, cols)``: the first *count* offsets decoded into

@@ -40,6 +40,7 @@ from ._layout import (
     REC_BLANK,
     REC_STATUS_TEXT,
 )
+from .consumequeue import queue_dirs
 from .exceptions import CorruptedFileError
 
 __all__ = [
@@ -299,24 +300,12 @@ class _QueueFiles:
 
 def _queues(store_dir: str) -> dict:
     """``{(topic, queue_id): _QueueFiles}`` of the store's ConsumeQueues."""
-    base = os.path.join(store_dir, "consumequeue")
     out: dict = {}
-    try:
-        topic_names = sorted(os.listdir(base))
-    except FileNotFoundError:
-        return out
-    for topic in topic_names:
-        tdir = os.path.join(base, topic)
-        if not os.path.isdir(tdir):
-            continue
-        for q in sorted(os.listdir(tdir)):
-            qdir = os.path.join(tdir, q)
-            if not q.isdigit() or not os.path.isdir(qdir):
-                continue
-            paths = [os.path.join(qdir, n) for n in sorted(os.listdir(qdir)) if n.isdigit()]
-            paths = [p for p in paths if os.path.getsize(p) >= CQ_STORE_UNIT_SIZE]
-            if paths:
-                out[(topic, int(q))] = _QueueFiles(paths)
+    for topic, qid, qdir in queue_dirs(store_dir):
+        paths = [os.path.join(qdir, n) for n in sorted(os.listdir(qdir)) if n.isdigit()]
+        paths = [p for p in paths if os.path.getsize(p) >= CQ_STORE_UNIT_SIZE]
+        if paths:
+            out[(topic, qid)] = _QueueFiles(paths)
     return out
 
 

@@ -63,7 +63,7 @@ class CommitLog:
 
     def __init__(self, directory, file_size, max_message_size: int, read_only: bool = False):
         self.queue = MappedFileQueue(directory, file_size, read_only)
-        self._view_buffers: tuple | None = None  # (first, last, buffers) behind timestamp_view
+        self._view_buffers: tuple | None = None  # (first, last, buffers) behind segment_view
         self.max_record_size = max_message_size + RECORD_SIZE_SLACK
         self.read_only = read_only
         self._last_ts: dict = {}  # segment start -> its last record's store time (retention)
@@ -193,12 +193,13 @@ class CommitLog:
 
         return read_at
 
-    def timestamp_view(self) -> tuple:
-        """The CommitLog as ``cq_search_time`` probes it: ``(buffers, file_size,
-        first segment's offset, min offset, max offset)``, so a time search
-        reads store timestamps with no Python call per probe
-        (``consumequeue.view_time`` is the same read in Python). Valid until
-        the next append or file change, so take one per lookup."""
+    def segment_view(self) -> tuple:
+        """The CommitLog for kernels that read many records by physical
+        offset: ``(buffers, file_size, first segment's offset, min offset,
+        max offset)``. ``cq_search_time`` probes store timestamps through it
+        with no Python call per probe (``consumequeue.view_time`` is the same
+        read in Python) and ``decode_columns_at`` decodes a pull's records.
+        Valid until the next append or file change, so take one per call."""
         files = self.queue.files
         if not files:
             return ([], 1, 0, 0, 0)  # nothing stored: every probe answers -1

@@ -10,9 +10,34 @@ from ._layout import CQ_STORE_UNIT_SIZE as UNIT
 from ._layout import PRE_BLANK_SIZE, PROPERTY_DELAY, PROPERTY_TAGS, SCHEDULE_TOPIC
 from .mapped_file import MappedFileQueue
 
-__all__ = ["ConsumeQueue", "is_pre_blank", "tags_code"]
+__all__ = ["ConsumeQueue", "is_pre_blank", "queue_dirs", "tags_code"]
 
 log = logging.getLogger("rmqstore.consumequeue")
+
+
+def queue_dirs(store_dir) -> list:
+    """``[(topic, queue_id, directory)]`` of a store's ConsumeQueues
+    (``consumequeue/<topic>/<queue_id>/``, SPEC §1), sorted by topic and queue
+    id; stray files are skipped, and a store without a ``consumequeue``
+    directory has none."""
+    base = os.path.join(os.fspath(store_dir), "consumequeue")
+    try:
+        topics = os.listdir(base)
+    except FileNotFoundError:
+        return []
+    out = []
+    for topic in topics:
+        tdir = os.path.join(base, topic)
+        try:
+            names = os.listdir(tdir)
+        except (FileNotFoundError, NotADirectoryError):  # a stray file, or deleted meanwhile
+            continue
+        for q in names:
+            qdir = os.path.join(tdir, q)
+            if q.isdigit() and os.path.isdir(qdir):
+                out.append((topic, int(q), qdir))
+    out.sort(key=lambda t: (t[0], t[1]))
+    return out
 
 
 def tags_code(topic: str, props: dict, store_timestamp: int, config) -> int:
@@ -51,7 +76,7 @@ def is_pre_blank(unit) -> bool:
 
 def view_time(view: tuple, physical_offset: int, size: int) -> int:
     """Store timestamp of the record at *physical_offset* through a
-    ``CommitLog.timestamp_view()``; -1 unless ``[offset, offset + size)`` is
+    ``CommitLog.segment_view()``; -1 unless ``[offset, offset + size)`` is
     stored (RocketMQ ``pickupStoreTimestamp``)."""
     bufs, fs, base, lo, hi = view
     if physical_offset < lo or physical_offset + size > hi or physical_offset < base:
@@ -218,7 +243,7 @@ class ConsumeQueue:
     def offset_by_time(self, timestamp: int, upper: bool, view: tuple, min_physical_offset: int) -> int:
         """Queue offset for *timestamp* (RocketMQ 5.1.1+ ``getOffsetInQueueByTime``,
         SPEC §6.11), before the store's clamp to [min, max]. *view* is
-        ``CommitLog.timestamp_view()``."""
+        ``CommitLog.segment_view()``."""
         mf = self._file_by_time(timestamp, upper, view)
         if mf is None:
             return 0

@@ -123,10 +123,6 @@ class IndexFile:
         """``IndexFile.putKey``: False when full."""
         return k.index_put(self.mm, self.hash_slot_num, self.index_num, key, physical_offset, store_timestamp)
 
-    def select_phy_offset(self, out: list, key: str, max_num: int, begin: int, end: int) -> None:
-        """``IndexFile.selectPhyOffset``: append matching offsets to *out*, newest first."""
-        k.index_select(self.mm, self.hash_slot_num, self.index_num, key, max_num, begin, end, out)
-
     def truncate_entries(self, physical_offset: int, store_timestamp_at) -> int:
         """Remove the entries (newest first) whose physical offset is at or past
         *physical_offset*, restoring each slot to the entry's predecessor, and
@@ -205,10 +201,6 @@ class IndexFile:
             finally:
                 slots.release()
         return used == slot_count and (count == 1 or last == end_phy)
-
-    def is_time_matched(self, begin: int, end: int) -> bool:
-        fb, fe = self.begin_timestamp, self.end_timestamp
-        return (begin < fb and end > fe) or (fb <= begin <= fe) or (fb <= end <= fe)
 
     def flush(self) -> None:
         if not self.mm.closed and not self.read_only:
@@ -390,7 +382,8 @@ class IndexService:
         full_key = f"{topic}#{key}"
         select, header = k.index_select, _HEADER.unpack_from
         for f in reversed(self.files):
-            fb, fe = header(f.mm, 0)[:2]  # is_time_matched, with one header read
+            fb, fe = header(f.mm, 0)[:2]  # begin and end store times, one header read
+            # IndexFile.isTimeMatched, then selectPhyOffset
             if (begin < fb and end > fe) or (fb <= begin <= fe) or (fb <= end <= fe):
                 select(f.mm, f.hash_slot_num, f.index_num, full_key, max_num, begin, end, out)
             if fb < begin or len(out) >= max_num:

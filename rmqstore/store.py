@@ -40,7 +40,7 @@ from ._layout import (
 from .checkpoint import StoreCheckpoint
 from .commitlog import CommitLog
 from .config import SYNC_FLUSH, StoreConfig
-from .consumequeue import ConsumeQueue, tags_code
+from .consumequeue import ConsumeQueue, queue_dirs, tags_code
 from .exceptions import (
     ConfigError,
     CorruptedFileError,
@@ -313,21 +313,11 @@ class MessageStore:
 
     def _load_consume_queues(self) -> None:
         base = os.path.join(self.root_dir, "consumequeue")
-        try:
-            topics = sorted(os.listdir(base))
-        except FileNotFoundError:
-            return
         size = None if self.read_only else self.config.mapped_file_size_consume_queue
-        for topic in topics:
-            tdir = os.path.join(base, topic)
-            if not os.path.isdir(tdir):
-                continue
-            for qid in sorted(os.listdir(tdir)):
-                if not qid.isdigit() or not os.path.isdir(os.path.join(tdir, qid)):
-                    continue
-                cq = ConsumeQueue(base, topic, int(qid), size, read_only=self.read_only)
-                cq.load()
-                self._cqs[(topic, int(qid))] = cq
+        for topic, qid, _qdir in queue_dirs(self.root_dir):
+            cq = ConsumeQueue(base, topic, qid, size, read_only=self.read_only)
+            cq.load()
+            self._cqs[(topic, qid)] = cq
 
     def _recover(self) -> None:
         """Load-time recovery (SPEC §10): find the CommitLog's valid end, dispatch
@@ -875,19 +865,9 @@ class MessageStore:
             return False
         self._next_full_refresh = time.monotonic() + 1.0
         grew = False
-        base = os.path.join(self.root_dir, "consumequeue")
-        try:
-            topics = os.listdir(base)
-        except FileNotFoundError:
-            topics = []
-        for topic in topics:
-            try:
-                qids = os.listdir(os.path.join(base, topic))
-            except (FileNotFoundError, NotADirectoryError):
-                continue
-            for qid in qids:
-                if qid.isdigit() and (topic, int(qid)) not in self._cqs:
-                    grew |= self._follow_queue(topic, int(qid), full=False)
+        for topic, qid, _qdir in queue_dirs(self.root_dir):
+            if (topic, qid) not in self._cqs:
+                grew |= self._follow_queue(topic, qid, full=False)
         grew |= self._follow_commit_log()
         end = self.commitlog.max_offset()
         for cq in list(self._cqs.values()):
@@ -1465,7 +1445,7 @@ class MessageStore:
             self._refs.release()
 
     def _columns_held(self, topic, queue_id, offset, max_count, with_body, with_properties) -> GetColumnsResult:
-        view = self.commitlog.timestamp_view()
+        view = self.commitlog.segment_view()
         cq = self._cqs.get((topic, queue_id))
         status, mn, mx, nxt = GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0
         phys: list = []
@@ -1607,7 +1587,7 @@ class MessageStore:
             return 0
         self._refs.hold()
         try:
-            view = self.commitlog.timestamp_view()
+            view = self.commitlog.segment_view()
             res = cq.offset_by_time(timestamp, upper, view, view[3])
             return min(max(res, cq.min_offset_in_queue()), cq.max_offset_in_queue())
         finally:

@@ -49,7 +49,7 @@ from ._layout import (
     TRANSACTION_NOT_TYPE,
 )
 from .config import StoreConfig
-from .consumequeue import tags_code
+from .consumequeue import queue_dirs, tags_code
 from .exceptions import RmqStoreError
 from .index import index_file_size, infer_index_geometry
 from .message import Message, decode_host
@@ -308,23 +308,11 @@ def infer_config(root, base: Optional[StoreConfig] = None):
 
 
 def _queue_dirs(root: str):
-    """``[(topic, queue_id, directory)]`` of ``consumequeue/<topic>/<qid>/``, sorted."""
-    base = os.path.join(root, "consumequeue")
-    out: list[tuple[str, int, str]] = []
+    """``consumequeue.queue_dirs``; none where ``consumequeue`` is not a directory."""
     try:
-        topics = sorted(os.listdir(base))
-    except (FileNotFoundError, NotADirectoryError):
-        return out
-    for topic in topics:
-        tdir = os.path.join(base, topic)
-        if not os.path.isdir(tdir):
-            continue
-        for q in sorted(os.listdir(tdir)):
-            qdir = os.path.join(tdir, q)
-            if q.isdigit() and os.path.isdir(qdir):
-                out.append((topic, int(q), qdir))
-    out.sort(key=lambda t: (t[0], t[1]))
-    return out
+        return queue_dirs(root)
+    except NotADirectoryError:
+        return []
 
 
 # --- verify ---------------------------------------------------------------------------------------
