@@ -59,23 +59,32 @@ def test_append_batch(benchmark, impl, tmp_path):
         s.close()
 
 
+def _consume_all(pull) -> int:
+    """Messages taken from every queue, from offset 0 to the end, where
+    ``pull(queue_id, offset)`` returns ``(count, next_begin_offset)``."""
+    n = 0
+    for q in range(QUEUES):
+        off = 0
+        while True:
+            got, off = pull(q, off)
+            if not got:
+                break
+            n += got
+    return n
+
+
 def test_consume(benchmark, impl, filled_store):
     benchmark.group = "consume"
     benchmark.extra_info["ops"] = N
     path, _ = filled_store
     with MessageStore.open(path, read_only=True) as s:
 
+        def pull(q, off):
+            r = s.get_messages(TOPIC, q, off, 32)
+            return len(r.messages), r.next_begin_offset
+
         def run():
-            n = 0
-            for q in range(QUEUES):
-                off = 0
-                while True:
-                    r = s.get_messages(TOPIC, q, off, 32)
-                    if not r.messages:
-                        break
-                    n += len(r.messages)
-                    off = r.next_begin_offset
-            assert n == N
+            assert _consume_all(pull) == N
 
         benchmark.pedantic(run, rounds=ROUNDS)
 
@@ -88,18 +97,12 @@ def test_consume_columns(benchmark, impl, filled_store, batch):
     path, _ = filled_store
     with MessageStore.open(path, read_only=True) as s:
 
+        def pull(q, off):
+            r = s.get_message_columns(TOPIC, q, off, batch)
+            return len(r.columns["queue_id"]), r.next_begin_offset
+
         def run():
-            n = 0
-            for q in range(QUEUES):
-                off = 0
-                while True:
-                    r = s.get_message_columns(TOPIC, q, off, batch)
-                    got = len(r.columns["queue_id"])
-                    if not got:
-                        break
-                    n += got
-                    off = r.next_begin_offset
-            assert n == N
+            assert _consume_all(pull) == N
 
         benchmark.pedantic(run, rounds=ROUNDS)
 

@@ -761,6 +761,27 @@ INTERRUPT_POINTS = [
 ]
 
 
+def _recovery_dies(victim, monkeypatch, cls, name, nth, when):
+    """Open the store at *victim* with the *nth* call of ``cls.name`` dying
+    (Interrupted) before or after it runs; that point must be on the path."""
+    real = cls.__dict__[name]
+    calls = [0]
+
+    def interrupted(*a, **kw):
+        calls[0] += 1
+        if calls[0] == nth and when == "before":
+            raise Interrupted(f"before {cls.__name__}.{name} call {nth}")
+        result = real(*a, **kw)
+        if calls[0] == nth:
+            raise Interrupted(f"after {cls.__name__}.{name} call {nth}")
+        return result
+
+    monkeypatch.setattr(cls, name, interrupted)
+    with pytest.raises(Interrupted):
+        open_store(victim)
+    monkeypatch.setattr(cls, name, real)
+
+
 @pytest.mark.parametrize(
     "cls,name,nth,when", INTERRUPT_POINTS, ids=[f"{c.__name__}.{n}-{w}-{i}" for c, n, i, w in INTERRUPT_POINTS]
 )
@@ -779,22 +800,7 @@ def test_crash_during_recovery(tmp_path, monkeypatch, cls, name, nth, when):
 
     victim = tmp_path / "victim"
     shutil.copytree(base, victim)
-    real = cls.__dict__[name]
-    calls = [0]
-
-    def interrupted(*a, **kw):
-        calls[0] += 1
-        if calls[0] == nth and when == "before":
-            raise Interrupted(f"before {cls.__name__}.{name} call {nth}")
-        result = real(*a, **kw)
-        if calls[0] == nth:
-            raise Interrupted(f"after {cls.__name__}.{name} call {nth}")
-        return result
-
-    monkeypatch.setattr(cls, name, interrupted)
-    with pytest.raises(Interrupted):  # the point is on recovery's path
-        open_store(victim)
-    monkeypatch.setattr(cls, name, real)
+    _recovery_dies(victim, monkeypatch, cls, name, nth, when)
     s = open_store(victim)
     try:
         check_store(s, recs, cut)
@@ -833,19 +839,7 @@ def test_checkpoint_index_time_after_a_cut(tmp_path, monkeypatch):
     s._crash()
     victim = tmp_path / "victim"
     shutil.copytree(base, victim)
-    real = IndexService.build_index
-    calls = [0]
-
-    def build_index(*a, **kw):
-        calls[0] += 1
-        if calls[0] == 3:
-            raise Interrupted("in the middle of re-dispatch")
-        return real(*a, **kw)
-
-    monkeypatch.setattr(IndexService, "build_index", build_index)
-    with pytest.raises(Interrupted):
-        open_store(victim)
-    monkeypatch.setattr(IndexService, "build_index", real)
+    _recovery_dies(victim, monkeypatch, IndexService, "build_index", 3, "before")  # in the middle of re-dispatch
     s = open_store(victim)
     s._crash()
     cp = StoreCheckpoint(reference / "checkpoint")
@@ -853,7 +847,6 @@ def test_checkpoint_index_time_after_a_cut(tmp_path, monkeypatch):
     last_kept = max(r.ts for r in recs if r.phy < cut)
     assert cp.index_msg_timestamp <= last_kept, (cp.index_msg_timestamp, last_kept)
     assert read_bytes(victim / "checkpoint") == read_bytes(reference / "checkpoint")
-
 
 
 def test_checkpoint_lost_after_an_index_rebuild(tmp_path, monkeypatch):
@@ -870,15 +863,7 @@ def test_checkpoint_lost_after_an_index_rebuild(tmp_path, monkeypatch):
     s._crash()
     victim = tmp_path / "victim"
     shutil.copytree(base, victim)
-    real = StoreCheckpoint.flush
-
-    def flush(self):
-        raise Interrupted("before the checkpoint")
-
-    monkeypatch.setattr(StoreCheckpoint, "flush", flush)
-    with pytest.raises(Interrupted):
-        open_store(victim)
-    monkeypatch.setattr(StoreCheckpoint, "flush", real)
+    _recovery_dies(victim, monkeypatch, StoreCheckpoint, "flush", 1, "before")
     s = open_store(victim)
     try:
         check_store(s, recs, cut=None)
