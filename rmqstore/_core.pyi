@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from _typeshed import ReadableBuffer, WriteableBuffer
+from typing_extensions import disjoint_base
 
 __all__ = [
     "java_hash",
@@ -41,6 +42,7 @@ __all__ = [
     "index_put",
     "index_put_keys",
     "index_select",
+    "Appender",
 ]
 
 # (total_size, magic, body_crc, queue_id, flag, queue_offset, physical_offset,
@@ -198,3 +200,23 @@ def index_select(
     end: int,
     out: list[int],
 ) -> None: ...
+
+@disjoint_base
+class Appender:
+    def __init__(
+        self,
+        message_type: type,
+        result_type: type[tuple],
+        ok_status: Any,
+        store_host: bytes,
+        append_crc: bool,
+        max_message_size: int,
+        index_enable: bool,
+        queue_offsets: dict[tuple[str, int], int],
+    ) -> None: ...
+    def bind_commit_log(self, mapped_file: Any) -> None: ...
+    def bind_index(self, index_file: Any) -> None: ...
+    def bind_queue(self, topic: str, queue_id: int, topic_bytes: bytes, consume_queue: Any, mapped_file: Any) -> None: ...
+    def unbind(self) -> None: ...
+    def check(self, msg: object) -> bool: ...
+    def put(self, msg: object, store_timestamp: int) -> tuple[Any, ...] | None: ...

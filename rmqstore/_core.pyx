@@ -23,6 +23,9 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_FromSt
 from cpython.list cimport PyList_Append, PyList_CheckExact, PyList_GET_SIZE
 from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython.number cimport PyNumber_Index
+from cpython.dict cimport PyDict_CheckExact, PyDict_GetItem, PyDict_Next
+from cpython.ref cimport PyObject
+from cpython.unicode cimport PyUnicode_AsUTF8AndSize, PyUnicode_CheckExact
 
 cdef extern from "Python.h":
     # PyObject_GetBuffer without Cython's error check, to try a writable view
@@ -34,6 +37,8 @@ cdef extern from "Python.h":
     const void *PyUnicode_DATA(object o)
     int PyUnicode_1BYTE_KIND, PyUnicode_2BYTE_KIND
     Py_ssize_t PY_SSIZE_T_MAX, PY_SSIZE_T_MIN
+    object PyUnicode_New(Py_ssize_t size, Py_UCS4 maxchar)
+    unsigned char *PyUnicode_1BYTE_DATA(object o)
 
 cdef extern from "zlib.h" nogil:
     unsigned long crc32(unsigned long crc, const unsigned char *buf, unsigned int len)
@@ -73,6 +78,37 @@ cdef extern from *:
     ctypedef long long rmq_i128
     long long jdiv "rmq_jdiv"(long long a, long long b, long long u) nogil
     int rmq_unicode_ready(object o) except -1
+
+cdef extern from *:
+    """
+    #include <structmember.h>
+    /* Byte offset of a __slots__ member (T_OBJECT_EX) from its descriptor, or -1. */
+    static Py_ssize_t rmq_slot_offset(PyObject *descr) {
+        if (!PyObject_TypeCheck(descr, &PyMemberDescr_Type)) return -1;
+        PyMemberDef *m = ((PyMemberDescrObject *)descr)->d_member;
+        return (m->type == T_OBJECT_EX && !(m->flags & READONLY)) ? m->offset : -1;
+    }
+    /* The slot's value (borrowed), NULL when unset. */
+    static inline PyObject *rmq_slot(PyObject *obj, Py_ssize_t off) {
+        return *(PyObject **)((char *)obj + off);
+    }
+    /* An instance of the tuple subclass *tp* holding the items of *items*,
+       without calling its Python-level __new__. */
+    static PyObject *rmq_tuple_as(PyObject *tp, PyObject *items) {
+        Py_ssize_t i, n = PyTuple_GET_SIZE(items);
+        PyObject *r = ((PyTypeObject *)tp)->tp_alloc((PyTypeObject *)tp, n);
+        if (r == NULL) return NULL;
+        for (i = 0; i < n; i++) {
+            PyObject *v = PyTuple_GET_ITEM(items, i);
+            Py_INCREF(v);
+            PyTuple_SET_ITEM(r, i, v);
+        }
+        return r;
+    }
+    """
+    Py_ssize_t rmq_slot_offset(object descr)
+    PyObject *rmq_slot(object obj, Py_ssize_t off)
+    object rmq_tuple_as(object tp, tuple items)
 
 # Same values as rmqstore/_layout.py (checked by tests/test_kernels.py).
 cdef enum:
@@ -156,6 +192,7 @@ __all__ = [
     "index_put",
     "index_put_keys",
     "index_select",
+    "Appender",
 ]
 
 # --- helpers --------------------------------------------------------------
@@ -1637,3 +1674,425 @@ def index_select(buf, hash_slot_num, index_num, key, max_num, begin, end, out):
             cur = prev
     finally:
         PyBuffer_Release(&v)
+
+
+# --- the put path ---------------------------------------------------------
+
+
+cdef class _Queue:
+    """A ConsumeQueue bound to an Appender: the queue, its last file and
+    what stays fixed while that file is the last one."""
+    cdef object cq, mf, mm, topic_b, key
+    cdef long long file_from
+    cdef Py_ssize_t file_size
+    cdef uint32_t key_h0
+
+
+cdef inline bint _is(const char *p, Py_ssize_t n, const char *name, Py_ssize_t m) noexcept:
+    return n == m and memcmp(p, name, m) == 0
+
+
+cdef inline uint32_t _unit_at(int kind, const void *data, Py_ssize_t i) noexcept:
+    if kind == PyUnicode_1BYTE_KIND:
+        return (<const uint8_t *>data)[i]
+    if kind == PyUnicode_2BYTE_KIND:
+        return (<const uint16_t *>data)[i]
+    return (<const uint32_t *>data)[i]
+
+
+cdef Py_ssize_t _each_key(object keys, uint32_t h0, unsigned char *ib, Py_ssize_t hsn, Py_ssize_t idx,
+                          long long phy, long long ts) noexcept:
+    """The non-empty space-separated keys of *keys* (a str): counted, and
+    when *ib* is set, each put into the index as ``prefix + key`` (Java's
+    hash continued from *h0*, the prefix's), with no substring objects."""
+    cdef Py_ssize_t i, n = PyUnicode_GET_LENGTH(keys), count = 0
+    cdef int kind = PyUnicode_KIND(keys)
+    cdef const void *data = PyUnicode_DATA(keys)
+    cdef uint32_t c
+    cdef uint32_t h = h0
+    cdef bint inside = False
+    for i in range(n + 1):
+        c = _unit_at(kind, data, i) if i < n else 32
+        if c == 32:
+            if inside:
+                count += 1
+                if ib != NULL:
+                    _index_put(ib, hsn, idx, _abs_hash(h), phy, ts)
+            inside = False
+            h = h0
+            continue
+        inside = True
+        if c > 0xFFFF:  # a surrogate pair in UTF-16
+            c -= 0x10000
+            h = 31 * h + (0xD800 + (c >> 10))
+            h = 31 * h + (0xDC00 + (c & 0x3FF))
+        else:
+            h = 31 * h + c
+    return count
+
+
+cdef object _hex_id(object host, long long phy):
+    """Offset msgId: upper-case hex of the raw store host + big-endian offset."""
+    cdef const unsigned char *h = <const unsigned char *>PyBytes_AS_STRING(host)
+    cdef Py_ssize_t hn = PyBytes_GET_SIZE(host), i
+    cdef unsigned char raw[36]
+    cdef object s
+    cdef unsigned char *out
+    memcpy(raw, h, hn)
+    st64(raw + hn, <uint64_t>phy)
+    s = PyUnicode_New(2 * (hn + 8), 127)
+    out = PyUnicode_1BYTE_DATA(s)
+    for i in range(hn + 8):
+        out[2 * i] = b"0123456789ABCDEF"[raw[i] >> 4]
+        out[2 * i + 1] = b"0123456789ABCDEF"[raw[i] & 15]
+    return s
+
+
+# the Message slots the put path reads, by offset (Message.__slots__ names)
+_SLOTS = ("topic", "body", "queue_id", "flag", "tags", "keys", "unique_key", "properties", "born_timestamp",
+          "born_host", "store_host", "reconsume_times", "sys_flag", "prepared_transaction_offset")
+cdef enum:
+    S_TOPIC, S_BODY, S_QUEUE_ID, S_FLAG, S_TAGS, S_KEYS, S_UNIQ, S_PROPS, S_BORN_TS, S_BORN_HOST, \
+        S_STORE_HOST, S_RECONSUME, S_SYS_FLAG, S_PREPARED
+
+
+cdef class Appender:
+    # Docstrings: see _pure.Appender (the semantics), as for every kernel.
+    cdef object message_type, result_type, ok_status, store_host, queue_offsets
+    cdef dict queues
+    cdef bint append_crc, index_enable
+    cdef Py_ssize_t max_message_size
+    cdef object commit_file, commit_mm
+    cdef long long commit_from
+    cdef Py_ssize_t commit_size
+    cdef object index_mm
+    cdef Py_ssize_t hsn, inum
+    cdef unsigned char *scratch
+    cdef Py_ssize_t scratch_cap
+    cdef object tags, keys, uniq  # _encode's results for put
+    cdef bint born_default
+    cdef Py_ssize_t off[14]  # the message type's slot offsets, in _SLOTS order
+
+    def __cinit__(self):
+        self.scratch = NULL
+        self.scratch_cap = 0
+
+    def __dealloc__(self):
+        free(self.scratch)
+
+    def __init__(self, message_type, result_type, ok_status, store_host, bint append_crc, max_message_size,
+                 bint index_enable, queue_offsets):
+        if not isinstance(message_type, type) or not isinstance(result_type, type) or \
+                not issubclass(result_type, tuple):
+            raise TypeError("message_type must be a class and result_type a tuple subclass")
+        if not PyBytes_CheckExact(store_host) or len(store_host) not in (8, 20):
+            raise ValueError("store_host must be the raw 8- or 20-byte host field")
+        if not isinstance(queue_offsets, dict):
+            raise TypeError("queue_offsets must be a dict")
+        for i, name in enumerate(_SLOTS):
+            # read as CPython's own slot access does: by offset, for this exact type
+            self.off[i] = rmq_slot_offset(getattr(message_type, name, None))
+            if self.off[i] < 0:
+                raise TypeError(f"message_type.{name} must be a writable __slots__ member")
+        self.message_type = message_type
+        self.result_type = result_type
+        self.ok_status = ok_status
+        self.store_host = store_host
+        self.append_crc = append_crc
+        self.max_message_size = _idx(max_message_size)
+        self.index_enable = index_enable
+        self.queue_offsets = queue_offsets
+        self.queues = {}
+        self.commit_file = self.commit_mm = self.index_mm = None
+
+    def bind_commit_log(self, mapped_file):
+        if mapped_file is None:
+            self.commit_file = self.commit_mm = None
+            return
+        self.commit_from = _i64(mapped_file.file_from_offset)
+        self.commit_size = _idx(mapped_file.file_size)
+        self.commit_mm = mapped_file.mm
+        self.commit_file = mapped_file
+
+    def bind_index(self, index_file):
+        cdef Py_buffer v
+        cdef Py_ssize_t hsn, idx
+        if index_file is None:
+            self.index_mm = None
+            return
+        mm = index_file.mm
+        PyObject_GetBuffer(mm, &v, PyBUF_SIMPLE)
+        try:
+            _check_index(&v, index_file.hash_slot_num, index_file.index_num, &hsn, &idx)
+        finally:
+            PyBuffer_Release(&v)
+        self.hsn, self.inum, self.index_mm = hsn, idx, mm
+
+    def bind_queue(self, topic, queue_id, topic_bytes, consume_queue, mapped_file):
+        cdef _Queue q
+        if not PyBytes_CheckExact(topic_bytes):
+            raise TypeError("topic_bytes must be bytes")
+        by_id = self.queues.setdefault(topic, {})
+        if mapped_file is None:
+            by_id.pop(queue_id, None)
+            return
+        q = _Queue()
+        q.cq, q.mf, q.mm, q.topic_b = consume_queue, mapped_file, mapped_file.mm, topic_bytes
+        q.file_from = _i64(mapped_file.file_from_offset)
+        q.file_size = _idx(mapped_file.file_size)
+        q.key_h0 = _java_hash_from(0, topic + "#")
+        q.key = (topic, queue_id)
+        by_id[queue_id] = q
+
+    def unbind(self):
+        self.queues.clear()
+        self.commit_file = self.commit_mm = self.index_mm = None
+
+    cdef int _grow(self, Py_ssize_t need) except -1:
+        cdef Py_ssize_t cap = self.scratch_cap * 2 if self.scratch_cap else 256
+        cdef unsigned char *p
+        while cap < need:
+            cap *= 2
+        p = <unsigned char *>realloc(self.scratch, cap)
+        if p == NULL:
+            raise MemoryError()
+        self.scratch, self.scratch_cap = p, cap
+        return 0
+
+    cdef Py_ssize_t _pair(self, Py_ssize_t at, object name, object value) except -2:
+        """Append ``name\\x01value\\x02`` (UTF-8) at *at*; -1 past the
+        properties limit (the caller's step-by-step path raises then)."""
+        cdef Py_ssize_t nl, vl, end
+        cdef const char *nb = PyUnicode_AsUTF8AndSize(name, &nl)
+        cdef const char *vb = PyUnicode_AsUTF8AndSize(value, &vl)
+        end = at + nl + vl + 2
+        if end > MAX_PROPERTIES_LENGTH:
+            return -1
+        if end > self.scratch_cap:
+            self._grow(end)
+        memcpy(self.scratch + at, nb, nl)
+        self.scratch[at + nl] = 1
+        memcpy(self.scratch + at + nl + 1, vb, vl)
+        self.scratch[end - 1] = 2
+        return end
+
+    cdef _Queue _encode(self, msg, Rec *r):
+        """Everything of a put that depends on the message alone: its bound
+        queue (None: not for this path), the Rec fields but the offsets,
+        times and body, the property blob in scratch; the tags, keys and
+        unique key in self.tags/keys/uniq."""
+        cdef _Queue q
+        cdef PyObject *o
+        cdef PyObject *pk
+        cdef PyObject *pv
+        cdef Py_ssize_t ppos = 0, plen = 0, nl
+        cdef const char *nb
+        cdef int seen = 0
+        cdef PyObject *v[14]
+        cdef int i
+        if self.commit_file is None or type(msg) is not self.message_type:
+            return None  # (subclasses may redefine attributes: step by step)
+        for i in range(14):
+            v[i] = rmq_slot(msg, self.off[i])
+            if v[i] is NULL:
+                return None
+        o = PyDict_GetItem(self.queues, <object>v[S_TOPIC])
+        if o is NULL:
+            return None
+        o = PyDict_GetItem(<object>o, <object>v[S_QUEUE_ID])
+        if o is NULL:
+            return None
+        q = <_Queue>o
+        if <object>v[S_BORN_HOST] is not None or <object>v[S_STORE_HOST] is not None:
+            return None
+        try:
+            r.sys_flag = _i32(<object>v[S_SYS_FLAG]) & ~(BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG)
+            r.queue_id = _i32(<object>v[S_QUEUE_ID])
+            r.flag = _i32(<object>v[S_FLAG])
+            r.reconsume_times = _i32(<object>v[S_RECONSUME])
+            r.prepared = _i64(<object>v[S_PREPARED])
+            born = <object>v[S_BORN_TS]
+            self.born_default = born is None
+            r.born_timestamp = 0 if born is None else _i64(born)
+        except (TypeError, OverflowError):
+            return None  # the step-by-step path raises the message's error
+        if r.sys_flag & 0xC == 0x4 or r.sys_flag & 0xC == 0xC:
+            return None  # transactional prepared / rollback: no queue unit
+        if PyBytes_GET_SIZE(self.store_host) == 20:
+            r.sys_flag |= BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG
+        # the properties as Message.property_map orders them, encoded
+        tags, keys, uniq = <object>v[S_TAGS], <object>v[S_KEYS], <object>v[S_UNIQ]
+        props = <object>v[S_PROPS]
+        if props is not None:
+            if not PyDict_CheckExact(props):
+                return None
+            while PyDict_Next(props, &ppos, &pk, &pv):
+                name, value = <object>pk, <object>pv
+                if not PyUnicode_CheckExact(name) or not PyUnicode_CheckExact(value):
+                    return None
+                try:
+                    nb = PyUnicode_AsUTF8AndSize(name, &nl)
+                except UnicodeError:
+                    return None
+                if _is(nb, nl, "TAGS", 4):
+                    if tags is not None and tags != value:
+                        return None
+                    tags, seen = value, seen | 1
+                elif _is(nb, nl, "KEYS", 4):
+                    if keys is not None and keys != value:
+                        return None
+                    keys, seen = value, seen | 2
+                elif _is(nb, nl, "UNIQ_KEY", 8):
+                    if uniq is not None and uniq != value:
+                        return None
+                    uniq, seen = value, seen | 4
+                elif self.append_crc and _is(nb, nl, "__CRC32#", 8):
+                    continue  # the store writes its own
+                try:
+                    plen = self._pair(plen, name, value)
+                except UnicodeError:
+                    return None
+                if plen < 0:
+                    return None
+        try:
+            if tags is not None and not seen & 1:
+                plen = self._pair(plen, "TAGS", tags)
+            if plen >= 0 and keys is not None and not seen & 2:
+                plen = self._pair(plen, "KEYS", keys)
+            if plen >= 0 and uniq is not None and not seen & 4:
+                plen = self._pair(plen, "UNIQ_KEY", uniq)
+        except (UnicodeError, TypeError):
+            return None
+        if plen < 0:
+            return None
+        r.props = self.scratch
+        r.props_len = r.props_field = plen
+        r.append_crc = self.append_crc
+        r.sep = r.append_crc and plen > 0 and r.props[plen - 1] != 2
+        if r.append_crc:
+            r.props_field += r.sep + CRC32_RESERVED_LEN
+            if r.props_field > MAX_PROPERTIES_LENGTH:
+                return None
+        if self.index_enable and self.index_mm is None:
+            return None
+        r.topic = <const unsigned char *>PyBytes_AS_STRING(q.topic_b)
+        r.topic_len = PyBytes_GET_SIZE(q.topic_b)
+        r.v2 = r.topic_len > MAX_TOPIC_LENGTH_V1
+        r.born = r.store = <const unsigned char *>PyBytes_AS_STRING(self.store_host)
+        r.born_len = r.store_len = r.bw = r.sw = PyBytes_GET_SIZE(self.store_host)
+        self.tags, self.keys, self.uniq = tags, keys, uniq
+        return q
+
+    cdef inline Py_ssize_t _size(self, Rec *r) noexcept:
+        return 68 + r.bw + r.sw + 4 + r.body_len + (2 if r.v2 else 1) + r.topic_len + 2 + r.props_field
+
+    def check(self, msg):
+        cdef Rec r
+        cdef Py_buffer bv
+        if self._encode(msg, &r) is None:
+            return False
+        self.tags = self.keys = self.uniq = None
+        try:
+            PyObject_GetBuffer(<object>rmq_slot(msg, self.off[S_BODY]), &bv, PyBUF_SIMPLE)
+        except (TypeError, BufferError):
+            return False
+        r.body_len = bv.len
+        PyBuffer_Release(&bv)
+        return r.body_len <= self.max_message_size and self._size(&r) + 8 <= self.commit_size
+
+    def put(self, msg, store_timestamp):
+        cdef Rec r
+        cdef _Queue q = self._encode(msg, &r)
+        cdef PyObject *o
+        cdef Py_ssize_t pos, cq_pos, n_keys = 0
+        cdef long long qo = 0, phy
+        cdef int32_t count
+        cdef int64_t tags_code = 0
+        cdef Py_buffer bv, cv, qv, iv
+        cdef unsigned char *u
+        if q is None:
+            return None
+        tags, keys, uniq = self.tags, self.keys, self.uniq
+        self.tags = self.keys = self.uniq = None
+        try:
+            r.store_timestamp = _i64(store_timestamp)
+        except (TypeError, OverflowError):
+            return None
+        if self.born_default:
+            r.born_timestamp = r.store_timestamp
+        if tags:
+            tags_code = _java_hash(tags)
+        if self.index_enable:
+            if uniq:
+                n_keys = 1
+            if keys:
+                n_keys += _each_key(keys, 0, NULL, 0, 0, 0, 0)
+        _init_view(&bv)
+        _init_view(&cv)
+        _init_view(&qv)
+        _init_view(&iv)
+        try:
+            try:
+                PyObject_GetBuffer(<object>rmq_slot(msg, self.off[S_BODY]), &bv, PyBUF_SIMPLE)
+            except (TypeError, BufferError):
+                return None
+            if bv.len > self.max_message_size:
+                return None
+            r.body = <const unsigned char *>bv.buf
+            r.body_len = bv.len
+            r.size = self._size(&r)
+            # where it goes: the CommitLog, the queue and the index must all take it here
+            pos = _idx(self.commit_file.wrote_position)
+            if pos < 0 or r.size + 8 > self.commit_size - pos:  # END_FILE_MIN_BLANK_LENGTH
+                return None
+            # the next queue offset is the next unit's index, as the last file's
+            # position says (queue_offsets holds the same; it is written back)
+            cq_pos = _idx(q.mf.wrote_position)
+            if cq_pos <= 0 or cq_pos > q.file_size - CQ_STORE_UNIT_SIZE or cq_pos % CQ_STORE_UNIT_SIZE:
+                return None
+            qo = (q.file_from + cq_pos) // CQ_STORE_UNIT_SIZE
+            phy = self.commit_from + pos
+            if phy + r.size <= q.cq.max_physic_offset:
+                return None
+            r.queue_offset = qo
+            r.physical_offset = phy
+            if not _get_rw(self.commit_mm, &cv) or not _get_rw(q.mm, &qv):
+                raise TypeError("a bound file is not writable")
+            if cv.len < self.commit_size or qv.len < q.file_size:
+                raise ValueError("a bound file is smaller than its file size")
+            if self.index_enable:
+                if not _get_rw(self.index_mm, &iv):
+                    raise TypeError("the bound index file is not writable")
+                u = <unsigned char *>iv.buf
+                count = ld32(u + 36)
+                if count <= 0:
+                    count = 1
+                if phy <= ld64(u + 24) or count + n_keys > self.inum or \
+                        iv.len < INDEX_HEADER_SIZE + self.hsn * INDEX_HASH_SLOT_SIZE + self.inum * INDEX_ENTRY_SIZE:
+                    return None
+            # record, unit, keys: the order a crash must find them in
+            r.body_crc = _crc(r.body, r.body_len)
+            _emit(<unsigned char *>cv.buf + pos, &r)
+            u = <unsigned char *>qv.buf + cq_pos
+            st64(u, <uint64_t>phy)
+            st64(u + 12, <uint64_t>tags_code)
+            st32(u + 8, <uint32_t>r.size)  # size last: a torn unit is invalid
+            if self.index_enable:
+                u = <unsigned char *>iv.buf
+                if uniq:
+                    _index_put(u, self.hsn, self.inum, _abs_hash(_java_hash_from(q.key_h0, uniq)),
+                               phy, r.store_timestamp)
+                if keys:
+                    _each_key(keys, q.key_h0, u, self.hsn, self.inum, phy, r.store_timestamp)
+        finally:
+            PyBuffer_Release(&iv)
+            PyBuffer_Release(&qv)
+            PyBuffer_Release(&cv)
+            PyBuffer_Release(&bv)
+        self.commit_file.wrote_position = pos + r.size
+        q.mf.wrote_position = cq_pos + CQ_STORE_UNIT_SIZE
+        q.cq.max_physic_offset = phy + r.size
+        self.queue_offsets[q.key] = qo + 1
+        return rmq_tuple_as(self.result_type, (self.ok_status, _hex_id(self.store_host, phy), phy, r.size, qo,
+                                               r.store_timestamp))
+

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import operator
 import struct
+import types
 import zlib
+from typing import Any
 
 from ._layout import (
     BLANK_MAGIC_CODE,
@@ -69,6 +71,7 @@ __all__ = [
     "index_put",
     "index_put_keys",
     "index_select",
+    "Appender",
 ]
 
 _I32 = struct.Struct(">i")
@@ -1062,3 +1065,257 @@ def index_select(
         if prev <= 0 or prev > count or prev == n or t < begin:
             break
         n = prev
+
+
+# --- the put path ---------------------------------------------------------
+
+
+def _int(value, bits: int) -> int:
+    """*value* as the field's integer (TypeError / OverflowError as _core's)."""
+    v = operator.index(value)
+    if not -(1 << (bits - 1)) <= v < (1 << (bits - 1)):
+        raise OverflowError(f"{v} does not fit in {bits} bits")
+    return v
+
+
+# the Message slots the put path reads (Message.__slots__ names)
+_SLOTS = ("topic", "body", "queue_id", "flag", "tags", "keys", "unique_key", "properties", "born_timestamp",
+          "born_host", "store_host", "reconsume_times", "sys_flag", "prepared_transaction_offset")
+
+
+class Appender:
+    """ASYNC_FLUSH put path of one writable store: ``put(msg, store_timestamp)``
+    validates and encodes a :class:`~rmqstore.message.Message`, writes its
+    CommitLog record, its ConsumeQueue unit and its index keys
+    (``append_dispatch``'s bytes and order) and returns the
+    ``PutMessageResult`` in one call.
+
+    The caller binds the files a put may write, all of them the last of
+    their kind, and rebinds after anything else writes them:
+    ``bind_commit_log(mapped_file)`` (attributes ``mm``, ``file_from_offset``,
+    ``file_size``, ``wrote_position``), ``bind_index(index_file)`` (``mm``,
+    ``hash_slot_num``, ``index_num``) and, per queue, ``bind_queue(topic,
+    queue_id, topic_bytes, consume_queue, mapped_file)`` (the queue's
+    ``max_physic_offset``; *topic_bytes* the validated UTF-8 topic, *None*
+    for *mapped_file* unbinds). ``unbind()`` drops every binding. Positions
+    are read from and written back to those objects on each put, and
+    *queue_offsets* (the store's ``{(topic, queue_id): next queue offset}``)
+    is read and advanced, so the Python layer's view stays exact.
+
+    The queue offset a put takes is the index of the unit it writes (the
+    queue file's offset plus write position, over 20), as ConsumeQueue
+    layout defines it; *queue_offsets* is advanced to match.
+
+    ``put`` returns None, having written nothing, whenever the store's
+    step-by-step path must take the message: a message whose type is not
+    exactly *message_type* (a subclass may redefine attributes) or with a
+    slot never set, an unbound queue or no bound
+    CommitLog file, a record that does not fit the file (a roll), a full
+    index file, a transactional prepared/rollback message, a message with
+    its own born/store host, or anything the step-by-step path rejects
+    (types, sizes, a shorthand contradicting its property): that path
+    raises the typed error. It raises only for bound files that are not
+    writable or smaller than their size (TypeError, ValueError).
+
+    Args (constructor):
+        message_type (type): the Message class; its ``__slots__`` are read
+            (the core reads them by offset, as CPython's own slot access).
+        result_type (type): a tuple subclass built as ``(ok_status, msg_id,
+            physical_offset, size, queue_offset, store_timestamp)``.
+        ok_status: its first field.
+        store_host (bytes): raw store host field (8 bytes, 20 for IPv6).
+        append_crc (bool): append the ``__CRC32#`` property.
+        max_message_size (int): bodies above this many bytes go the
+            step-by-step way (which refuses them).
+        index_enable (bool): index UNIQ_KEY and KEYS.
+        queue_offsets (dict): shared with the caller, see above.
+    """
+
+    def __init__(self, message_type, result_type, ok_status, store_host, append_crc, max_message_size,
+                 index_enable, queue_offsets):
+        if not isinstance(message_type, type) or not isinstance(result_type, type) or \
+                not issubclass(result_type, tuple):
+            raise TypeError("message_type must be a class and result_type a tuple subclass")
+        if type(store_host) is not bytes or len(store_host) not in (8, 20):
+            raise ValueError("store_host must be the raw 8- or 20-byte host field")
+        if not isinstance(queue_offsets, dict):
+            raise TypeError("queue_offsets must be a dict")
+        for name in _SLOTS:
+            if not isinstance(getattr(message_type, name, None), types.MemberDescriptorType):
+                raise TypeError(f"message_type.{name} must be a writable __slots__ member")
+        self._message_type: Any = message_type
+        self._result_type = result_type
+        self._ok = ok_status
+        self._store_host = store_host
+        self._append_crc = bool(append_crc)
+        self._max_message_size = operator.index(max_message_size)
+        self._index_enable = bool(index_enable)
+        self._queue_offsets = queue_offsets
+        self._queues: dict = {}
+        self._commit: Any = None  # the bound MappedFile
+        self._index: Any = None  # the bound IndexFile
+
+    def bind_commit_log(self, mapped_file) -> None:
+        self._commit = mapped_file
+
+    def bind_index(self, index_file) -> None:
+        if index_file is not None:
+            _check_index_buf(index_file.mm, index_file.hash_slot_num, index_file.index_num)
+        self._index = index_file
+
+    def bind_queue(self, topic, queue_id, topic_bytes, consume_queue, mapped_file) -> None:
+        if type(topic_bytes) is not bytes:
+            raise TypeError("topic_bytes must be bytes")
+        if mapped_file is None:
+            self._queues.pop((topic, queue_id), None)
+        else:
+            self._queues[(topic, queue_id)] = (topic_bytes, consume_queue, mapped_file)
+
+    def unbind(self) -> None:
+        self._queues.clear()
+        self._commit = self._index = None
+
+    def _properties(self, msg):
+        """(blob, tags, keys, unique key) as Message.property_map and
+        encode_properties make them, or None where those would raise."""
+        tags, keys, uniq = msg.tags, msg.keys, msg.unique_key
+        pairs = []
+        seen = set()
+        props = msg.properties
+        if props is not None:
+            if type(props) is not dict:
+                return None
+            for name, value in props.items():
+                if type(name) is not str or type(value) is not str:
+                    return None
+                if name in ("TAGS", "KEYS", "UNIQ_KEY"):
+                    given = {"TAGS": tags, "KEYS": keys, "UNIQ_KEY": uniq}[name]
+                    if given is not None and given != value:
+                        return None
+                    seen.add(name)
+                    if name == "TAGS":
+                        tags = value
+                    elif name == "KEYS":
+                        keys = value
+                    else:
+                        uniq = value
+                elif self._append_crc and name == "__CRC32#":
+                    continue
+                pairs.append((name, value))
+        for name, value in (("TAGS", tags), ("KEYS", keys), ("UNIQ_KEY", uniq)):
+            if value is not None and name not in seen:
+                if type(value) is not str:
+                    return None
+                pairs.append((name, value))
+        try:
+            blob = "".join([f"{n}\x01{v}\x02" for n, v in pairs]).encode("utf-8")
+        except UnicodeError:
+            return None
+        if len(blob) > MAX_PROPERTIES_LENGTH:
+            return None
+        return blob, tags, keys, uniq
+
+    def _encode(self, msg: Any):
+        """What a put takes from the message alone, or None when it is not
+        for this path: (key, topic_b, cq, cmf, fields, blob, props_field,
+        tags, index_keys, body_len)."""
+        if self._commit is None or type(msg) is not self._message_type:
+            return None  # (subclasses may redefine attributes: step by step)
+        try:
+            key = (msg.topic, msg.queue_id)
+            bound = self._queues.get(key)
+            if bound is None or msg.born_host is not None or msg.store_host is not None:
+                return None
+            for name in _SLOTS:
+                getattr(msg, name)
+        except AttributeError:  # a slot never set
+            return None
+        try:
+            sys_flag = _int(msg.sys_flag, 32) & ~(BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG)
+            fields = (
+                _int(msg.queue_id, 32), _int(msg.flag, 32), _int(msg.reconsume_times, 32),
+                _int(msg.prepared_transaction_offset, 64),
+                None if msg.born_timestamp is None else _int(msg.born_timestamp, 64),
+            )
+        except (TypeError, OverflowError):
+            return None
+        if sys_flag & 0xC in (0x4, 0xC):
+            return None
+        if len(self._store_host) == 20:
+            sys_flag |= BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG
+        encoded = self._properties(msg)
+        if encoded is None:
+            return None
+        blob, tags, keys, uniq = encoded
+        props_field = _encoded_props_len(blob, self._append_crc)
+        if props_field > MAX_PROPERTIES_LENGTH:
+            return None
+        index_keys: list = []
+        if self._index_enable:
+            if self._index is None:
+                return None
+            if uniq:
+                index_keys.append(uniq)
+            if keys:
+                index_keys += [x for x in keys.split(" ") if x]
+        try:
+            body_len = memoryview(msg.body).nbytes
+        except (TypeError, BufferError):
+            return None
+        topic_b, cq, cmf = bound
+        size = record_size(sys_flag, body_len, len(topic_b), props_field, len(topic_b) > MAX_TOPIC_LENGTH_V1)
+        return key, topic_b, cq, cmf, sys_flag, fields, blob, tags, index_keys, body_len, size
+
+    def check(self, msg: Any) -> bool:
+        """True when ``put`` takes *msg* wherever the files stand, that is:
+        the message is valid and fits in an empty CommitLog file (for
+        callers that validate a batch before writing any of it)."""
+        e = self._encode(msg)
+        return e is not None and e[9] <= self._max_message_size and e[10] + 8 <= self._commit.file_size
+
+    def put(self, msg: Any, store_timestamp):
+        e = self._encode(msg)
+        if e is None:
+            return None
+        key, topic_b, cq, cmf, sys_flag, fields, blob, tags, index_keys, body_len, size = e
+        queue_id, flag, reconsume, prepared, born_ts = fields
+        try:
+            store_ts = _int(store_timestamp, 64)
+        except (TypeError, OverflowError):
+            return None
+        if born_ts is None:
+            born_ts = store_ts
+        if body_len > self._max_message_size:
+            return None
+        mf = self._commit
+        pos = mf.wrote_position
+        if pos < 0 or size + 8 > mf.file_size - pos:  # END_FILE_MIN_BLANK_LENGTH
+            return None
+        # the next queue offset is the next unit's index, as the last file's
+        # position says (queue_offsets holds the same; it is written back)
+        cq_pos = cmf.wrote_position
+        if cq_pos <= 0 or cq_pos > cmf.file_size - CQ_STORE_UNIT_SIZE or cq_pos % CQ_STORE_UNIT_SIZE:
+            return None
+        qo = (cmf.file_from_offset + cq_pos) // CQ_STORE_UNIT_SIZE
+        phy = mf.file_from_offset + pos
+        if phy + size <= cq.max_physic_offset:
+            return None
+        if len(mf.mm) < mf.file_size or len(cmf.mm) < cmf.file_size:
+            raise ValueError("a bound file is smaller than its file size")
+        index = self._index if self._index_enable else None
+        host = self._store_host
+        wrote = append_dispatch(
+            mf.mm, pos, queue_id, flag, qo, phy, sys_flag, born_ts, host, store_ts, host, reconsume, prepared,
+            msg.body, topic_b, blob, self._append_crc, cmf.mm, cq_pos, java_hash(tags) if tags else 0,
+            None if index is None else index.mm, 0 if index is None else index.hash_slot_num,
+            0 if index is None else index.index_num, key[0] + "#", index_keys,
+        )
+        if not wrote:
+            return None  # the index file cannot take every key here
+        mf.wrote_position = pos + size
+        cmf.wrote_position = cq_pos + CQ_STORE_UNIT_SIZE
+        cq.max_physic_offset = phy + size
+        self._queue_offsets[key] = qo + 1
+        msg_id = (host + _I64.pack(phy)).hex().upper()
+        return tuple.__new__(self._result_type, (self._ok, msg_id, phy, size, qo, store_ts))
+

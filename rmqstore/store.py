@@ -15,11 +15,11 @@ import os
 import threading
 import time
 import warnings
+from typing import Any
 
 from . import _kernels as k
 from ._layout import (
-    CQ_STORE_UNIT_SIZE,
-    END_FILE_MIN_BLANK_LENGTH,
+    BORNHOST_V6_FLAG,
     KEY_SEPARATOR,
     MAX_PROPERTIES_LENGTH,
     MAX_TOPIC_LENGTH_V1,
@@ -32,7 +32,6 @@ from ._layout import (
     REC_STATUS_TEXT,
     SCHEDULE_TOPIC,
     STOREHOSTADDRESS_V6_FLAG,
-    BORNHOST_V6_FLAG,
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_MASK,
     TRANSACTION_NOT_TYPE,
@@ -169,6 +168,7 @@ class MessageStore:
         self._cqs: dict = {}
         self._queue_offsets: dict = {}
         self._topics: dict = {}  # validated topic -> UTF-8 bytes
+        self._fast: Any = None  # k.Appender: the ASYNC_FLUSH put path, bound in _start
         self._append_crc = config.enabled_append_prop_crc
         self._sync_flush = config.flush_disk_type == SYNC_FLUSH
         # records appended but not yet dispatched, in CommitLog order
@@ -293,6 +293,13 @@ class MessageStore:
                 target=self._flush_loop, name=f"rmqstore-flush:{os.path.basename(self.root_dir)}", daemon=True
             )
             self._flusher.start()
+            if not self._sync_flush:
+                cfg = self.config
+                self._fast = k.Appender(
+                    Message, PutMessageResult, _PUT_OK, self._store_host_raw, self._append_crc,
+                    cfg.max_message_size, cfg.message_index_enable, self._queue_offsets,
+                )
+                self._rebind()
             if self.config.clean_service_enable:
                 self._cleaner = threading.Thread(
                     target=self._clean_loop, name=f"rmqstore-clean:{os.path.basename(self.root_dir)}", daemon=True
@@ -516,6 +523,7 @@ class MessageStore:
                     self._offsets.close()
             finally:
                 self._closed = True
+                self._fast = None  # drops its references to the files
                 self._release()
 
     def _crash(self) -> None:
@@ -838,7 +846,8 @@ class MessageStore:
             f = self.commitlog.read(phy, with_body=False)
             if f is None:  # pragma: no cover - a record appended under our lock
                 break
-            results.append(PutMessageResult(PutMessageStatus.PUT_OK, offset_msg_id(p[5], phy), phy, size, f[5], f[10]))
+            host = self._store_host_raw if p is None else p[5]  # None: the Appender's, the store's host
+            results.append(PutMessageResult(PutMessageStatus.PUT_OK, offset_msg_id(host, phy), phy, size, f[5], f[10]))
         if not self._sync_flush and self._pending:
             try:
                 self._dispatch_pending(MAX_OFFSET)
@@ -1010,15 +1019,13 @@ class MessageStore:
         self._topics[topic] = topic_b
         return topic_b
 
-    def _append(self, prepared) -> PutMessageResult:
-        """Append one prepared message; the caller holds the append lock. The
-        record joins the pending-dispatch queue in CommitLog order (or, under
-        ASYNC_FLUSH, is dispatched at once by ``_append_dispatch``)."""
-        store_ts = self._clock()  # once per record, whichever path writes it
-        if not self._sync_flush and not self._pending:
-            result = self._append_dispatch(prepared, store_ts)
-            if result is not None:
-                return result
+    def _append(self, prepared, store_ts=None) -> PutMessageResult:
+        """Append one prepared message step by step; the caller holds the
+        append lock. The record joins the pending-dispatch queue in CommitLog
+        order. *store_ts*: the store time the caller already took (one clock
+        reading per record, whichever path writes it)."""
+        if store_ts is None:
+            store_ts = self._clock()
         topic, topic_b, msg, sys_flag, born_raw, store_raw, body, props_b, props, size = prepared
         qid = msg.queue_id
         tran = sys_flag & TRANSACTION_MASK
@@ -1039,72 +1046,24 @@ class MessageStore:
             PutMessageStatus.PUT_OK, offset_msg_id(store_raw, phy), phy, size, queue_offset, store_ts
         )
 
-    def _append_dispatch(self, prepared, store_ts: int):
-        """ASYNC_FLUSH fast path: record, ConsumeQueue unit and index keys of a
-        plain message in one kernel call (``append_dispatch``), the same bytes
-        as append + dispatch. Returns None, having written nothing, whenever
-        the step-by-step path is needed: a file to create or roll, a queue to
-        create or pad, a scheduled or transactional-prepared message, an index
-        file that is full or already past this offset."""
-        topic, topic_b, msg, sys_flag, born_raw, store_raw, body, props_b, props, size = prepared
-        tran = sys_flag & TRANSACTION_MASK
-        if (tran != TRANSACTION_NOT_TYPE and tran != TRANSACTION_COMMIT_TYPE) or topic == SCHEDULE_TOPIC:
-            return None
-        qid = msg.queue_id
-        key = (topic, qid)
-        cq = self._cqs.get(key)
-        cl_files = self.commitlog.queue.files
-        if cq is None or not cl_files or not cq.queue.files:
-            return None
-        mf = cl_files[-1]
-        pos = mf.wrote_position
-        cmf = cq.queue.files[-1]
-        cq_pos = cmf.wrote_position
-        queue_offset = self._queue_offsets.get(key, 0)
-        # a unit at the very start of a file may start a queue (min offset,
-        # pre-blank fill): left to ConsumeQueue.put
-        if (
-            size + END_FILE_MIN_BLANK_LENGTH > mf.file_size - pos
-            or cq_pos <= 0
-            or cq_pos + CQ_STORE_UNIT_SIZE > cmf.file_size
-            or cmf.file_from_offset + cq_pos != queue_offset * CQ_STORE_UNIT_SIZE
-        ):
-            return None
-        phy = mf.file_from_offset + pos
-        if phy + size <= cq.max_physic_offset:
-            return None
-        index_mm = None
-        hsn = inum = 0
-        keys: list = []
+    def _rebind(self, topic=None, queue_id=None) -> None:
+        """Point the ASYNC_FLUSH put path (``k.Appender``) at the files a put
+        writes now: the last CommitLog and index files and, given one, the
+        last file of the queue the step-by-step path just wrote. Called
+        under the append lock after that path, which may have created or
+        rolled any of them; the Appender itself never creates a file."""
+        fast = self._fast
+        files = self.commitlog.queue.files
+        fast.bind_commit_log(files[-1] if files else None)
         if self.config.message_index_enable:
             files = self.index.files
-            if not files:
-                return None
-            f = files[-1]
-            index_mm, hsn, inum = f.mm, f.hash_slot_num, f.index_num
-            uniq = props.get(PROPERTY_UNIQ_KEY)
-            if uniq:
-                keys.append(uniq)
-            more = props.get(PROPERTY_KEYS)
-            if more:
-                keys += [x for x in more.split(KEY_SEPARATOR) if x]
-        tags = props.get(PROPERTY_TAGS)
-        born_ts = store_ts if msg.born_timestamp is None else msg.born_timestamp
-        if not k.append_dispatch(
-            mf.mm, pos, qid, msg.flag, queue_offset, phy, sys_flag, born_ts, born_raw, store_ts, store_raw,
-            msg.reconsume_times, msg.prepared_transaction_offset, body, topic_b, props_b, self._append_crc,
-            cmf.mm, cq_pos, k.java_hash(tags) if tags else 0, index_mm, hsn, inum, topic + "#", keys,
-        ):
-            return None
-        mf.wrote_position = pos + size
-        cmf.wrote_position = cq_pos + CQ_STORE_UNIT_SIZE
-        cq.max_physic_offset = phy + size
-        self.index.keys_added += len(keys)
-        self._queue_offsets[key] = queue_offset + 1
-        self._written_end = phy + size
-        self._last_store_ts = self._last_logics_ts = store_ts
-        # PutMessageResult(...) without the NamedTuple's Python-level __new__
-        return _new_tuple(PutMessageResult, (_PUT_OK, offset_msg_id(store_raw, phy), phy, size, queue_offset, store_ts))
+            fast.bind_index(files[-1] if files else None)
+        if topic is not None and topic != SCHEDULE_TOPIC:
+            cq = self._cqs.get((topic, queue_id))
+            topic_b = self._topics.get(topic)
+            if cq is not None and topic_b is not None:
+                files = cq.queue.files
+                fast.bind_queue(topic, queue_id, topic_b, cq, files[-1] if files else None)
 
     def _dispatch_pending(self, upto: int) -> None:
         """Dispatch pending records that end at or before physical offset *upto*,
@@ -1165,6 +1124,25 @@ class MessageStore:
                 (CREATE_MAPPED_FILE_FAILED; the record was not written unless
                 the error's ``stored`` is True, see :class:`DiskFullError`).
         """
+        fast = self._fast
+        if fast is not None and not self._disk_full:
+            with self._lock:
+                if not self._closed and not self._pending and self._write_error is None:
+                    store_ts = self._clock()
+                    result = fast.put(msg, store_ts)
+                    if result is None:  # not for the one-call path: step by step
+                        return self._put_one(msg, store_ts)
+                    self._written_end = result[2] + result[3]
+                    self._last_store_ts = self._last_logics_ts = store_ts
+                    if self._waiting:  # read after the unit is in: a waiter that missed it sees it
+                        with self._arrival:
+                            self._arrival.notify_all()
+                    return result
+        return self._put_one(msg)
+
+    def _put_one(self, msg, store_ts=None) -> PutMessageResult:
+        """put_message step by step (SYNC_FLUSH, and whatever the Appender
+        leaves: new files and queues, transactions, delays, bad input)."""
         self._ensure_writable()
         if self._disk_full:
             self._refuse_if_disk_full()
@@ -1172,9 +1150,11 @@ class MessageStore:
         with self._lock:
             self._ensure_open()
             self._check_write_error()
-            result = self._append(prepared)
+            result = self._append(prepared, store_ts)
             if not self._sync_flush:
                 self._dispatch_pending(MAX_OFFSET)
+                if self._fast is not None:
+                    self._rebind(prepared[0], msg.queue_id)
         if self._sync_flush:
             self._commit(result.wrote_offset + result.wrote_bytes)
         return result
@@ -1187,13 +1167,20 @@ class MessageStore:
         self._ensure_writable()
         if self._disk_full:
             self._refuse_if_disk_full()
-        prepared = [self._prepare(m) for m in msgs]
+        fast = self._fast
+        msgs = list(msgs)
+        # validated first: the Appender vouches for what it encodes itself,
+        # _prepare checks (and encodes) the rest
+        prepared = [None if fast is not None and fast.check(m) else self._prepare(m) for m in msgs]
         with self._lock:
             self._ensure_open()
             self._check_write_error()
             w0 = self._written_end
             try:
-                results = [self._append(p) for p in prepared]
+                if fast is not None and not self._pending:
+                    results = self._append_batch(fast, msgs, prepared)
+                else:
+                    results = [self._append(p or self._prepare(m)) for m, p in zip(msgs, prepared)]
             except DiskFullError as e:
                 raise self._batch_disk_full(e, prepared, w0) from e
             if not self._sync_flush:
@@ -1204,6 +1191,33 @@ class MessageStore:
                     raise
         if self._sync_flush and results:
             self._commit(results[-1].wrote_offset + results[-1].wrote_bytes)
+        return results
+
+    def _append_batch(self, fast, msgs, prepared) -> list:
+        """put_messages' appends under ASYNC_FLUSH (append lock held): each
+        message in one Appender call, step by step where it declines (then
+        dispatched at once and the Appender rebound, as in put_message)."""
+        results: list = []
+        append = results.append
+        clock = self._clock
+        put = fast.put
+        for m, p in zip(msgs, prepared):
+            store_ts = clock()
+            r = put(m, store_ts)
+            if r is None:
+                r = self._append(p or self._prepare(m), store_ts)
+                self._dispatch_pending(MAX_OFFSET)
+                self._rebind(m.topic, m.queue_id)
+            else:
+                self._last_logics_ts = store_ts
+            append(r)
+        if results:
+            last = results[-1]
+            self._written_end = last[2] + last[3]
+            self._last_store_ts = last[5]
+            if self._waiting:
+                with self._arrival:
+                    self._arrival.notify_all()
         return results
 
     def _dispatch(self, topic, queue_id, queue_offset, phy, size, sys_flag, store_ts, props) -> None:

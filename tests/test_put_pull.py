@@ -1,0 +1,246 @@
+"""The one-call put path.
+
+``Appender``: the Cython core and the pure twin write what the step-by-step
+kernels write (``write_record`` + ``cq_put`` + ``index_put_keys`` with
+``Message.encode_properties``' blob), byte for byte, and decline, writing
+nothing, whatever the store's step-by-step path must take.
+
+Store-level behaviour is covered by every store test: ASYNC_FLUSH puts go through
+the Appender."""
+
+import struct
+from types import SimpleNamespace
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from test_kernels import FAST, _need_core
+
+from rmqstore import _pure
+from rmqstore.message import Message, PutMessageResult, PutMessageStatus
+
+HOST = bytes([10, 0, 0, 1]) + struct.pack(">i", 10911)
+HOST6 = bytes(range(16)) + struct.pack(">i", 10911)
+TOPIC = "TopicTest"
+CL_SIZE, CQ_SIZE, HSN, INUM = 4096, 200, 8, 12
+INDEX_SIZE = 40 + HSN * 4 + INUM * 20
+TS = 1_700_000_000_000
+
+
+@pytest.fixture(params=["pure", "core"])
+def k(request):
+    return _pure if request.param == "pure" else _need_core()
+
+
+class Files:
+    """A CommitLog file at offset 8192, one queue at queue offset 3, an index
+    file: bytearrays behind the attributes the Appender reads and writes."""
+
+    def __init__(self, k, host=HOST, append_crc=False, index=True, max_message_size=1024, cq_pos=60):
+        self.commit = SimpleNamespace(mm=bytearray(CL_SIZE), file_from_offset=8192, file_size=CL_SIZE,
+                                      wrote_position=100)
+        self.cq_file = SimpleNamespace(mm=bytearray(CQ_SIZE), file_from_offset=0, file_size=CQ_SIZE,
+                                       wrote_position=cq_pos)
+        self.cq = SimpleNamespace(max_physic_offset=8000)
+        self.index = SimpleNamespace(mm=bytearray(INDEX_SIZE), hash_slot_num=HSN, index_num=INUM)
+        self.offsets = {(TOPIC, 1): cq_pos // 20}
+        self.args = dict(store_host=host, append_crc=append_crc, index_enable=index)
+        self.ap = k.Appender(message_type=Message, result_type=PutMessageResult, ok_status=PutMessageStatus.PUT_OK,
+                             store_host=host, append_crc=append_crc, max_message_size=max_message_size,
+                             index_enable=index, queue_offsets=self.offsets)
+        self.ap.bind_commit_log(self.commit)
+        self.ap.bind_index(self.index if index else None)
+        self.ap.bind_queue(TOPIC, 1, TOPIC.encode(), self.cq, self.cq_file)
+
+    def state(self):
+        return (bytes(self.commit.mm), self.commit.wrote_position, bytes(self.cq_file.mm),
+                self.cq_file.wrote_position, self.cq.max_physic_offset, bytes(self.index.mm), dict(self.offsets))
+
+
+def steps(k, f, msg, store_ts):
+    """What the step-by-step kernels write for *msg* on the same files."""
+    props = msg.property_map()
+    if f.args["append_crc"]:
+        props.pop("__CRC32#", None)
+    blob = msg.encode_properties(props)
+    host = f.args["store_host"]
+    sys_flag = msg.sys_flag & ~0x30 | (0x30 if len(host) == 20 else 0)
+    pos, cq_pos = f.commit.wrote_position, f.cq_file.wrote_position
+    qo = f.offsets[(TOPIC, 1)]
+    phy = f.commit.file_from_offset + pos
+    born = store_ts if msg.born_timestamp is None else msg.born_timestamp
+    size = k.write_record(f.commit.mm, pos, msg.queue_id, msg.flag, qo, phy, sys_flag, born, host, store_ts, host,
+                          msg.reconsume_times, msg.prepared_transaction_offset, msg.body, TOPIC.encode(), blob,
+                          f.args["append_crc"])
+    tags = props.get("TAGS")
+    k.cq_put(f.cq_file.mm, cq_pos, phy, size, k.java_hash(tags) if tags else 0)
+    if f.args["index_enable"]:
+        keys = [props["UNIQ_KEY"]] if props.get("UNIQ_KEY") else []
+        keys += [x for x in (props.get("KEYS") or "").split(" ") if x]
+        k.index_put_keys(f.index.mm, HSN, INUM, TOPIC + "#", keys, phy, store_ts)
+    f.commit.wrote_position += size
+    f.cq_file.wrote_position += 20
+    f.cq.max_physic_offset = phy + size
+    f.offsets[(TOPIC, 1)] = qo + 1
+    msg_id = (host + struct.pack(">q", phy)).hex().upper()
+    return PutMessageResult(PutMessageStatus.PUT_OK, msg_id, phy, size, qo, store_ts)
+
+
+MESSAGES = [
+    Message(TOPIC, b"hello", queue_id=1),
+    Message(TOPIC, b"x" * 300, queue_id=1, tags="TagA", keys=["k1", "k2"], unique_key="U1", flag=7,
+            born_timestamp=TS - 5, reconsume_times=2, sys_flag=0x8, prepared_transaction_offset=77),
+    Message(TOPIC, bytearray(b"body"), queue_id=1, keys="  two  spaces ", properties={"a": "1", "TAGS": "T"}),
+    Message(TOPIC, memoryview(b"mv"), queue_id=1, tags="T", properties={"TAGS": "T", "KEYS": "kk", "é": "ü"}),
+    Message(TOPIC, b"", queue_id=1, properties={"__CRC32#": "123", "UNIQ_KEY": "u"}, keys="\U0001f600 k"),
+    Message(TOPIC, b"z", queue_id=1, tags="", keys="", unique_key=""),
+]
+
+
+@pytest.mark.parametrize("host", [HOST, HOST6], ids=["v4", "v6"])
+@pytest.mark.parametrize("append_crc", [False, True], ids=["", "crc"])
+@pytest.mark.parametrize("index", [True, False], ids=["index", "no-index"])
+def test_put_writes_what_the_steps_write(k, host, append_crc, index):
+    fast, slow = Files(k, host, append_crc, index), Files(k, host, append_crc, index)
+    for i, msg in enumerate(MESSAGES):
+        assert fast.ap.check(msg)
+        got = fast.ap.put(msg, TS + i)
+        assert got == steps(k, slow, msg, TS + i)
+        assert type(got) is PutMessageResult
+        assert fast.state() == slow.state()
+
+
+@pytest.mark.parametrize("case", [
+    "not a message", "subclass", "unset slot", "unbound queue", "born host", "store host", "prepared", "rollback", "tags twice",
+    "non-str property", "property dict subclass", "too large", "properties too long", "int field", "body type",
+])
+def test_declines_for_the_step_by_step_path(k, case):
+    f = Files(k)
+    msg = Message(TOPIC, b"body", queue_id=1, tags="T")
+    if case == "not a message":
+        msg = SimpleNamespace(**{s: getattr(msg, s) for s in Message.__slots__})
+    elif case == "subclass":
+        msg = type("Sub", (Message,), {})(TOPIC, b"body", queue_id=1)
+    elif case == "unset slot":
+        del msg.flag
+    elif case == "unbound queue":
+        msg.queue_id = 2
+    elif case == "born host":
+        msg.born_host = "1.2.3.4:5"
+    elif case == "store host":
+        msg.store_host = "1.2.3.4:5"
+    elif case == "prepared":
+        msg.sys_flag = 0x4
+    elif case == "rollback":
+        msg.sys_flag = 0xC
+    elif case == "tags twice":
+        msg.properties = {"TAGS": "other"}
+    elif case == "non-str property":
+        msg.properties = {"a": 1}
+    elif case == "property dict subclass":
+        msg.properties = type("D", (dict,), {})(a="1")
+    elif case == "too large":
+        msg.body = b"x" * 1025
+    elif case == "properties too long":
+        msg.properties = {"a": "v" * 32767}
+    elif case == "int field":
+        msg.flag = 1 << 31
+    elif case == "body type":
+        msg.body = "text"
+    before = f.state()
+    assert not f.ap.check(msg)
+    assert f.ap.put(msg, TS) is None
+    assert f.state() == before
+
+
+@pytest.mark.parametrize("case", [
+    "no commit file", "no index file", "file full", "queue file full", "queue start", "queue position",
+    "max physical offset", "index full", "index past",
+])
+def test_declines_where_files_stand(k, case):
+    f = Files(k)
+    msg = Message(TOPIC, b"body", queue_id=1, keys="a b")
+    if case == "no commit file":
+        f.ap.bind_commit_log(None)
+    elif case == "no index file":
+        f.ap.bind_index(None)
+    elif case == "file full":
+        f.commit.wrote_position = CL_SIZE - 100  # a record + the 8-byte end blank do not fit
+    elif case == "queue file full":
+        f.cq_file.wrote_position = CQ_SIZE
+    elif case == "queue start":  # the first unit of a file is ConsumeQueue.put's
+        f.cq_file.wrote_position, f.offsets[(TOPIC, 1)] = 0, 0
+    elif case == "queue position":
+        f.cq_file.wrote_position += 1  # not at a unit boundary
+    elif case == "max physical offset":
+        f.cq.max_physic_offset = 1 << 40
+    elif case == "index full":
+        struct.pack_into(">i", f.index.mm, 36, INUM - 1)  # room for one key, not two
+    elif case == "index past":
+        struct.pack_into(">q", f.index.mm, 24, 8192 + 100)  # indexed up to this record already
+    before = f.state()
+    assert f.ap.put(msg, TS) is None
+    assert f.state() == before
+    if case in ("no commit file", "no index file"):
+        assert not f.ap.check(msg)
+
+
+def test_unbind_and_rebinding_a_queue(k):
+    f = Files(k)
+    msg = Message(TOPIC, b"body", queue_id=1)
+    f.ap.unbind()
+    assert f.ap.put(msg, TS) is None
+    f.ap.bind_commit_log(f.commit)
+    f.ap.bind_index(f.index)
+    assert f.ap.put(msg, TS) is None  # the queue is still unbound
+    f.ap.bind_queue(TOPIC, 1, TOPIC.encode(), f.cq, f.cq_file)
+    assert f.ap.put(msg, TS).queue_offset == 3
+    f.ap.bind_queue(TOPIC, 1, TOPIC.encode(), f.cq, None)
+    assert f.ap.put(msg, TS) is None
+
+
+def test_bad_bindings_raise(k):
+    f = Files(k)
+    with pytest.raises(ValueError):
+        f.ap.bind_index(SimpleNamespace(mm=bytearray(INDEX_SIZE - 1), hash_slot_num=HSN, index_num=INUM))
+    with pytest.raises(TypeError):
+        f.ap.bind_queue(TOPIC, 1, TOPIC, f.cq, f.cq_file)
+    f.commit.mm = bytes(CL_SIZE)
+    f.ap.bind_commit_log(f.commit)
+    with pytest.raises(TypeError):
+        f.ap.put(Message(TOPIC, b"x", queue_id=1), TS)
+    with pytest.raises(ValueError):
+        k.Appender(Message, PutMessageResult, PutMessageStatus.PUT_OK, b"short", False, 10, True, {})
+    with pytest.raises(TypeError):
+        k.Appender(Message, dict, PutMessageStatus.PUT_OK, HOST, False, 10, True, {})
+    with pytest.raises(TypeError):  # a message type without the slots
+        k.Appender(SimpleNamespace, PutMessageResult, PutMessageStatus.PUT_OK, HOST, False, 10, True, {})
+
+
+_text = st.text(st.characters(blacklist_characters="\x01\x02", blacklist_categories=("Cs",)), max_size=12)
+
+
+@FAST
+@given(
+    tags=st.none() | _text, keys=st.none() | _text, uniq=st.none() | _text,
+    props=st.none() | st.dictionaries(_text.filter(bool), _text, max_size=4),
+    body=st.binary(max_size=64), append_crc=st.booleans(), born=st.none() | st.integers(-(1 << 63), (1 << 63) - 1),
+)
+def test_core_and_pure_agree_with_the_steps(tags, keys, uniq, props, body, append_crc, born):
+    core = _need_core()
+    try:
+        msg = Message(TOPIC, body, queue_id=1, tags=tags, keys=keys, unique_key=uniq, properties=props,
+                      born_timestamp=born)
+        msg.property_map()
+    except Exception:  # noqa: BLE001 - contradicting shorthands: the step-by-step path raises
+        for impl in (core, _pure):
+            assert Files(impl, append_crc=append_crc).ap.put(msg, TS) is None
+        return
+    states = []
+    for impl in (core, _pure):
+        fast, slow = Files(impl, append_crc=append_crc), Files(impl, append_crc=append_crc)
+        assert fast.ap.put(msg, TS) == steps(impl, slow, msg, TS)
+        assert fast.state() == slow.state()
+        states.append(fast.state())
+    assert states[0] == states[1]
+
