@@ -43,6 +43,7 @@ __all__ = [
     "index_put_keys",
     "index_select",
     "Appender",
+    "pull_units",
 ]
 
 # (total_size, magic, body_crc, queue_id, flag, queue_offset, physical_offset,
@@ -220,3 +221,18 @@ class Appender:
     def unbind(self) -> None: ...
     def check(self, msg: object) -> bool: ...
     def put(self, msg: object, store_timestamp: int) -> tuple[Any, ...] | None: ...
+
+def pull_units(
+    cq_buf: ReadableBuffer,
+    start: int,
+    end: int,
+    view: tuple[list[Any], int, int, int, int],
+    topic: str,
+    queue_id: int,
+    queue_offset: int,
+    max_count: int,
+    min_physical_offset: int,
+    max_size: int,
+    message_type: type,
+    out: list[Any],
+) -> tuple[int, int, bool]: ...

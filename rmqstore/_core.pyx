@@ -92,6 +92,15 @@ cdef extern from *:
     static inline PyObject *rmq_slot(PyObject *obj, Py_ssize_t off) {
         return *(PyObject **)((char *)obj + off);
     }
+    /* Set a slot of a fresh object (it holds NULL): takes a new reference. */
+    static inline void rmq_set_slot(PyObject *obj, Py_ssize_t off, PyObject *v) {
+        Py_INCREF(v);
+        *(PyObject **)((char *)obj + off) = v;
+    }
+    /* A fresh instance of *tp*, slots unset, no __init__ run. */
+    static inline PyObject *rmq_alloc(PyObject *tp) {
+        return ((PyTypeObject *)tp)->tp_alloc((PyTypeObject *)tp, 0);
+    }
     /* An instance of the tuple subclass *tp* holding the items of *items*,
        without calling its Python-level __new__. */
     static PyObject *rmq_tuple_as(PyObject *tp, PyObject *items) {
@@ -107,6 +116,8 @@ cdef extern from *:
     }
     """
     Py_ssize_t rmq_slot_offset(object descr)
+    void rmq_set_slot(object obj, Py_ssize_t off, object value)
+    object rmq_alloc(object tp)
     PyObject *rmq_slot(object obj, Py_ssize_t off)
     object rmq_tuple_as(object tp, tuple items)
 
@@ -193,6 +204,7 @@ __all__ = [
     "index_put_keys",
     "index_select",
     "Appender",
+    "pull_units",
 ]
 
 # --- helpers --------------------------------------------------------------
@@ -2096,3 +2108,145 @@ cdef class Appender:
         return rmq_tuple_as(self.result_type, (self.ok_status, _hex_id(self.store_host, phy), phy, r.size, qo,
                                                r.store_timestamp))
 
+
+# --- the pull path ----------------------------------------------------------
+
+# MessageExt's slots, in decode_record's field order, then the parsed-properties cache
+_EXT_SLOTS = ("store_size", "magic_code", "body_crc", "queue_id", "flag", "queue_offset", "physical_offset",
+              "sys_flag", "born_timestamp", "_born_host", "store_timestamp", "_store_host", "reconsume_times",
+              "prepared_transaction_offset", "body", "topic", "properties_blob", "_properties")
+cdef object _ext_type = None
+cdef Py_ssize_t _ext_off[18]
+
+
+cdef int _ext_offsets(object message_type) except -1:
+    global _ext_type
+    cdef Py_ssize_t off[18]
+    cdef int i
+    if message_type is _ext_type:
+        return 0
+    if not isinstance(message_type, type):
+        raise TypeError("message_type must be a class")
+    for i, name in enumerate(_EXT_SLOTS):
+        off[i] = rmq_slot_offset(getattr(message_type, name, None))
+        if off[i] < 0:
+            raise TypeError(f"message_type.{name} must be a writable __slots__ member")
+    memcpy(_ext_off, off, sizeof(off))
+    _ext_type = message_type
+    return 0
+
+
+cdef inline void _put_slot(object obj, int i, object value) noexcept:
+    rmq_set_slot(obj, _ext_off[i], value)
+
+
+def pull_units(cq_buf, start, end, view, topic, queue_id, queue_offset, max_count, min_physical_offset, max_size,
+               message_type, list out):
+    cdef Py_ssize_t s = _idx(start), e = _idx(end), mx = _idx(max_count), msize = _idx(max_size)
+    cdef Py_ssize_t p, p0, limit, nbufs, seg = -1, tl
+    cdef long long q0 = _i64(queue_offset), cl_min = _i64(min_physical_offset), fs, base, lo, hi
+    cdef long long phy, tags, seg_start = 0, done = 0
+    cdef int32_t size, qid = _i32(queue_id), sys_flag, body_len, props_len
+    cdef int event = 0, bw, sw, rc
+    cdef bint stopped = False
+    cdef const unsigned char *u
+    cdef const unsigned char *b = NULL
+    cdef const unsigned char *h
+    cdef const char *tb
+    cdef Py_buffer cv, sv
+    _ext_offsets(message_type)
+    if not isinstance(topic, str):
+        raise TypeError("topic must be a str")
+    tb = PyUnicode_AsUTF8AndSize(topic, &tl)
+    bufs, fs_o, base_o, lo_o, hi_o = view
+    fs, base, lo, hi = _i64(fs_o), _i64(base_o), _i64(lo_o), _i64(hi_o)
+    if fs <= 0:
+        raise ValueError("the view's file size must be positive")
+    nbufs = len(bufs)
+    born_host = store_host = None  # the last host fields: one bytes object while they repeat
+    _init_view(&cv)
+    _init_view(&sv)
+    PyObject_GetBuffer(cq_buf, &cv, PyBUF_SIMPLE)
+    try:
+        if s < 0 or e > cv.len or s > e or (e - s) % CQ_STORE_UNIT_SIZE:
+            raise ValueError(f"units [{start}, {end}) are not whole units of a {cv.len}-byte buffer")
+        for p in range(s, e, CQ_STORE_UNIT_SIZE):
+            if PyList_GET_SIZE(out) >= mx:
+                break
+            u = <const unsigned char *>cv.buf + p
+            phy = ld64(u)
+            size = ld32(u + 8)
+            tags = ld64(u + 12)
+            if size == PRE_BLANK_SIZE and phy == 0 and tags == 0:
+                done += 1  # a pre-blank placeholder
+                continue
+            if phy < cl_min:
+                event = 1  # its record was cleaned up
+                done += 1
+                continue
+            if phy < lo or phy >= hi or phy < base or (phy - base) // fs >= nbufs:
+                stopped = True
+                break
+            if (phy - base) // fs != seg:
+                PyBuffer_Release(&sv)
+                seg = (phy - base) // fs
+                PyObject_GetBuffer(bufs[seg], &sv, PyBUF_SIMPLE)
+                seg_start = base + seg * fs
+                b = <const unsigned char *>sv.buf
+            p0 = phy - seg_start
+            limit = fs if hi - seg_start > fs else hi - seg_start
+            rc = _check(b, sv.len, p0, limit, False, 0, msize)
+            # the record must be the one the unit stands for (P-11): else the caller's careful path
+            if rc <= 0 or rc != size or ld64(b + p0 + 28) != phy or ld64(b + p0 + 20) != q0 + done or \
+                    ld32(b + p0 + 12) != qid:
+                stopped = True
+                break
+            sys_flag = ld32(b + p0 + 36)
+            bw = 20 if sys_flag & BORNHOST_V6_FLAG else 8
+            sw = 20 if sys_flag & STOREHOSTADDRESS_V6_FLAG else 8
+            h = b + p0 + 48 + bw
+            body_len = ld32(h + 20 + sw)
+            u = h + 24 + sw + body_len  # topic length
+            if ld32(b + p0 + 4) == MESSAGE_MAGIC_CODE:
+                if u[0] != tl or memcmp(u + 1, tb, tl) != 0:
+                    stopped = True
+                    break
+                u += 1 + tl
+            else:
+                if ld16(u) != tl or memcmp(u + 2, tb, tl) != 0:
+                    stopped = True
+                    break
+                u += 2 + tl
+            props_len = ld16(u)
+            if born_host is None or PyBytes_GET_SIZE(born_host) != bw or \
+                    memcmp(PyBytes_AS_STRING(born_host), b + p0 + 48, bw) != 0:
+                born_host = PyBytes_FromStringAndSize(<const char *>b + p0 + 48, bw)
+            if store_host is None or PyBytes_GET_SIZE(store_host) != sw or \
+                    memcmp(PyBytes_AS_STRING(store_host), h + 8, sw) != 0:
+                store_host = PyBytes_FromStringAndSize(<const char *>h + 8, sw)
+            m = rmq_alloc(message_type)
+            _put_slot(m, 0, size)
+            _put_slot(m, 1, ld32(b + p0 + 4))
+            _put_slot(m, 2, ld32(b + p0 + 8))
+            _put_slot(m, 3, qid)
+            _put_slot(m, 4, ld32(b + p0 + 16))
+            _put_slot(m, 5, q0 + done)
+            _put_slot(m, 6, phy)
+            _put_slot(m, 7, sys_flag)
+            _put_slot(m, 8, ld64(b + p0 + 40))
+            _put_slot(m, 9, born_host)
+            _put_slot(m, 10, ld64(h))
+            _put_slot(m, 11, store_host)
+            _put_slot(m, 12, ld32(h + 8 + sw))
+            _put_slot(m, 13, ld64(h + 12 + sw))
+            _put_slot(m, 14, PyBytes_FromStringAndSize(<const char *>h + 24 + sw, body_len))
+            _put_slot(m, 15, topic)
+            _put_slot(m, 16, PyBytes_FromStringAndSize(<const char *>u + 2, props_len))
+            _put_slot(m, 17, None)
+            PyList_Append(out, m)
+            event = 2
+            done += 1
+    finally:
+        PyBuffer_Release(&sv)
+        PyBuffer_Release(&cv)
+    return done, event, stopped

@@ -72,6 +72,7 @@ __all__ = [
     "index_put_keys",
     "index_select",
     "Appender",
+    "pull_units",
 ]
 
 _I32 = struct.Struct(">i")
@@ -1319,3 +1320,72 @@ class Appender:
         msg_id = (host + _I64.pack(phy)).hex().upper()
         return tuple.__new__(self._result_type, (self._ok, msg_id, phy, size, qo, store_ts))
 
+
+# --- the pull path ----------------------------------------------------------
+
+# MessageExt's slots, in decode_record's field order, then the parsed-properties cache
+_EXT_SLOTS = ("store_size", "magic_code", "body_crc", "queue_id", "flag", "queue_offset", "physical_offset",
+              "sys_flag", "born_timestamp", "_born_host", "store_timestamp", "_store_host", "reconsume_times",
+              "prepared_transaction_offset", "body", "topic", "properties_blob", "_properties")
+
+
+def pull_units(
+    cq_buf, start: int, end: int, view: tuple, topic: str, queue_id: int, queue_offset: int, max_count: int,
+    min_physical_offset: int, max_size: int, message_type, out: list,
+) -> tuple:
+    """A pull's inner loop (RocketMQ ``getMessage`` without a filter) over the
+    ConsumeQueue units in ``cq_buf[start:end]`` (whole units), the first at
+    *queue_offset*, reading records through the CommitLog *view*
+    (``CommitLog.segment_view()``): a pre-blank placeholder is skipped, a
+    unit whose record starts below *min_physical_offset* (cleaned up) is
+    skipped and noted, and every other record, checked to be the unit's
+    (valid up to *max_size* bytes, its size, physical offset, queue offset,
+    queue id and topic), is appended to *out* as a *message_type* (a class
+    with MessageExt's ``__slots__``, filled as ``MessageExt(fields)`` fills
+    them, the topic being *topic* itself), until *out* holds *max_count*.
+
+    Returns ``(units_done, last_event, stopped)``: *last_event* is 2 when the
+    last unit that found or missed a record found one, 1 when it was
+    cleaned up, 0 for none; *stopped* means the unit after the ones done
+    needs the caller's careful path (no valid record where it points, or not
+    its record: the caller raises), nothing having been appended for it.
+    """
+    if not isinstance(message_type, type) or not all(
+            isinstance(getattr(message_type, n, None), types.MemberDescriptorType) for n in _EXT_SLOTS):
+        raise TypeError("message_type must be a class with MessageExt's __slots__")
+    if not isinstance(topic, str):
+        raise TypeError("topic must be a str")
+    bufs, fs, base, lo, hi = view
+    if fs <= 0:
+        raise ValueError("the view's file size must be positive")
+    n = len(memoryview(cq_buf))
+    if start < 0 or end > n or start > end or (end - start) % CQ_STORE_UNIT_SIZE:
+        raise ValueError(f"units [{start}, {end}) are not whole units of a {n}-byte buffer")
+    topic_b = topic.encode("utf-8")
+    done = event = 0
+    for p in range(start, end, CQ_STORE_UNIT_SIZE):
+        if len(out) >= max_count:
+            break
+        phy, size, tags = _CQ_UNIT.unpack_from(cq_buf, p)
+        if size == PRE_BLANK_SIZE and phy == 0 and tags == 0:
+            done += 1
+            continue
+        if phy < min_physical_offset:
+            event = 1
+            done += 1
+            continue
+        seg = (phy - base) // fs
+        if phy < lo or phy >= hi or phy < base or seg >= len(bufs):
+            return done, event, True
+        seg_start = base + seg * fs
+        fields = read_record(bufs[seg], phy - seg_start, min(fs, hi - seg_start), phy, max_size, True)
+        if type(fields) is not tuple or fields[0] != size or fields[5] != queue_offset + done or \
+                fields[3] != queue_id or _stored_topic(bufs[seg], phy - seg_start) != topic_b:
+            return done, event, True
+        m: Any = object.__new__(message_type)  # no __init__: the slots are set below
+        for name, value in zip(_EXT_SLOTS, fields[:15] + (topic, fields[16], None)):
+            setattr(m, name, value)
+        out.append(m)
+        event = 2
+        done += 1
+    return done, event, False

@@ -230,15 +230,20 @@ class ConsumeQueue:
 
     def get_units(self, queue_offset: int, max_count: int) -> list:
         """Up to *max_count* units from *queue_offset*, within one file (SPEC §6.8)."""
+        where = self.unit_range(queue_offset, max_count)
+        return [] if where is None else k.cq_units(*where)
+
+    def unit_range(self, queue_offset: int, max_count: int):
+        """Where :meth:`get_units` reads: ``(buffer, start, end)``, byte
+        positions of whole units in one file, or None."""
         off = queue_offset * UNIT
         if off < self.min_logic_offset or max_count <= 0:
-            return []
+            return None
         mf = self.queue.find(off)
         if mf is None:
-            return []
+            return None
         pos = off - mf.file_from_offset
-        end = min(mf.wrote_position, pos + max_count * UNIT)
-        return k.cq_units(mf.mm, pos, end)
+        return mf.mm, pos, max(pos, min(mf.wrote_position, pos + max_count * UNIT))
 
     def offset_by_time(self, timestamp: int, upper: bool, view: tuple, min_physical_offset: int) -> int:
         """Queue offset for *timestamp* (RocketMQ 5.1.1+ ``getOffsetInQueueByTime``,

@@ -1,12 +1,16 @@
-"""The one-call put path.
+"""The one-call put and pull paths.
 
 ``Appender``: the Cython core and the pure twin write what the step-by-step
 kernels write (``write_record`` + ``cq_put`` + ``index_put_keys`` with
 ``Message.encode_properties``' blob), byte for byte, and decline, writing
 nothing, whatever the store's step-by-step path must take.
 
-Store-level behaviour is covered by every store test: ASYNC_FLUSH puts go through
-the Appender."""
+``pull_units``: both build the messages ``MessageExt(decode_record(...))``
+builds, skip what a pull skips, and stop at a unit whose record they cannot
+vouch for.
+
+Store-level behaviour is covered by every store test: ASYNC_FLUSH puts and
+unfiltered pulls go through these kernels."""
 
 import struct
 from types import SimpleNamespace
@@ -17,7 +21,7 @@ from hypothesis import strategies as st
 from test_kernels import FAST, _need_core
 
 from rmqstore import _pure
-from rmqstore.message import Message, PutMessageResult, PutMessageStatus
+from rmqstore.message import Message, MessageExt, PutMessageResult, PutMessageStatus
 
 HOST = bytes([10, 0, 0, 1]) + struct.pack(">i", 10911)
 HOST6 = bytes(range(16)) + struct.pack(">i", 10911)
@@ -244,3 +248,126 @@ def test_core_and_pure_agree_with_the_steps(tags, keys, uniq, props, body, appen
         states.append(fast.state())
     assert states[0] == states[1]
 
+
+# --- pull_units -----------------------------------------------------------
+
+FS = 2048  # CommitLog file size of the pull fixtures
+
+
+def pull_fixture(k, n=6, base=4096):
+    """Two CommitLog segments from *base* holding records of TOPIC queue 1 at
+    queue offsets 10.. (every third with an IPv6 store host), and their units."""
+    segs = [bytearray(FS), bytearray(FS)]
+    cq = bytearray(20 * (n + 2))
+    pos, seg = 0, 0
+    for i in range(n):
+        host = HOST6 if i % 3 == 2 else HOST
+        flag = 0x30 if len(host) == 20 else 0
+        props = f"TAGS\x01T{i}\x02".encode()
+        body = bytes([i]) * (50 + 100 * i)
+        size = k.record_size(flag, len(body), len(TOPIC), len(props), False)
+        if pos + size > FS:
+            seg, pos = seg + 1, 0
+        phy = base + seg * FS + pos
+        k.write_record(segs[seg], pos, 1, i, 10 + i, phy, flag, TS + i, host, TS + 100 + i, host, 0, 0,
+                       body, TOPIC.encode(), props, False)
+        k.cq_put(cq, 20 * i, phy, size, k.java_hash(f"T{i}"))
+        pos += size
+    assert seg == 1  # the records span both segments
+    view = (segs, FS, base, base, base + seg * FS + pos)
+    return segs, cq, view
+
+
+def expected(k, view, cq, count):
+    segs, fs, base = view[0], view[1], view[2]
+    out = []
+    for phy, size, _ in k.cq_units(cq, 0, 20 * count):
+        seg = (phy - base) // fs
+        out.append(MessageExt(k.decode_record(segs[seg], phy - base - seg * fs, True)))
+    return out
+
+
+def pull(k, cq, view, start=0, end=None, max_count=100, cl_min=0, out=None, topic=TOPIC, qid=1, q0=10):
+    out = [] if out is None else out
+    end = 20 * 6 if end is None else end
+    r = k.pull_units(cq, start, end, view, topic, qid, q0, max_count, cl_min, 4096, MessageExt, out)
+    return r, out
+
+
+def test_pull_units_builds_what_decode_record_builds(k):
+    segs, cq, view = pull_fixture(k)
+    (done, event, stopped), out = pull(k, cq, view)
+    assert (done, event, stopped) == (6, 2, False)
+    want = expected(k, view, cq, 6)
+    assert out == want
+    for m, w in zip(out, want):  # every slot, the lazily parsed ones included
+        assert m.to_dict() == w.to_dict() and m.msg_id == w.msg_id and m.tags == w.tags
+    assert {m.store_host for m in out} == {"10.0.0.1:10911", "[1:203:405:607:809:a0b:c0d:e0f]:10911"}
+    assert [m.queue_offset for m in out] == list(range(10, 16))
+
+
+def test_pull_units_stops_at_max_count_and_appends(k):
+    segs, cq, view = pull_fixture(k)
+    first = [object()]
+    (done, event, stopped), out = pull(k, cq, view, max_count=3, out=first)
+    assert (done, event, stopped) == (2, 2, False) and len(out) == 3
+    (done, event, stopped), out = pull(k, cq, view, start=40, max_count=2, q0=12)
+    assert (done, event, stopped) == (2, 2, False)
+    assert out == expected(k, view, cq, 4)[2:]
+
+
+def test_pull_units_skips_placeholders_and_cleaned_records(k):
+    segs, cq, view = pull_fixture(k)
+    second_seg = view[2] + FS
+    units = k.cq_units(cq, 0, 120)
+    k.cq_put(cq, 20, 0, 0x7FFFFFFF, 0)  # a pre-blank placeholder at queue offset 11
+    (done, event, stopped), out = pull(k, cq, view, cl_min=second_seg)
+    assert (done, event, stopped) == (6, 2, False)
+    assert out == [m for m in expected(k, view, cq, 6) if m.physical_offset >= second_seg]
+    assert len(out) == sum(1 for phy, _, _ in units if phy >= second_seg) > 0
+    (done, event, stopped), out = pull(k, cq, view, end=20, cl_min=second_seg)
+    assert (done, event, stopped, out) == (1, 1, False, [])  # the last event: a cleaned-up record
+    (done, event, stopped), out = pull(k, cq, view, start=20, end=40, q0=11)
+    assert (done, event, stopped, out) == (1, 0, False, [])  # a placeholder alone: no event
+
+
+@pytest.mark.parametrize("case", ["size", "queue offset", "queue id", "topic", "past the end", "garbage",
+                                  "below the first segment"])
+def test_pull_units_stops_where_the_unit_is_not_its_record(k, case):
+    segs, cq, view = pull_fixture(k)
+    phy, size, tags = k.cq_get(cq, 40)  # the third unit
+    kw = {}
+    if case == "size":
+        k.cq_put(cq, 40, phy, size + 1, tags)
+    elif case == "queue offset":
+        kw["q0"] = 9
+    elif case == "queue id":
+        kw["qid"] = 2
+    elif case == "topic":
+        kw["topic"] = "TopicTesT"
+    elif case == "past the end":
+        k.cq_put(cq, 40, view[4], size, tags)
+    elif case == "garbage":
+        k.cq_put(cq, 40, phy + 4, size, tags)
+    elif case == "below the first segment":
+        view = (segs, FS, view[2], 0, view[4])
+        k.cq_put(cq, 40, 100, size, tags)
+    (done, event, stopped), out = pull(k, cq, view, **kw)
+    if case in ("queue offset", "queue id", "topic"):
+        assert (done, stopped, out) == (0, True, [])  # the first unit already disagrees
+    else:
+        assert (done, event, stopped) == (2, 2, True)
+        assert out == expected(k, view, cq, 2)
+
+
+def test_pull_units_refuses_bad_arguments(k):
+    segs, cq, view = pull_fixture(k)
+    with pytest.raises(TypeError):
+        k.pull_units(cq, 0, 20, view, TOPIC, 1, 10, 5, 0, 4096, SimpleNamespace, [])
+    with pytest.raises(TypeError):
+        k.pull_units(cq, 0, 20, view, TOPIC.encode(), 1, 10, 5, 0, 4096, MessageExt, [])
+    for start, end in ((0, 30), (-20, 20), (40, 20), (0, len(cq) + 20)):
+        with pytest.raises(ValueError):
+            k.pull_units(cq, start, end, view, TOPIC, 1, 10, 5, 0, 4096, MessageExt, [])
+    with pytest.raises(ValueError):
+        k.pull_units(cq, 0, 20, (segs, 0, 0, 0, 0), TOPIC, 1, 10, 5, 0, 4096, MessageExt, [])
