@@ -44,6 +44,7 @@ __all__ = [
     "index_select",
     "Appender",
     "pull_units",
+    "read_keyed",
 ]
 
 # (total_size, magic, body_crc, queue_id, flag, queue_offset, physical_offset,
@@ -236,3 +237,12 @@ def pull_units(
     message_type: type,
     out: list[Any],
 ) -> tuple[int, int, bool]: ...
+def read_keyed(
+    view: tuple[list[Any], int, int, int, int],
+    offsets: list[int],
+    topic: str,
+    key: str,
+    max_size: int,
+    message_type: type,
+    out: list[Any],
+) -> None: ...

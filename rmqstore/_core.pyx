@@ -16,7 +16,7 @@ written: TypeError unless an int, OverflowError outside the field's width.
 
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.limits cimport LLONG_MIN
-from libc.stdlib cimport free, realloc
+from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memchr, memcmp, memcpy, memmove, memset
 from cpython.buffer cimport PyBUF_SIMPLE, PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
@@ -205,6 +205,7 @@ __all__ = [
     "index_select",
     "Appender",
     "pull_units",
+    "read_keyed",
 ]
 
 # --- helpers --------------------------------------------------------------
@@ -1433,30 +1434,91 @@ cdef object _probe(object time_at, object bufs, _Times *tv, int64_t phy, int32_t
     return t
 
 
-cdef inline object _time_of(const unsigned char *b, Py_ssize_t p, object time_at, object bufs, _Times *tv):
-    return _probe(time_at, bufs, tv, ld64(b + p), ld32(b + p + 8))
+cdef struct _Search:
+    _Times tv
+    bint c_mode  # a view and an i64 timestamp: every probe and comparison in C
+    int64_t ts
+    Py_ssize_t seg  # the segment held in view (-1: none)
+    Py_buffer view
+
+
+cdef int64_t _probe_c(_Search *s, object bufs, int64_t phy, int32_t size) except? -2:
+    """_probe's view read with the segment buffer kept across probes."""
+    cdef Py_ssize_t i, pos
+    cdef const unsigned char *b
+    if phy < s.tv.lo or <rmq_i128>phy + size > s.tv.hi or phy < s.tv.base:
+        return -1
+    i = <Py_ssize_t>((phy - s.tv.base) // s.tv.fs)
+    if i >= s.tv.n:
+        return -1
+    if i != s.seg:
+        PyBuffer_Release(&s.view)
+        s.seg = -1
+        PyObject_GetBuffer(bufs[i], &s.view, PyBUF_SIMPLE)
+        s.seg = i
+    pos = <Py_ssize_t>(phy - s.tv.base - <long long>i * s.tv.fs)
+    b = <const unsigned char *>s.view.buf
+    if pos <= s.view.len - 40:
+        i = pos + 48 + (20 if ld32(b + pos + 36) & BORNHOST_V6_FLAG else 8)
+        if i <= s.view.len - 8:
+            return ld64(b + i)
+    return -1
+
+
+cdef enum:  # how a probed time relates to the timestamp (_pure's comparisons, in order)
+    T_LT = 1
+    T_EQ = 2
+    T_GT = 4
+    T_NEG = 8  # the probe failed (time < 0)
+
+
+cdef int _relate(_Search *s, const unsigned char *b, Py_ssize_t p, object time_at, object bufs,
+                 object timestamp) except -1:
+    """The relations of the time of the unit at b + p to the timestamp, as
+    bits: each comparison _pure makes, made in C when c_mode."""
+    cdef int64_t t
+    cdef int r = 0
+    if s.c_mode:
+        t = _probe_c(s, bufs, ld64(b + p), ld32(b + p + 8))
+        return (T_NEG if t < 0 else 0) | (T_LT if t < s.ts else (T_EQ if t == s.ts else T_GT))
+    o = _probe(time_at, bufs, &s.tv, ld64(b + p), ld32(b + p + 8))
+    if o < 0:
+        r |= T_NEG
+    if o < timestamp:
+        r |= T_LT
+    if o == timestamp:
+        r |= T_EQ
+    if o > timestamp:
+        r |= T_GT
+    return r
 
 
 def cq_search_time(buf, file_start, low, range_, timestamp, bint upper, min_physical_offset, time_at):
-    # timestamp and time_at's results stay Python objects: compared exactly as _pure does
+    # timestamp and time_at's results are compared exactly as _pure does:
+    # as Python objects, or in C for a view and an i64 timestamp
     cdef long long fs = _i64(file_start), min_phy
-    cdef int min_ovf = 0
+    cdef int min_ovf = 0, ts_ovf = 1, rel
     cdef Py_ssize_t lo = _idx(low), rng = _idx(range_), ceiling, floor, high, mid
     cdef Py_ssize_t left = -1, right = -1, target = -1, result
     cdef const unsigned char *b
     cdef int64_t phy
     cdef Py_buffer v
-    cdef _Times tv
+    cdef _Search s
     bufs = None
-    tv.direct = type(time_at) is tuple
-    if tv.direct:
+    s.tv.direct = type(time_at) is tuple
+    if s.tv.direct:
         bufs, fsz, fbase, flo, fhi = time_at
         if not PyList_CheckExact(bufs):
             raise TypeError("a CommitLog view holds a list of buffers")
-        tv.n = PyList_GET_SIZE(bufs)
-        tv.fs, tv.base, tv.lo, tv.hi = _i64(fsz), _i64(fbase), _i64(flo), _i64(fhi)
-        if tv.fs <= 0:
+        s.tv.n = PyList_GET_SIZE(bufs)
+        s.tv.fs, s.tv.base, s.tv.lo, s.tv.hi = _i64(fsz), _i64(fbase), _i64(flo), _i64(fhi)
+        if s.tv.fs <= 0:
             raise ValueError(f"file size {fsz} is not positive")
+        if type(timestamp) is int:
+            s.ts = PyLong_AsLongLongAndOverflow(timestamp, &ts_ovf)
+    s.c_mode = s.tv.direct and ts_ovf == 0
+    s.seg = -1
+    _init_view(&s.view)
     # a bound beyond i64 compares exactly: above all offsets (ovf > 0) or below all
     min_phy = PyLong_AsLongLongAndOverflow(min_physical_offset, &min_ovf)
     if min_ovf < 0:
@@ -1476,9 +1538,9 @@ def cq_search_time(buf, file_start, low, range_, timestamp, bint upper, min_phys
         ceiling = rng - CQ_STORE_UNIT_SIZE
         floor = lo
         high = ceiling
-        if _time_of(b, ceiling, time_at, bufs, &tv) < timestamp:
+        if _relate(&s, b, ceiling, time_at, bufs, timestamp) & T_LT:
             return jdiv(fs, ceiling + (0 if upper else CQ_STORE_UNIT_SIZE), CQ_STORE_UNIT_SIZE)
-        if _time_of(b, floor, time_at, bufs, &tv) > timestamp:
+        if _relate(&s, b, floor, time_at, bufs, timestamp) & T_GT:
             return 0 if upper else jdiv(fs, 0, CQ_STORE_UNIT_SIZE)
         while high >= lo:  # lo, high >= 0 here: C division floors like Python's //
             mid = (lo + high) // (2 * CQ_STORE_UNIT_SIZE) * CQ_STORE_UNIT_SIZE
@@ -1487,13 +1549,13 @@ def cq_search_time(buf, file_start, low, range_, timestamp, bint upper, min_phys
                 lo = mid + CQ_STORE_UNIT_SIZE
                 left = mid
                 continue
-            t = _probe(time_at, bufs, &tv, phy, ld32(b + mid + 8))
-            if t < 0:
+            rel = _relate(&s, b, mid, time_at, bufs, timestamp)
+            if rel & T_NEG:
                 return 0
-            if t == timestamp:
+            if rel & T_EQ:
                 target = mid
                 break
-            if t > timestamp:
+            if rel & T_GT:
                 high = mid - CQ_STORE_UNIT_SIZE
                 right = mid
             else:
@@ -1502,17 +1564,18 @@ def cq_search_time(buf, file_start, low, range_, timestamp, bint upper, min_phys
         if target != -1:
             if upper:
                 while target + CQ_STORE_UNIT_SIZE <= ceiling and \
-                        _time_of(b, target + CQ_STORE_UNIT_SIZE, time_at, bufs, &tv) == timestamp:
+                        _relate(&s, b, target + CQ_STORE_UNIT_SIZE, time_at, bufs, timestamp) & T_EQ:
                     target += CQ_STORE_UNIT_SIZE
             else:
                 while target - CQ_STORE_UNIT_SIZE >= floor and \
-                        _time_of(b, target - CQ_STORE_UNIT_SIZE, time_at, bufs, &tv) == timestamp:
+                        _relate(&s, b, target - CQ_STORE_UNIT_SIZE, time_at, bufs, timestamp) & T_EQ:
                     target -= CQ_STORE_UNIT_SIZE
             result = target
         else:
             result = left if upper else right
         return jdiv(fs, result, CQ_STORE_UNIT_SIZE)
     finally:
+        PyBuffer_Release(&s.view)
         PyBuffer_Release(&v)
 
 
@@ -2140,18 +2203,105 @@ cdef inline void _put_slot(object obj, int i, object value) noexcept:
     rmq_set_slot(obj, _ext_off[i], value)
 
 
+cdef object _ext_at(object message_type, const unsigned char *b, Py_ssize_t p0, object topic, list hosts):
+    """A *message_type* (MessageExt's slots, _ext_offsets done) for the valid
+    record at b + p0 whose topic is *topic*. *hosts* ([born, store] bytes or
+    None) keeps one bytes object per host while records repeat it."""
+    cdef int32_t sys_flag = ld32(b + p0 + 36), body_len, props_len
+    cdef int bw = 20 if sys_flag & BORNHOST_V6_FLAG else 8
+    cdef int sw = 20 if sys_flag & STOREHOSTADDRESS_V6_FLAG else 8
+    cdef const unsigned char *h = b + p0 + 48 + bw
+    cdef const unsigned char *u
+    body_len = ld32(h + 20 + sw)
+    u = h + 24 + sw + body_len
+    u += (1 + u[0]) if ld32(b + p0 + 4) == MESSAGE_MAGIC_CODE else (2 + ld16(u))
+    props_len = ld16(u)
+    born, store = hosts[0], hosts[1]
+    if born is None or PyBytes_GET_SIZE(born) != bw or memcmp(PyBytes_AS_STRING(born), b + p0 + 48, bw) != 0:
+        born = hosts[0] = PyBytes_FromStringAndSize(<const char *>b + p0 + 48, bw)
+    if store is None or PyBytes_GET_SIZE(store) != sw or memcmp(PyBytes_AS_STRING(store), h + 8, sw) != 0:
+        store = hosts[1] = PyBytes_FromStringAndSize(<const char *>h + 8, sw)
+    m = rmq_alloc(message_type)
+    _put_slot(m, 0, ld32(b + p0))
+    _put_slot(m, 1, ld32(b + p0 + 4))
+    _put_slot(m, 2, ld32(b + p0 + 8))
+    _put_slot(m, 3, ld32(b + p0 + 12))
+    _put_slot(m, 4, ld32(b + p0 + 16))
+    _put_slot(m, 5, ld64(b + p0 + 20))
+    _put_slot(m, 6, ld64(b + p0 + 28))
+    _put_slot(m, 7, sys_flag)
+    _put_slot(m, 8, ld64(b + p0 + 40))
+    _put_slot(m, 9, born)
+    _put_slot(m, 10, ld64(h))
+    _put_slot(m, 11, store)
+    _put_slot(m, 12, ld32(h + 8 + sw))
+    _put_slot(m, 13, ld64(h + 12 + sw))
+    _put_slot(m, 14, PyBytes_FromStringAndSize(<const char *>h + 24 + sw, body_len))
+    _put_slot(m, 15, topic)
+    _put_slot(m, 16, PyBytes_FromStringAndSize(<const char *>u + 2, props_len))
+    _put_slot(m, 17, None)
+    return m
+
+
+cdef bint _topic_is(const unsigned char *b, Py_ssize_t p0, const char *tb, Py_ssize_t tl) noexcept:
+    """Whether the valid record at b + p0 stores topic *tb* (UTF-8)."""
+    cdef int32_t sys_flag = ld32(b + p0 + 36)
+    cdef Py_ssize_t p = p0 + 68 + (20 if sys_flag & BORNHOST_V6_FLAG else 8) + \
+        (20 if sys_flag & STOREHOSTADDRESS_V6_FLAG else 8)
+    p += 4 + ld32(b + p)
+    if ld32(b + p0 + 4) == MESSAGE_MAGIC_CODE:
+        return b[p] == tl and memcmp(b + p + 1, tb, tl) == 0
+    return ld16(b + p) == tl and memcmp(b + p + 2, tb, tl) == 0
+
+
+cdef const unsigned char *_props_of(const unsigned char *b, Py_ssize_t p0, Py_ssize_t *n) noexcept:
+    cdef int32_t sys_flag = ld32(b + p0 + 36)
+    cdef Py_ssize_t p = p0 + 68 + (20 if sys_flag & BORNHOST_V6_FLAG else 8) + \
+        (20 if sys_flag & STOREHOSTADDRESS_V6_FLAG else 8)
+    p += 4 + ld32(b + p)
+    p += (1 + b[p]) if ld32(b + p0 + 4) == MESSAGE_MAGIC_CODE else (2 + ld16(b + p))
+    n[0] = ld16(b + p)
+    return b + p + 2
+
+
+cdef bint _has_key(const unsigned char *props, Py_ssize_t n, const char *kb, Py_ssize_t kl, _Col *tmp) except -1:
+    """UNIQ_KEY == key, or key one of the space-separated KEYS (an absent
+    KEYS splits to one empty key), on RocketMQ's property parsing."""
+    cdef Py_ssize_t count = _pairs(props, n, tmp), i, s, e
+    cdef _Pair *pairs = <_Pair *>tmp.p
+    cdef _Pair *keys = NULL
+    cdef const unsigned char *v
+    for i in range(count):
+        if _is_name(props, &pairs[i], "UNIQ_KEY", 8):
+            if pairs[i].vn == kl and memcmp(props + pairs[i].v, kb, kl) == 0:
+                return True
+        elif _is_name(props, &pairs[i], "KEYS", 4):
+            keys = &pairs[i]
+    if keys == NULL:
+        return kl == 0
+    v = props + keys.v
+    s = 0
+    while s <= keys.vn:
+        e = s
+        while e < keys.vn and v[e] != 32:
+            e += 1
+        if e - s == kl and memcmp(v + s, kb, kl) == 0:
+            return True
+        s = e + 1
+    return False
+
+
 def pull_units(cq_buf, start, end, view, topic, queue_id, queue_offset, max_count, min_physical_offset, max_size,
                message_type, list out):
     cdef Py_ssize_t s = _idx(start), e = _idx(end), mx = _idx(max_count), msize = _idx(max_size)
     cdef Py_ssize_t p, p0, limit, nbufs, seg = -1, tl
     cdef long long q0 = _i64(queue_offset), cl_min = _i64(min_physical_offset), fs, base, lo, hi
     cdef long long phy, tags, seg_start = 0, done = 0
-    cdef int32_t size, qid = _i32(queue_id), sys_flag, body_len, props_len
-    cdef int event = 0, bw, sw, rc
+    cdef int32_t size, qid = _i32(queue_id)
+    cdef int event = 0, rc
     cdef bint stopped = False
     cdef const unsigned char *u
     cdef const unsigned char *b = NULL
-    cdef const unsigned char *h
     cdef const char *tb
     cdef Py_buffer cv, sv
     _ext_offsets(message_type)
@@ -2163,7 +2313,7 @@ def pull_units(cq_buf, start, end, view, topic, queue_id, queue_offset, max_coun
     if fs <= 0:
         raise ValueError("the view's file size must be positive")
     nbufs = len(bufs)
-    born_host = store_host = None  # the last host fields: one bytes object while they repeat
+    hosts = [None, None]  # the last host fields: one bytes object each while they repeat
     _init_view(&cv)
     _init_view(&sv)
     PyObject_GetBuffer(cq_buf, &cv, PyBUF_SIMPLE)
@@ -2201,52 +2351,89 @@ def pull_units(cq_buf, start, end, view, topic, queue_id, queue_offset, max_coun
                     ld32(b + p0 + 12) != qid:
                 stopped = True
                 break
-            sys_flag = ld32(b + p0 + 36)
-            bw = 20 if sys_flag & BORNHOST_V6_FLAG else 8
-            sw = 20 if sys_flag & STOREHOSTADDRESS_V6_FLAG else 8
-            h = b + p0 + 48 + bw
-            body_len = ld32(h + 20 + sw)
-            u = h + 24 + sw + body_len  # topic length
-            if ld32(b + p0 + 4) == MESSAGE_MAGIC_CODE:
-                if u[0] != tl or memcmp(u + 1, tb, tl) != 0:
-                    stopped = True
-                    break
-                u += 1 + tl
-            else:
-                if ld16(u) != tl or memcmp(u + 2, tb, tl) != 0:
-                    stopped = True
-                    break
-                u += 2 + tl
-            props_len = ld16(u)
-            if born_host is None or PyBytes_GET_SIZE(born_host) != bw or \
-                    memcmp(PyBytes_AS_STRING(born_host), b + p0 + 48, bw) != 0:
-                born_host = PyBytes_FromStringAndSize(<const char *>b + p0 + 48, bw)
-            if store_host is None or PyBytes_GET_SIZE(store_host) != sw or \
-                    memcmp(PyBytes_AS_STRING(store_host), h + 8, sw) != 0:
-                store_host = PyBytes_FromStringAndSize(<const char *>h + 8, sw)
-            m = rmq_alloc(message_type)
-            _put_slot(m, 0, size)
-            _put_slot(m, 1, ld32(b + p0 + 4))
-            _put_slot(m, 2, ld32(b + p0 + 8))
-            _put_slot(m, 3, qid)
-            _put_slot(m, 4, ld32(b + p0 + 16))
-            _put_slot(m, 5, q0 + done)
-            _put_slot(m, 6, phy)
-            _put_slot(m, 7, sys_flag)
-            _put_slot(m, 8, ld64(b + p0 + 40))
-            _put_slot(m, 9, born_host)
-            _put_slot(m, 10, ld64(h))
-            _put_slot(m, 11, store_host)
-            _put_slot(m, 12, ld32(h + 8 + sw))
-            _put_slot(m, 13, ld64(h + 12 + sw))
-            _put_slot(m, 14, PyBytes_FromStringAndSize(<const char *>h + 24 + sw, body_len))
-            _put_slot(m, 15, topic)
-            _put_slot(m, 16, PyBytes_FromStringAndSize(<const char *>u + 2, props_len))
-            _put_slot(m, 17, None)
-            PyList_Append(out, m)
+            if not _topic_is(b, p0, tb, tl):
+                stopped = True
+                break
+            PyList_Append(out, _ext_at(message_type, b, p0, topic, hosts))
             event = 2
             done += 1
     finally:
         PyBuffer_Release(&sv)
         PyBuffer_Release(&cv)
     return done, event, stopped
+
+
+def read_keyed(view, offsets, topic, key, max_size, message_type, list out):
+    cdef Py_ssize_t i, j, n, nbufs, tl, kl, pn, seg = -1, msize = _idx(max_size)
+    cdef long long fs, base, lo, hi, phy, seg_start = 0
+    cdef const char *tb
+    cdef const char *kb
+    cdef const unsigned char *b = NULL
+    cdef const unsigned char *props
+    cdef int64_t *seen = NULL
+    cdef Py_ssize_t nseen = 0
+    cdef Py_buffer sv
+    cdef _Col tmp
+    _ext_offsets(message_type)
+    if not isinstance(topic, str) or not isinstance(key, str):
+        raise TypeError("topic and key must be str")
+    if not PyList_CheckExact(offsets):
+        raise TypeError("offsets must be a list of int")
+    try:
+        tb = PyUnicode_AsUTF8AndSize(topic, &tl)
+        kb = PyUnicode_AsUTF8AndSize(key, &kl)
+    except UnicodeEncodeError:
+        return None  # lone surrogates: no stored (decoded) topic or key equals them
+    # U+FFFD in the topic or key can equal an invalid UTF-8 byte read back
+    # (decoded with "replace"): then compare as text, as the twin does
+    text = "\ufffd" in topic or "\ufffd" in key
+    bufs, fs_o, base_o, lo_o, hi_o = view
+    fs, base, lo, hi = _i64(fs_o), _i64(base_o), _i64(lo_o), _i64(hi_o)
+    if fs <= 0:
+        raise ValueError("the view's file size must be positive")
+    nbufs = len(bufs)
+    n = PyList_GET_SIZE(offsets)
+    hosts = [None, None]
+    memset(&tmp, 0, sizeof(tmp))
+    _init_view(&sv)
+    seen = <int64_t *>malloc(sizeof(int64_t) * (n + 1))
+    if seen == NULL:
+        raise MemoryError()
+    try:
+        for i in range(n):
+            phy = _i64(offsets[i])
+            for j in range(nseen):
+                if seen[j] == phy:
+                    break
+            else:
+                j = -1
+            if j >= 0 or phy < lo:
+                continue  # each record once; cleaned-up records are gone
+            seen[nseen] = phy
+            nseen += 1
+            if phy >= hi or phy < base or (phy - base) // fs >= nbufs:
+                continue
+            if (phy - base) // fs != seg:
+                PyBuffer_Release(&sv)
+                seg = (phy - base) // fs
+                PyObject_GetBuffer(bufs[seg], &sv, PyBUF_SIMPLE)
+                seg_start = base + seg * fs
+                b = <const unsigned char *>sv.buf
+            if _check(b, sv.len, phy - seg_start, fs if hi - seg_start > fs else hi - seg_start, False, 0, msize) <= 0 \
+                    or ld64(b + phy - seg_start + 28) != phy:
+                continue
+            props = _props_of(b, phy - seg_start, &pn)
+            if text:
+                fields = decode_record(bufs[seg], phy - seg_start, False)
+                if fields[15] != topic:
+                    continue
+                found = parse_properties(fields[16])
+                if found.get("UNIQ_KEY") == key or key in (found.get("KEYS") or "").split(" "):
+                    PyList_Append(out, _ext_at(message_type, b, phy - seg_start, fields[15], hosts))
+            elif _topic_is(b, phy - seg_start, tb, tl) and _has_key(props, pn, kb, kl, &tmp):
+                PyList_Append(out, _ext_at(message_type, b, phy - seg_start, topic, hosts))
+    finally:
+        free(seen)
+        free(tmp.p)
+        PyBuffer_Release(&sv)
+    return None

@@ -73,6 +73,7 @@ __all__ = [
     "index_select",
     "Appender",
     "pull_units",
+    "read_keyed",
 ]
 
 _I32 = struct.Struct(">i")
@@ -1329,6 +1330,20 @@ _EXT_SLOTS = ("store_size", "magic_code", "body_crc", "queue_id", "flag", "queue
               "prepared_transaction_offset", "body", "topic", "properties_blob", "_properties")
 
 
+def _check_ext_type(message_type) -> None:
+    if not isinstance(message_type, type) or not all(
+            isinstance(getattr(message_type, n, None), types.MemberDescriptorType) for n in _EXT_SLOTS):
+        raise TypeError("message_type must be a class with MessageExt's __slots__")
+
+
+def _ext(message_type, fields: tuple, topic: str):
+    """A *message_type* filled as ``MessageExt(fields)`` fills it, with *topic*."""
+    m: Any = object.__new__(message_type)  # no __init__: the slots are set here
+    for name, value in zip(_EXT_SLOTS, fields[:15] + (topic, fields[16], None)):
+        setattr(m, name, value)
+    return m
+
+
 def pull_units(
     cq_buf, start: int, end: int, view: tuple, topic: str, queue_id: int, queue_offset: int, max_count: int,
     min_physical_offset: int, max_size: int, message_type, out: list,
@@ -1350,9 +1365,7 @@ def pull_units(
     needs the caller's careful path (no valid record where it points, or not
     its record: the caller raises), nothing having been appended for it.
     """
-    if not isinstance(message_type, type) or not all(
-            isinstance(getattr(message_type, n, None), types.MemberDescriptorType) for n in _EXT_SLOTS):
-        raise TypeError("message_type must be a class with MessageExt's __slots__")
+    _check_ext_type(message_type)
     if not isinstance(topic, str):
         raise TypeError("topic must be a str")
     bufs, fs, base, lo, hi = view
@@ -1382,10 +1395,42 @@ def pull_units(
         if type(fields) is not tuple or fields[0] != size or fields[5] != queue_offset + done or \
                 fields[3] != queue_id or _stored_topic(bufs[seg], phy - seg_start) != topic_b:
             return done, event, True
-        m: Any = object.__new__(message_type)  # no __init__: the slots are set below
-        for name, value in zip(_EXT_SLOTS, fields[:15] + (topic, fields[16], None)):
-            setattr(m, name, value)
-        out.append(m)
+        out.append(_ext(message_type, fields, topic))
         event = 2
         done += 1
     return done, event, False
+
+
+def read_keyed(view: tuple, offsets: list, topic: str, key: str, max_size: int, message_type, out: list) -> None:
+    """``query_messages``' reads (fixes RocketMQ #3613 hash collisions,
+    P-1/P-16): each physical offset of *offsets* once, in order, skipping
+    those below the *view*'s minimum (cleaned up) or where no valid record
+    of at most *max_size* bytes starts; a record whose topic is *topic* and
+    whose UNIQ_KEY is *key* or one of whose space-separated KEYS is *key*
+    (properties as ``parse_properties`` reads them, an absent KEYS counting
+    as one empty key) is appended to *out* as a *message_type* (MessageExt's
+    ``__slots__``, filled as ``MessageExt(fields)`` fills them). Returns None."""
+    _check_ext_type(message_type)
+    if not isinstance(topic, str) or not isinstance(key, str):
+        raise TypeError("topic and key must be str")
+    if type(offsets) is not list:
+        raise TypeError("offsets must be a list of int")
+    bufs, fs, base, lo, hi = view
+    if fs <= 0:
+        raise ValueError("the view's file size must be positive")
+    seen = set()
+    for phy in offsets:
+        phy = operator.index(phy)
+        if phy in seen or phy < lo:
+            continue
+        seen.add(phy)
+        seg = (phy - base) // fs
+        if phy >= hi or phy < base or seg >= len(bufs):
+            continue
+        seg_start = base + seg * fs
+        fields = read_record(bufs[seg], phy - seg_start, min(fs, hi - seg_start), phy, max_size, True)
+        if type(fields) is not tuple or fields[15] != topic:
+            continue
+        props = parse_properties(fields[16])
+        if props.get("UNIQ_KEY") == key or key in (props.get("KEYS") or "").split(" "):
+            out.append(_ext(message_type, fields, fields[15]))

@@ -20,7 +20,6 @@ from typing import Any
 from . import _kernels as k
 from ._layout import (
     BORNHOST_V6_FLAG,
-    KEY_SEPARATOR,
     MAX_PROPERTIES_LENGTH,
     MAX_TOPIC_LENGTH_V1,
     MAX_TOPIC_LENGTH_V2,
@@ -1573,23 +1572,17 @@ class MessageStore:
         are still stored, whose topic is *topic* and whose UNIQ_KEY or one of
         whose KEYS is *key* (fixes RocketMQ #3613 hash collisions, P-1/P-16);
         each record once (P-6), in the order of :meth:`query_offsets`."""
-        out = []
-        seen = set()
-        offsets = self.query_offsets(topic, key, max_count, begin, end)
+        self._ensure_open()
+        if not isinstance(key, str) or not isinstance(topic, str):
+            raise MessageTypeError("topic and key must be str")
+        out: list = []
         self._refs.hold()  # one reader reference for the whole lookup
         try:
-            read = self.commitlog.record_reader(strict=False)
-            cl_min = self.commitlog.min_offset()
-            for phy in offsets:
-                if phy in seen or phy < cl_min:
-                    continue
-                seen.add(phy)
-                fields = read(phy)
-                if fields is None or fields[15] != topic:
-                    continue
-                props = k.parse_properties(fields[16])
-                if props.get(PROPERTY_UNIQ_KEY) == key or key in (props.get(PROPERTY_KEYS) or "").split(KEY_SEPARATOR):
-                    out.append(MessageExt(fields, props))
+            offsets = self.index.query_offsets(topic, key, max_count, begin, end)
+            if offsets:
+                k.read_keyed(
+                    self.commitlog.segment_view(), offsets, topic, key, self.commitlog.max_record_size, MessageExt, out
+                )
         finally:
             self._refs.release()
         return out

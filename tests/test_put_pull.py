@@ -9,8 +9,11 @@ nothing, whatever the store's step-by-step path must take.
 builds, skip what a pull skips, and stop at a unit whose record they cannot
 vouch for.
 
-Store-level behaviour is covered by every store test: ASYNC_FLUSH puts and
-unfiltered pulls go through these kernels."""
+``read_keyed``: both keep what a key lookup's step-by-step verification
+keeps (topic, UNIQ_KEY or one of the KEYS, each record once).
+
+Store-level behaviour is covered by every store test: ASYNC_FLUSH puts,
+unfiltered pulls and key lookups go through these kernels."""
 
 import struct
 from types import SimpleNamespace
@@ -371,3 +374,80 @@ def test_pull_units_refuses_bad_arguments(k):
             k.pull_units(cq, start, end, view, TOPIC, 1, 10, 5, 0, 4096, MessageExt, [])
     with pytest.raises(ValueError):
         k.pull_units(cq, 0, 20, (segs, 0, 0, 0, 0), TOPIC, 1, 10, 5, 0, 4096, MessageExt, [])
+
+
+# --- read_keyed -------------------------------------------------------------
+
+
+def keyed_fixture(k, base=4096):
+    """Records of several topics and key properties over two segments;
+    returns (view, [physical offset of each record])."""
+    props = [
+        b"UNIQ_KEY\x01K\x02", b"KEYS\x01a K b\x02", b"KEYS\x01K\x02UNIQ_KEY\x01u\x02", b"KEYS\x01Kx\x02",
+        b"KEYS\x01\x02UNIQ_KEY\x01K\x02", b"UNIQ_KEY\x01K\x02UNIQ_KEY\x01z\x02", b"KEYS\x01  K  \x02", b"",
+        b"KEYS\x01\xff \xe9\x02", b"TAGS\x01t\x02KEYS\x01x\x02KEYS\x01K\x02",
+    ]
+    segs = [bytearray(FS), bytearray(FS)]
+    offsets, pos, seg = [], 0, 0
+    for i, blob in enumerate(props * 2):
+        topic = (TOPIC if i % 5 else "Other").encode()
+        size = k.record_size(0, 40, len(topic), len(blob), False)
+        if pos + size > FS:
+            seg, pos = seg + 1, 0
+        phy = base + seg * FS + pos
+        k.write_record(segs[seg], pos, 1, 0, i, phy, 0, TS, HOST, TS, HOST, 0, 0, bytes(40), topic, blob, False)
+        offsets.append(phy)
+        pos += size
+    return (segs, FS, base, base, base + seg * FS + pos), offsets
+
+
+def keyed_reference(k, view, offsets, topic, key):
+    """query_messages' verification as the store did it step by step."""
+    segs, fs, base, lo, hi = view
+    out, seen = [], set()
+    for phy in offsets:
+        if phy in seen or phy < lo:
+            continue
+        seen.add(phy)
+        seg = (phy - base) // fs
+        if phy >= hi or phy < base or seg >= len(segs):
+            continue
+        fields = k.read_record(segs[seg], phy - base - seg * fs, min(fs, hi - base - seg * fs), phy, 4096, True)
+        if type(fields) is not tuple or fields[15] != topic:
+            continue
+        props = k.parse_properties(fields[16])
+        if props.get("UNIQ_KEY") == key or key in (props.get("KEYS") or "").split(" "):
+            out.append(MessageExt(fields))
+    return out
+
+
+@pytest.mark.parametrize("key", ["K", "u", "a", "Kx", "", "z", "\ufffd", "\ud800", "missing"])
+def test_read_keyed_keeps_what_verification_keeps(k, key):
+    view, offsets = keyed_fixture(k)
+    segs = view[0]
+    damaged = offsets[13]
+    seg = (damaged - view[2]) // FS
+    segs[seg][damaged - view[2] - seg * FS + 4] ^= 0xFF  # a magic code no more
+    asked = offsets + offsets[:4] + [view[4], view[2] - 20, 7, damaged + 1]  # repeats, past the end, nowhere
+    lo_view = (segs, FS, view[2], offsets[2], view[4])  # the first two records cleaned up
+    for v in (view, lo_view):
+        want = keyed_reference(k, v, asked, TOPIC, key)
+        out = []
+        assert k.read_keyed(v, asked, TOPIC, key, 4096, MessageExt, out) is None
+        assert out == want
+        assert [m.to_dict() for m in out] == [m.to_dict() for m in want]
+    if key == "K":
+        assert len(want) >= 5
+    if key == "\ufffd":  # an invalid byte read back as U+FFFD matches as text
+        assert len(want) == 2
+
+
+def test_read_keyed_refuses_bad_arguments(k):
+    view, offsets = keyed_fixture(k)
+    for args in ((view, tuple(offsets), TOPIC, "K"), (view, offsets, TOPIC, b"K"), (view, offsets, None, "K")):
+        with pytest.raises(TypeError):
+            k.read_keyed(*args, 4096, MessageExt, [])
+    with pytest.raises(TypeError):
+        k.read_keyed(view, offsets, TOPIC, "K", 4096, SimpleNamespace, [])
+    with pytest.raises(ValueError):
+        k.read_keyed((view[0], 0) + view[2:], offsets, TOPIC, "K", 4096, MessageExt, [])
