@@ -142,6 +142,7 @@ class StoreLock:
 _new_tuple = tuple.__new__
 _PULL_EVENTS = {1: GetMessageStatus.MESSAGE_WAS_REMOVING, 2: GetMessageStatus.FOUND}  # pull_units' last event
 _PUT_OK = PutMessageStatus.PUT_OK
+_UNIT_DTYPE = [("phy", ">i8"), ("size", ">i4"), ("tags", ">i8")]  # a ConsumeQueue unit (SPEC §6.1)
 
 
 def _now_ms() -> int:
@@ -1485,8 +1486,8 @@ class MessageStore:
         cq = self._cqs.get((topic, queue_id))
         status, mn, mx, nxt = GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0
         phys: list = []
-        sizes: list = []
-        qoffs: list = []
+        sizes: Any = []
+        qoffs: Any = []
         if cq is not None:
             mn, mx = cq.min_offset_in_queue(), cq.max_offset_in_queue()
             if mx == 0:
@@ -1498,21 +1499,31 @@ class MessageStore:
             elif offset > mx:
                 status, nxt = GetMessageStatus.OFFSET_OVERFLOW_BADLY, mx
             else:
+                import numpy as np
+
                 status, q, cl_min = GetMessageStatus.NO_MATCHED_MESSAGE, offset, view[3]
-                while q < mx and len(phys) < max_count:
-                    units = cq.get_units(q, max_count - len(phys))
-                    if not units:
+                parts = []
+                kept = 0
+                while q < mx and kept < max_count:
+                    where = cq.unit_range(q, max_count - kept)
+                    if where is None or where[1] == where[2]:
                         break
-                    for phy, size, tags_code in units:
-                        q += 1
-                        if size == PRE_BLANK_SIZE and phy == 0 and tags_code == 0:
-                            continue  # a pre-blank placeholder
-                        if phy < cl_min:
-                            status = GetMessageStatus.MESSAGE_WAS_REMOVING
-                            continue
-                        phys.append(phy)
-                        sizes.append(size)
-                        qoffs.append(q - 1)
+                    buf, start, end = where
+                    # the units as arrays (a copy, never a view of the mapping)
+                    u = np.frombuffer(buf[start:end], dtype=_UNIT_DTYPE)
+                    placeholder = (u["size"] == PRE_BLANK_SIZE) & (u["phy"] == 0) & (u["tags"] == 0)
+                    cleaned = ~placeholder & (u["phy"] < cl_min)
+                    if cleaned.any():
+                        status = GetMessageStatus.MESSAGE_WAS_REMOVING
+                    keep = np.flatnonzero(~placeholder & ~cleaned)
+                    parts.append((u[keep], keep + q))
+                    kept += len(keep)
+                    q += len(u)
+                if parts:
+                    units = np.concatenate([p[0] for p in parts])
+                    phys = units["phy"].tolist()
+                    sizes = units["size"].astype(np.int32)
+                    qoffs = np.concatenate([p[1] for p in parts])
                 nxt = q
         count, stop, cols = k.decode_columns_at(view[0], view[1], view[2], phys, with_body, with_properties)
         if count < len(phys):

@@ -342,3 +342,43 @@ def test_column_pull_refuses_a_unit_that_is_not_its_record(tmp_path):
         with pytest.raises(CorruptedFileError):
             store.get_message_columns("T", 0, 0, 10)
         assert len(store.get_message_columns("T", 0, 0, 1).columns["queue_id"]) == 1
+
+
+@pytest.mark.parametrize("batch", [1, 3, 7, 50])
+def test_column_pulls_equal_message_pulls_past_placeholders_and_cleaned_files(tmp_path, batch):
+    """Units whose records were cleaned up and pre-blank placeholders are
+    skipped alike by both pulls, across ConsumeQueue files, with the same
+    statuses and next offsets."""
+    import struct
+
+    from rmqstore import Message, StoreConfig
+
+    small = StoreConfig(mapped_file_size_commit_log=4096, mapped_file_size_consume_queue=200,
+                        max_hash_slot_num=64, max_index_num=256)
+    with MessageStore.open(tmp_path / "s", config=small) as store:
+        for i in range(120):
+            store.put_message(Message("T", b"m%03d" % i * 20, queue_id=i % 2, tags=f"t{i % 3}"))
+    for f in sorted((tmp_path / "s" / "commitlog").iterdir())[:2]:
+        f.unlink()  # cleaned up behind the queues' backs: their first units point at nothing
+    cq = sorted((tmp_path / "s" / "consumequeue" / "T" / "0").iterdir())[-1]
+    data = bytearray(cq.read_bytes())
+    data[40:60] = struct.pack(">qiq", 0, 0x7FFFFFFF, 0)  # a pre-blank placeholder
+    cq.write_bytes(bytes(data))
+    with MessageStore.open(tmp_path / "s", read_only=True) as store:
+        for qid in (0, 1):  # as in the moment between a CommitLog deletion and the queues' correction
+            cq = store.consume_queue("T", qid)
+            cq.min_logic_offset = cq.queue.files[0].file_from_offset
+        statuses = set()
+        for qid in (0, 1):
+            mn, mx = store.get_min_offset_in_queue("T", qid), store.get_max_offset_in_queue("T", qid)
+            for off in range(mn, mx + 1):
+                want = store.get_messages("T", qid, off, batch)
+                got = store.get_message_columns("T", qid, off, batch)
+                assert (got.status, got.next_begin_offset, got.min_offset, got.max_offset) == (
+                    want.status, want.next_begin_offset, want.min_offset, want.max_offset), (qid, off)
+                assert got.columns["queue_offset"].tolist() == [m.queue_offset for m in want.messages]
+                assert _strings(got.columns, "body") == [m.body for m in want.messages]
+                statuses.add(want.status.name)
+                if want.messages and want.messages[0].queue_offset > off:
+                    statuses.add("skipped")
+        assert {"FOUND", "OFFSET_OVERFLOW_ONE", "skipped"} <= statuses
