@@ -1337,11 +1337,9 @@ def _check_ext_type(message_type) -> None:
 
 
 def _ext(message_type, fields: tuple, topic: str):
-    """A *message_type* filled as ``MessageExt(fields)`` fills it, with *topic*."""
-    m: Any = object.__new__(message_type)  # no __init__: the slots are set here
-    for name, value in zip(_EXT_SLOTS, fields[:15] + (topic, fields[16], None)):
-        setattr(m, name, value)
-    return m
+    """``message_type(fields)`` with *topic* for the topic field: MessageExt's
+    constructor stores the fields in its slots, which the core fills directly."""
+    return message_type(fields[:15] + (topic, fields[16]))
 
 
 def pull_units(
@@ -1355,9 +1353,11 @@ def pull_units(
     unit whose record starts below *min_physical_offset* (cleaned up) is
     skipped and noted, and every other record, checked to be the unit's
     (valid up to *max_size* bytes, its size, physical offset, queue offset,
-    queue id and topic), is appended to *out* as a *message_type* (a class
-    with MessageExt's ``__slots__``, filled as ``MessageExt(fields)`` fills
-    them, the topic being *topic* itself), until *out* holds *max_count*.
+    queue id and topic), is appended to *out* as ``message_type(fields)``
+    (*message_type*: MessageExt, or a class with its ``__slots__`` and a
+    constructor that only stores the fields in them; the core fills the
+    slots without calling it), the topic field being *topic* itself, until
+    *out* holds *max_count*.
 
     Returns ``(units_done, last_event, stopped)``: *last_event* is 2 when the
     last unit that found or missed a record found one, 1 when it was
@@ -1408,8 +1408,8 @@ def read_keyed(view: tuple, offsets: list, topic: str, key: str, max_size: int, 
     of at most *max_size* bytes starts; a record whose topic is *topic* and
     whose UNIQ_KEY is *key* or one of whose space-separated KEYS is *key*
     (properties as ``parse_properties`` reads them, an absent KEYS counting
-    as one empty key) is appended to *out* as a *message_type* (MessageExt's
-    ``__slots__``, filled as ``MessageExt(fields)`` fills them). Returns None."""
+    as one empty key) is appended to *out* as ``message_type(fields)`` (see
+    ``pull_units``). Returns None."""
     _check_ext_type(message_type)
     if not isinstance(topic, str) or not isinstance(key, str):
         raise TypeError("topic and key must be str")
