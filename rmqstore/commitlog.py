@@ -208,7 +208,8 @@ class CommitLog:
         if cached is None or cached[0] is not first or cached[1] is not last or len(cached[2]) != len(files):
             cached = self._view_buffers = (first, last, [mf.mm for mf in files])
         hi = last.file_from_offset + last.wrote_position
-        return (cached[2], self.file_size, first.file_from_offset, self.min_offset(), hi)
+        lo = first.file_from_offset  # min_offset(), inlined: this runs per lookup
+        return (cached[2], self.file_size, lo, lo, hi)
 
     def iter_offsets(self, start_offset: int = 0):
         """Yield ``(physical_offset, size)`` of every valid record from

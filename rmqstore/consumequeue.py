@@ -245,20 +245,31 @@ class ConsumeQueue:
         pos = off - mf.file_from_offset
         return mf.mm, pos, max(pos, min(mf.wrote_position, pos + max_count * UNIT))
 
-    def offset_by_time(self, timestamp: int, upper: bool, view: tuple, min_physical_offset: int) -> int:
+    def offset_by_time(self, timestamp: int, upper: bool, view: tuple) -> int:
         """Queue offset for *timestamp* (RocketMQ 5.1.1+ ``getOffsetInQueueByTime``,
-        SPEC §6.11), before the store's clamp to [min, max]. *view* is
-        ``CommitLog.segment_view()``."""
-        mf = self._file_by_time(timestamp, upper, view)
-        if mf is None:
+        SPEC §6.11), clamped to [min, max] as the store answers. *view* is
+        ``CommitLog.segment_view()``; records below its minimum are skipped."""
+        files = self.queue.files
+        if not files:
             return 0
-        fs = self.file_size
-        low = max(0, self.min_logic_offset - mf.file_from_offset)
-        wrote = mf.wrote_position
-        if wrote <= 0:
-            return mf.file_from_offset // UNIT
-        rng = wrote if wrote < fs else fs
-        return k.cq_search_time(mf.mm, mf.file_from_offset, low, rng, timestamp, upper, min_physical_offset, view)
+        mn = self.min_logic_offset // UNIT
+        last = files[-1]
+        mx = (last.file_from_offset + last.wrote_position) // UNIT
+        mf = self._file_by_time(timestamp, upper, view)
+        fs = self.queue.file_size
+        if mf is None:
+            res = 0
+        elif mf.wrote_position <= 0:
+            res = mf.file_from_offset // UNIT
+        else:
+            low = self.min_logic_offset - mf.file_from_offset
+            wrote = mf.wrote_position
+            res = k.cq_search_time(
+                mf.mm, mf.file_from_offset, low if low > 0 else 0, wrote if wrote < fs else fs, timestamp, upper,
+                view[3], view,
+            )
+        res = mn if res < mn else res  # min(max(res, mn), mx), without two calls
+        return mx if res > mx else res
 
     def _file_by_time(self, timestamp, upper, view):
         files = self.queue.files

@@ -1628,9 +1628,7 @@ class MessageStore:
             return 0
         self._refs.hold()
         try:
-            view = self.commitlog.segment_view()
-            res = cq.offset_by_time(timestamp, upper, view, view[3])
-            return min(max(res, cq.min_offset_in_queue()), cq.max_offset_in_queue())
+            return cq.offset_by_time(timestamp, upper, self.commitlog.segment_view())
         finally:
             self._refs.release()
 
