@@ -68,6 +68,12 @@ cdef extern from *:
     /* 128-bit sums: file offsets plus positions, and index times, can pass 2**63 */
     typedef __int128 rmq_i128;
     static inline long long rmq_jdiv(long long a, long long b, long long u) { return (long long)(((rmq_i128)a + b) / u); }
+    /* a hint, never a fault: records are read in address order */
+    #if defined(__GNUC__) || defined(__clang__)
+    #  define rmq_prefetch(p) __builtin_prefetch(p)
+    #else
+    #  define rmq_prefetch(p) ((void)0)
+    #endif
     #if PY_VERSION_HEX < 0x030C0000
     #  define rmq_unicode_ready(o) PyUnicode_READY(o)
     #else
@@ -82,6 +88,7 @@ cdef extern from *:
     void st16 "rmq_st16"(unsigned char *p, uint32_t v) nogil
     ctypedef long long rmq_i128
     long long jdiv "rmq_jdiv"(long long a, long long b, long long u) nogil
+    void prefetch "rmq_prefetch"(const void *p) nogil
     int rmq_unicode_ready(object o) except -1
 
 cdef extern from *:
@@ -316,7 +323,6 @@ cdef uint32_t _java_hash_from(uint32_t h, object s) except? 0xFFFFFFFF:
     cdef const uint8_t *p1
     cdef const uint16_t *p2
     cdef const uint32_t *p4
-    cdef uint32_t c
     if kind == PyUnicode_1BYTE_KIND:  # ASCII / Latin-1: one UTF-16 unit each
         p1 = <const uint8_t *>data
         for i in range(n):
@@ -328,14 +334,17 @@ cdef uint32_t _java_hash_from(uint32_t h, object s) except? 0xFFFFFFFF:
     else:
         p4 = <const uint32_t *>data
         for i in range(n):
-            c = p4[i]
-            if c > 0xFFFF:  # surrogate pair
-                c -= 0x10000
-                h = 31 * h + (0xD800 + (c >> 10))
-                h = 31 * h + (0xDC00 + (c & 0x3FF))
-            else:
-                h = 31 * h + c
+            h = _hash_char(h, p4[i])
     return h
+
+
+cdef inline uint32_t _hash_char(uint32_t h, uint32_t c) noexcept nogil:
+    """Java's hash step over one character: a surrogate pair beyond the BMP."""
+    if c > 0xFFFF:
+        c -= 0x10000
+        h = 31 * h + (0xD800 + (c >> 10))
+        return 31 * h + (0xDC00 + (c & 0x3FF))
+    return 31 * h + c
 
 
 cdef inline int32_t _key_hash(object key) except? -1:
@@ -1258,7 +1267,7 @@ def decode_columns_at(bufs, file_size, base, offsets, bint with_body, bint with_
 
 
 def scan_records(buf, pos, end, base_offset, bint check_crc, int verify_prop_crc, max_size):
-    cdef Py_ssize_t p0 = _idx(pos), lim = _idx(end), mx = _idx(max_size), n, count = 0
+    cdef Py_ssize_t p0 = _idx(pos), lim = _idx(end), mx = _idx(max_size), n, count = 0, ahead
     cdef long long base = _i64(base_offset)
     cdef const unsigned char *b
     cdef int rc = STOP_END
@@ -1271,8 +1280,14 @@ def scan_records(buf, pos, end, base_offset, bint check_crc, int verify_prop_crc
             raise ValueError(f"bad range pos={pos} end={end} for a buffer of {n} bytes")
         if lim > n:
             lim = n
+        ahead = p0
         with nogil:  # a long walk: two threads can scan two files
             while p0 < lim:
+                # each header says where the next one is: the walk would wait on
+                # memory at every record, so keep the next 4 KiB on their way
+                while ahead < p0 + 4096 and ahead < lim:
+                    prefetch(b + ahead)
+                    ahead += 64
                 rc = _check(b, n, p0, lim, check_crc, verify_prop_crc, mx)
                 if rc <= 0:
                     break
@@ -1414,6 +1429,47 @@ def cq_scan(buf, start, end, phy_limit=None):
     if s >= 0 and p == s:
         return start, max_end  # _pure returns max(start, 0) itself
     return p, max_end
+
+
+cdef struct _View:
+    # a CommitLog view (bufs, file_size, base, lo, hi), one segment held at a time
+    long long fs, base, lo, hi
+    Py_ssize_t n, seg  # segments; the one held in buf (-1: none)
+    Py_buffer buf
+
+
+cdef object _view_open(_View *v, object view):
+    """Parse *view* into v (nothing held yet); returns its list of buffers."""
+    bufs, fsz, fbase, flo, fhi = view
+    if not PyList_CheckExact(bufs):
+        raise TypeError("a CommitLog view holds a list of buffers")
+    v.n = PyList_GET_SIZE(bufs)
+    v.fs, v.base, v.lo, v.hi = _i64(fsz), _i64(fbase), _i64(flo), _i64(fhi)
+    if v.fs <= 0:
+        raise ValueError(f"file size {fsz} is not positive")
+    v.seg = -1
+    _init_view(&v.buf)
+    return bufs
+
+
+cdef const unsigned char *_view_at(_View *v, object bufs, long long phy, Py_ssize_t *pos,
+                                   Py_ssize_t *limit) except? NULL:
+    """The segment holding *phy* (NULL outside [lo, hi) and the segments):
+    its bytes, *phy*'s position in them and the written limit there."""
+    cdef Py_ssize_t i
+    cdef long long start
+    if phy < v.lo or phy >= v.hi or phy < v.base or (phy - v.base) // v.fs >= v.n:
+        return NULL
+    i = <Py_ssize_t>((phy - v.base) // v.fs)
+    if i != v.seg:  # units and offsets of one call mostly share a segment
+        PyBuffer_Release(&v.buf)
+        v.seg = -1
+        PyObject_GetBuffer(bufs[i], &v.buf, PyBUF_SIMPLE)
+        v.seg = i
+    start = v.base + <long long>i * v.fs
+    pos[0] = <Py_ssize_t>(phy - start)
+    limit[0] = <Py_ssize_t>(v.fs if v.hi - start > v.fs else v.hi - start)
+    return <const unsigned char *>v.buf.buf
 
 
 cdef struct _Times:
@@ -1812,12 +1868,7 @@ cdef Py_ssize_t _each_key(object keys, uint32_t h0, unsigned char *ib, Py_ssize_
             h = h0
             continue
         inside = True
-        if c > 0xFFFF:  # a surrogate pair in UTF-16
-            c -= 0x10000
-            h = 31 * h + (0xD800 + (c >> 10))
-            h = 31 * h + (0xDC00 + (c & 0x3FF))
-        else:
-            h = 31 * h + c
+        h = _hash_char(h, c)
     return count
 
 
@@ -2309,28 +2360,24 @@ cdef bint _has_key(const unsigned char *props, Py_ssize_t n, const char *kb, Py_
 def pull_units(cq_buf, start, end, view, topic, queue_id, queue_offset, max_count, min_physical_offset, max_size,
                message_type, list out):
     cdef Py_ssize_t s = _idx(start), e = _idx(end), mx = _idx(max_count), msize = _idx(max_size)
-    cdef Py_ssize_t p, p0, limit, nbufs, seg = -1, tl
-    cdef long long q0 = _i64(queue_offset), cl_min = _i64(min_physical_offset), fs, base, lo, hi
-    cdef long long phy, tags, seg_start = 0, done = 0
+    cdef Py_ssize_t p, p0, limit, tl
+    cdef long long q0 = _i64(queue_offset), cl_min = _i64(min_physical_offset)
+    cdef long long phy, tags, done = 0
     cdef int32_t size, qid = _i32(queue_id)
     cdef int event = 0, rc
     cdef bint stopped = False
     cdef const unsigned char *u
-    cdef const unsigned char *b = NULL
+    cdef const unsigned char *b
     cdef const char *tb
-    cdef Py_buffer cv, sv
+    cdef Py_buffer cv
+    cdef _View v
     _ext_offsets(message_type)
     if not isinstance(topic, str):
         raise TypeError("topic must be a str")
     tb = PyUnicode_AsUTF8AndSize(topic, &tl)
-    bufs, fs_o, base_o, lo_o, hi_o = view
-    fs, base, lo, hi = _i64(fs_o), _i64(base_o), _i64(lo_o), _i64(hi_o)
-    if fs <= 0:
-        raise ValueError("the view's file size must be positive")
-    nbufs = len(bufs)
+    bufs = _view_open(&v, view)
     hosts = [None, None]  # the last host fields: one bytes object each while they repeat
     _init_view(&cv)
-    _init_view(&sv)
     PyObject_GetBuffer(cq_buf, &cv, PyBUF_SIMPLE)
     try:
         if s < 0 or e > cv.len or s > e or (e - s) % CQ_STORE_UNIT_SIZE:
@@ -2349,18 +2396,11 @@ def pull_units(cq_buf, start, end, view, topic, queue_id, queue_offset, max_coun
                 event = 1  # its record was cleaned up
                 done += 1
                 continue
-            if phy < lo or phy >= hi or phy < base or (phy - base) // fs >= nbufs:
+            b = _view_at(&v, bufs, phy, &p0, &limit)
+            if b == NULL:
                 stopped = True
                 break
-            if (phy - base) // fs != seg:
-                PyBuffer_Release(&sv)
-                seg = (phy - base) // fs
-                PyObject_GetBuffer(bufs[seg], &sv, PyBUF_SIMPLE)
-                seg_start = base + seg * fs
-                b = <const unsigned char *>sv.buf
-            p0 = phy - seg_start
-            limit = fs if hi - seg_start > fs else hi - seg_start
-            rc = _check(b, sv.len, p0, limit, False, 0, msize)
+            rc = _check(b, v.buf.len, p0, limit, False, 0, msize)
             # the record must be the one the unit stands for (P-11): else the caller's careful path
             if rc <= 0 or rc != size or ld64(b + p0 + 28) != phy or ld64(b + p0 + 20) != q0 + done or \
                     ld32(b + p0 + 12) != qid:
@@ -2373,21 +2413,21 @@ def pull_units(cq_buf, start, end, view, topic, queue_id, queue_offset, max_coun
             event = 2
             done += 1
     finally:
-        PyBuffer_Release(&sv)
+        PyBuffer_Release(&v.buf)
         PyBuffer_Release(&cv)
     return done, event, stopped
 
 
 def read_keyed(view, offsets, topic, key, max_size, message_type, list out):
-    cdef Py_ssize_t i, j, n, nbufs, tl, kl, pn, seg = -1, msize = _idx(max_size)
-    cdef long long fs, base, lo, hi, phy, seg_start = 0
+    cdef Py_ssize_t i, j, n, tl, kl, pn, p0, limit, msize = _idx(max_size)
+    cdef long long phy
     cdef const char *tb
     cdef const char *kb
-    cdef const unsigned char *b = NULL
+    cdef const unsigned char *b
     cdef const unsigned char *props
     cdef int64_t *seen = NULL
     cdef Py_ssize_t nseen = 0
-    cdef Py_buffer sv
+    cdef _View v
     cdef _Col tmp
     _ext_offsets(message_type)
     if not isinstance(topic, str) or not isinstance(key, str):
@@ -2402,15 +2442,10 @@ def read_keyed(view, offsets, topic, key, max_size, message_type, list out):
     # U+FFFD in the topic or key can equal an invalid UTF-8 byte read back
     # (decoded with "replace"): then compare as text, as the twin does
     text = "\ufffd" in topic or "\ufffd" in key
-    bufs, fs_o, base_o, lo_o, hi_o = view
-    fs, base, lo, hi = _i64(fs_o), _i64(base_o), _i64(lo_o), _i64(hi_o)
-    if fs <= 0:
-        raise ValueError("the view's file size must be positive")
-    nbufs = len(bufs)
+    bufs = _view_open(&v, view)
     n = PyList_GET_SIZE(offsets)
     hosts = [None, None]
     memset(&tmp, 0, sizeof(tmp))
-    _init_view(&sv)
     seen = <int64_t *>malloc(sizeof(int64_t) * (n + 1))
     if seen == NULL:
         raise MemoryError()
@@ -2422,33 +2457,25 @@ def read_keyed(view, offsets, topic, key, max_size, message_type, list out):
                     break
             else:
                 j = -1
-            if j >= 0 or phy < lo:
+            if j >= 0 or phy < v.lo:
                 continue  # each record once; cleaned-up records are gone
             seen[nseen] = phy
             nseen += 1
-            if phy >= hi or phy < base or (phy - base) // fs >= nbufs:
+            b = _view_at(&v, bufs, phy, &p0, &limit)
+            if b == NULL or _check(b, v.buf.len, p0, limit, False, 0, msize) <= 0 or ld64(b + p0 + 28) != phy:
                 continue
-            if (phy - base) // fs != seg:
-                PyBuffer_Release(&sv)
-                seg = (phy - base) // fs
-                PyObject_GetBuffer(bufs[seg], &sv, PyBUF_SIMPLE)
-                seg_start = base + seg * fs
-                b = <const unsigned char *>sv.buf
-            if _check(b, sv.len, phy - seg_start, fs if hi - seg_start > fs else hi - seg_start, False, 0, msize) <= 0 \
-                    or ld64(b + phy - seg_start + 28) != phy:
-                continue
-            props = _props_of(b, phy - seg_start, &pn)
+            props = _props_of(b, p0, &pn)
             if text:
-                fields = decode_record(bufs[seg], phy - seg_start, False)
+                fields = decode_record(bufs[v.seg], p0, False)
                 if fields[15] != topic:
                     continue
                 found = parse_properties(fields[16])
                 if found.get("UNIQ_KEY") == key or key in (found.get("KEYS") or "").split(" "):
-                    PyList_Append(out, _ext_at(message_type, b, phy - seg_start, fields[15], hosts))
-            elif _topic_is(b, phy - seg_start, tb, tl) and _has_key(props, pn, kb, kl, &tmp):
-                PyList_Append(out, _ext_at(message_type, b, phy - seg_start, topic, hosts))
+                    PyList_Append(out, _ext_at(message_type, b, p0, fields[15], hosts))
+            elif _topic_is(b, p0, tb, tl) and _has_key(props, pn, kb, kl, &tmp):
+                PyList_Append(out, _ext_at(message_type, b, p0, topic, hosts))
     finally:
         free(seen)
         free(tmp.p)
-        PyBuffer_Release(&sv)
+        PyBuffer_Release(&v.buf)
     return None

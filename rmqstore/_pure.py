@@ -931,12 +931,17 @@ def cq_search_time(
     return _jdiv(file_start + result, U)
 
 
-def _view_reader(bufs, file_size, base, lo, hi):
+def _check_view(bufs, file_size, base, lo, hi) -> None:
+    """A CommitLog view ``(bufs, file_size, base, lo, hi)`` as kernels take it."""
     if type(bufs) is not list:
         raise TypeError("a CommitLog view holds a list of buffers")
     _fields((file_size, 64), (base, 64), (lo, 64), (hi, 64))
     if file_size <= 0:
         raise ValueError(f"file size {file_size} is not positive")
+
+
+def _view_reader(bufs, file_size, base, lo, hi):
+    _check_view(bufs, file_size, base, lo, hi)
 
     def time_at(phy, size):
         if phy < lo or phy + size > hi or phy < base:
@@ -1368,9 +1373,8 @@ def pull_units(
     _check_ext_type(message_type)
     if not isinstance(topic, str):
         raise TypeError("topic must be a str")
+    _check_view(*view)
     bufs, fs, base, lo, hi = view
-    if fs <= 0:
-        raise ValueError("the view's file size must be positive")
     n = len(memoryview(cq_buf))
     if start < 0 or end > n or start > end or (end - start) % CQ_STORE_UNIT_SIZE:
         raise ValueError(f"units [{start}, {end}) are not whole units of a {n}-byte buffer")
@@ -1415,9 +1419,8 @@ def read_keyed(view: tuple, offsets: list, topic: str, key: str, max_size: int, 
         raise TypeError("topic and key must be str")
     if type(offsets) is not list:
         raise TypeError("offsets must be a list of int")
+    _check_view(*view)
     bufs, fs, base, lo, hi = view
-    if fs <= 0:
-        raise ValueError("the view's file size must be positive")
     seen = set()
     for phy in offsets:
         phy = operator.index(phy)

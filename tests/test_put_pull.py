@@ -374,6 +374,8 @@ def test_pull_units_refuses_bad_arguments(k):
             k.pull_units(cq, start, end, view, TOPIC, 1, 10, 5, 0, 4096, MessageExt, [])
     with pytest.raises(ValueError):
         k.pull_units(cq, 0, 20, (segs, 0, 0, 0, 0), TOPIC, 1, 10, 5, 0, 4096, MessageExt, [])
+    with pytest.raises(TypeError):  # a view holds a list of buffers
+        k.pull_units(cq, 0, 20, (tuple(segs),) + view[1:], TOPIC, 1, 10, 5, 0, 4096, MessageExt, [])
 
 
 # --- read_keyed -------------------------------------------------------------
@@ -451,3 +453,5 @@ def test_read_keyed_refuses_bad_arguments(k):
         k.read_keyed(view, offsets, TOPIC, "K", 4096, SimpleNamespace, [])
     with pytest.raises(ValueError):
         k.read_keyed((view[0], 0) + view[2:], offsets, TOPIC, "K", 4096, MessageExt, [])
+    with pytest.raises(TypeError):
+        k.read_keyed((tuple(view[0]),) + view[1:], offsets, TOPIC, "K", 4096, MessageExt, [])
