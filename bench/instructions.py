@@ -2,6 +2,7 @@
 
     python bench/instructions.py put            # put_message, one call per message
     python bench/instructions.py put-batch      # put_messages, batches of 1000
+    python bench/instructions.py put-columns    # put_message_columns, 1000 rows per call
     python bench/instructions.py consume        # get_messages, 32 per pull
     python bench/instructions.py key-lookup     # query_messages
     python bench/instructions.py time-lookup    # get_offset_in_queue_by_time
@@ -43,6 +44,11 @@ def workload(kind: str, n: int) -> None:
         elif kind == "put-batch":
             for i in range(0, n, 1000):
                 s.put_messages(msgs[i : i + 1000])
+        elif kind == "put-columns":  # the same messages as columns, 1000 per call
+            cols = [(m.body, m.queue_id, m.tags, m.keys, m.unique_key) for m in msgs[:n]]
+            for i in range(0, n, 1000):
+                bodies, qids, tags, keys, uniq = (list(c) for c in zip(*cols[i : i + 1000]))
+                s.put_message_columns(TOPIC, bodies, qids, tags=tags, keys=keys, unique_keys=uniq)
         elif kind == "consume":
             s.put_messages(msgs[:N2])
             left, q, off = n, 0, 0

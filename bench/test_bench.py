@@ -59,6 +59,28 @@ def test_append_batch(benchmark, impl, tmp_path):
         s.close()
 
 
+def test_append_columns(benchmark, impl, tmp_path):
+    """put_message_columns, 1000 rows per call: the same messages as columns."""
+    benchmark.group = "append-columns"
+    benchmark.extra_info["ops"] = N
+    msgs = make_messages()
+    cols = [
+        tuple(list(c) for c in zip(*[(m.body, m.queue_id, m.tags, m.keys, m.unique_key) for m in msgs[i : i + 1000]]))
+        for i in range(0, N, 1000)
+    ]
+
+    setup, opened = _stores(tmp_path)
+
+    def run(store):
+        for bodies, qids, tags, keys, uniq in cols:
+            store.put_message_columns(TOPIC, bodies, qids, tags=tags, keys=keys, unique_keys=uniq)
+
+    benchmark.pedantic(run, setup=setup, rounds=ROUNDS)
+    assert [opened[0].get_max_offset_in_queue(TOPIC, q) for q in range(QUEUES)] == [N // QUEUES] * QUEUES
+    for s in opened:
+        s.close()
+
+
 def _consume_all(pull) -> int:
     """Messages taken from every queue, from offset 0 to the end, where
     ``pull(queue_id, offset)`` returns ``(count, next_begin_offset)``."""

@@ -222,6 +222,30 @@ class Appender:
     def unbind(self) -> None: ...
     def check(self, msg: object) -> bool: ...
     def put(self, msg: object, store_timestamp: int) -> tuple[Any, ...] | None: ...
+    def check_columns(
+        self,
+        topic: str,
+        bodies: list[Any],
+        queue_ids: list[int],
+        tags: list[str | None] | None,
+        keys: list[str | None] | None,
+        unique_keys: list[str | None] | None,
+        start: int,
+    ) -> int: ...
+    def put_columns(
+        self,
+        topic: str,
+        bodies: list[Any],
+        queue_ids: list[int],
+        tags: list[str | None] | None,
+        keys: list[str | None] | None,
+        unique_keys: list[str | None] | None,
+        start: int,
+        store_timestamp: int,
+        physical_offsets: WriteableBuffer,
+        sizes: WriteableBuffer,
+        queue_offsets: WriteableBuffer,
+    ) -> int: ...
 
 def pull_units(
     cq_buf: ReadableBuffer,

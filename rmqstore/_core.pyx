@@ -20,6 +20,8 @@ from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memchr, memcmp, memcpy, memmove, memset
 from cpython.buffer cimport PyBUF_SIMPLE, PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.bytearray cimport PyByteArray_CheckExact
+from cpython.memoryview cimport PyMemoryView_Check
 from cpython.list cimport PyList_Append, PyList_CheckExact, PyList_GET_SIZE
 from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython.number cimport PyNumber_Index
@@ -1832,6 +1834,24 @@ cdef class _Queue:
     cdef long long file_from
     cdef Py_ssize_t file_size
     cdef uint32_t key_h0
+    # within one put call (gen == the Appender's): the file's bytes, its write
+    # position and max physical offset, written back when the call ends
+    cdef long long gen, max_phy
+    cdef Py_ssize_t pos, pos0  # pos0: where the call found it
+    cdef Py_buffer buf
+
+    def __cinit__(self):
+        _init_view(&self.buf)
+
+    def __dealloc__(self):
+        PyBuffer_Release(&self.buf)
+
+
+cdef struct _Batch:
+    # one put call's CommitLog and index bytes and CommitLog write position
+    Py_buffer cl, ix
+    Py_ssize_t cl_pos, cl_pos0
+    long long ts
 
 
 cdef inline bint _is(const char *p, Py_ssize_t n, const char *name, Py_ssize_t m) noexcept:
@@ -1913,6 +1933,8 @@ cdef class Appender:
     cdef object tags, keys, uniq  # _encode's results for put
     cdef bint born_default
     cdef Py_ssize_t off[14]  # the message type's slot offsets, in _SLOTS order
+    cdef long long gen  # put calls so far
+    cdef list touched  # the queues the current call wrote
 
     def __cinit__(self):
         self.scratch = NULL
@@ -2000,12 +2022,15 @@ cdef class Appender:
         self.scratch, self.scratch_cap = p, cap
         return 0
 
-    cdef Py_ssize_t _pair(self, Py_ssize_t at, object name, object value) except -2:
+    cdef Py_ssize_t _pair(self, Py_ssize_t at, object name, object value, bint plain=False) except -2:
         """Append ``name\\x01value\\x02`` (UTF-8) at *at*; -1 past the
-        properties limit (the caller's step-by-step path raises then)."""
+        properties limit (the caller's step-by-step path raises then), or with
+        *plain* for a value holding a separator (Message refuses it)."""
         cdef Py_ssize_t nl, vl, end
         cdef const char *nb = PyUnicode_AsUTF8AndSize(name, &nl)
         cdef const char *vb = PyUnicode_AsUTF8AndSize(value, &vl)
+        if plain and (memchr(vb, 1, vl) != NULL or memchr(vb, 2, vl) != NULL):
+            return -1
         end = at + nl + vl + 2
         if end > MAX_PROPERTIES_LENGTH:
             return -1
@@ -2106,6 +2131,14 @@ cdef class Appender:
             return None
         if plen < 0:
             return None
+        if not self._finish(r, plen, q):
+            return None
+        self.tags, self.keys, self.uniq = tags, keys, uniq
+        return q
+
+    cdef bint _finish(self, Rec *r, Py_ssize_t plen, _Queue q) noexcept:
+        """The Rec fields both encoders share, once the property blob of
+        *plen* bytes is in scratch; False where the step-by-step path must go."""
         r.props = self.scratch
         r.props_len = r.props_field = plen
         r.append_crc = self.append_crc
@@ -2113,14 +2146,64 @@ cdef class Appender:
         if r.append_crc:
             r.props_field += r.sep + CRC32_RESERVED_LEN
             if r.props_field > MAX_PROPERTIES_LENGTH:
-                return None
+                return False
         if self.index_enable and self.index_mm is None:
-            return None
+            return False
         r.topic = <const unsigned char *>PyBytes_AS_STRING(q.topic_b)
         r.topic_len = PyBytes_GET_SIZE(q.topic_b)
         r.v2 = r.topic_len > MAX_TOPIC_LENGTH_V1
         r.born = r.store = <const unsigned char *>PyBytes_AS_STRING(self.store_host)
         r.born_len = r.store_len = r.bw = r.sw = PyBytes_GET_SIZE(self.store_host)
+        return True
+
+    cdef _Queue _encode_row(self, topic, queue_id, tags, keys, uniq, Rec *r):
+        """_encode for one row of put_columns: a Message(topic, body,
+        queue_id=..., tags=..., keys=..., unique_key=...) of no other field."""
+        cdef PyObject *o
+        cdef Py_ssize_t plen = 0
+        cdef _Queue q
+        if self.commit_file is None:
+            return None
+        o = PyDict_GetItem(self.queues, topic)
+        if o is NULL:
+            return None
+        o = PyDict_GetItem(<object>o, queue_id)
+        if o is NULL:
+            return None
+        q = <_Queue>o
+        if type(queue_id) is not int:
+            return None  # (Message takes ints only, bools not)
+        try:
+            r.queue_id = _i32(queue_id)
+        except OverflowError:
+            return None
+        if r.queue_id < 0:
+            return None
+        r.sys_flag = BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG if PyBytes_GET_SIZE(self.store_host) == 20 else 0
+        r.flag = r.reconsume_times = 0
+        r.prepared = r.born_timestamp = 0
+        self.born_default = True
+        # the order Message.property_map gives the shorthands; what Message
+        # refuses (not a str, a separator inside) goes the step-by-step way
+        try:
+            if tags is not None:
+                if not PyUnicode_CheckExact(tags):
+                    return None
+                plen = self._pair(plen, "TAGS", tags, True)
+            if plen >= 0 and keys is not None:
+                if not PyUnicode_CheckExact(keys):
+                    return None
+                plen = self._pair(plen, "KEYS", keys, True)
+            if plen >= 0 and uniq is not None:
+                if not PyUnicode_CheckExact(uniq):
+                    return None
+                plen = self._pair(plen, "UNIQ_KEY", uniq, True)
+        except UnicodeError:
+            return None
+        if plen < 0:
+            return None
+        if not self._finish(r, plen, q):
+            return None
         self.tags, self.keys, self.uniq = tags, keys, uniq
         return q
 
@@ -2141,26 +2224,76 @@ cdef class Appender:
         PyBuffer_Release(&bv)
         return r.body_len <= self.max_message_size and self._size(&r) + 8 <= self.commit_size
 
-    def put(self, msg, store_timestamp):
-        cdef Rec r
-        cdef _Queue q = self._encode(msg, &r)
-        cdef PyObject *o
-        cdef Py_ssize_t pos, cq_pos, n_keys = 0
-        cdef long long qo = 0, phy
+    cdef int _begin(self, _Batch *b, object store_timestamp) except -1:
+        """Start a put call: the CommitLog and index bytes, the write
+        position. _end must follow (it writes the positions back)."""
+        _init_view(&b.cl)
+        _init_view(&b.ix)
+        self.gen += 1
+        self.touched = []
+        b.ts = _i64(store_timestamp)
+        b.cl_pos = b.cl_pos0 = _idx(self.commit_file.wrote_position)
+        try:
+            if not _get_rw(self.commit_mm, &b.cl):
+                raise TypeError("a bound file is not writable")
+            if b.cl.len < self.commit_size:
+                raise ValueError("a bound file is smaller than its file size")
+            if self.index_enable:
+                if not _get_rw(self.index_mm, &b.ix):
+                    raise TypeError("the bound index file is not writable")
+                if b.ix.len < INDEX_HEADER_SIZE + self.hsn * INDEX_HASH_SLOT_SIZE + self.inum * INDEX_ENTRY_SIZE:
+                    raise ValueError("the bound index file is smaller than its size")
+        except BaseException:
+            PyBuffer_Release(&b.ix)
+            PyBuffer_Release(&b.cl)
+            raise
+        return 0
+
+    cdef int _end(self, _Batch *b) except -1:
+        """End a put call: release the bytes, write every position back into
+        the store's objects (the Python layer's view stays exact)."""
+        cdef _Queue q
+        PyBuffer_Release(&b.ix)
+        PyBuffer_Release(&b.cl)
+        for q in self.touched:
+            PyBuffer_Release(&q.buf)
+        if b.cl_pos != b.cl_pos0:
+            self.commit_file.wrote_position = b.cl_pos
+        for q in self.touched:
+            if q.pos != q.pos0:  # (what the call did not write stays as it was)
+                q.mf.wrote_position = q.pos
+                q.cq.max_physic_offset = q.max_phy
+                self.queue_offsets[q.key] = (q.file_from + q.pos) // CQ_STORE_UNIT_SIZE
+        self.touched = None
+        return 0
+
+    cdef long long _row(self, Rec *r, _Queue q, object body, _Batch *b) except -2:
+        """Write, within a call, what _encode/_encode_row prepared (tags, keys, unique key in
+        self.tags/keys/uniq) with *body*: record, unit, index keys. Returns
+        the physical offset (r.size and r.queue_offset set), or -1 having
+        written nothing."""
+        cdef Py_ssize_t pos, n_keys = 0, qpos
+        cdef long long qo, phy, qmax
         cdef int32_t count
         cdef int64_t tags_code = 0
-        cdef Py_buffer bv, cv, qv, iv
+        cdef Py_buffer bv
         cdef unsigned char *u
-        if q is None:
-            return None
         tags, keys, uniq = self.tags, self.keys, self.uniq
         self.tags = self.keys = self.uniq = None
-        try:
-            r.store_timestamp = _i64(store_timestamp)
-        except (TypeError, OverflowError):
-            return None
+        r.store_timestamp = b.ts
         if self.born_default:
-            r.born_timestamp = r.store_timestamp
+            r.born_timestamp = b.ts
+        if q.gen != self.gen:  # the queue's first row in this call (_end releases its bytes)
+            qpos = _idx(q.mf.wrote_position)
+            qmax = _i64(q.cq.max_physic_offset)
+            if not _get_rw(q.mm, &q.buf):
+                PyBuffer_Release(&q.buf)
+                raise TypeError("a bound file is not writable")
+            if q.buf.len < q.file_size:
+                PyBuffer_Release(&q.buf)
+                raise ValueError("a bound file is smaller than its file size")
+            q.pos, q.pos0, q.max_phy, q.gen = qpos, qpos, qmax, self.gen
+            self.touched.append(q)
         if tags:
             tags_code = _java_hash(tags)
         if self.index_enable:
@@ -2169,74 +2302,162 @@ cdef class Appender:
             if keys:
                 n_keys += _each_key(keys, 0, NULL, 0, 0, 0, 0)
         _init_view(&bv)
-        _init_view(&cv)
-        _init_view(&qv)
-        _init_view(&iv)
         try:
             try:
-                PyObject_GetBuffer(<object>rmq_slot(msg, self.off[S_BODY]), &bv, PyBUF_SIMPLE)
+                PyObject_GetBuffer(body, &bv, PyBUF_SIMPLE)
             except (TypeError, BufferError):
-                return None
+                return -1
             if bv.len > self.max_message_size:
-                return None
+                return -1
             r.body = <const unsigned char *>bv.buf
             r.body_len = bv.len
-            r.size = self._size(&r)
+            r.size = self._size(r)
             # where it goes: the CommitLog, the queue and the index must all take it here
-            pos = _idx(self.commit_file.wrote_position)
+            pos = b.cl_pos
             if pos < 0 or r.size + 8 > self.commit_size - pos:  # END_FILE_MIN_BLANK_LENGTH
-                return None
+                return -1
             # the next queue offset is the next unit's index, as the last file's
             # position says (queue_offsets holds the same; it is written back)
-            cq_pos = _idx(q.mf.wrote_position)
-            if cq_pos <= 0 or cq_pos > q.file_size - CQ_STORE_UNIT_SIZE or cq_pos % CQ_STORE_UNIT_SIZE:
-                return None
-            qo = (q.file_from + cq_pos) // CQ_STORE_UNIT_SIZE
+            if q.pos <= 0 or q.pos > q.file_size - CQ_STORE_UNIT_SIZE or q.pos % CQ_STORE_UNIT_SIZE:
+                return -1
+            qo = (q.file_from + q.pos) // CQ_STORE_UNIT_SIZE
             phy = self.commit_from + pos
-            if phy + r.size <= q.cq.max_physic_offset:
-                return None
-            r.queue_offset = qo
-            r.physical_offset = phy
-            if not _get_rw(self.commit_mm, &cv) or not _get_rw(q.mm, &qv):
-                raise TypeError("a bound file is not writable")
-            if cv.len < self.commit_size or qv.len < q.file_size:
-                raise ValueError("a bound file is smaller than its file size")
+            if phy + r.size <= q.max_phy:
+                return -1
             if self.index_enable:
-                if not _get_rw(self.index_mm, &iv):
-                    raise TypeError("the bound index file is not writable")
-                u = <unsigned char *>iv.buf
+                u = <unsigned char *>b.ix.buf
                 count = ld32(u + 36)
                 if count <= 0:
                     count = 1
-                if phy <= ld64(u + 24) or count + n_keys > self.inum or \
-                        iv.len < INDEX_HEADER_SIZE + self.hsn * INDEX_HASH_SLOT_SIZE + self.inum * INDEX_ENTRY_SIZE:
-                    return None
+                if phy <= ld64(u + 24) or count + n_keys > self.inum:
+                    return -1
+            r.queue_offset = qo
+            r.physical_offset = phy
             # record, unit, keys: the order a crash must find them in
             r.body_crc = _crc(r.body, r.body_len)
-            _emit(<unsigned char *>cv.buf + pos, &r)
-            u = <unsigned char *>qv.buf + cq_pos
+            _emit(<unsigned char *>b.cl.buf + pos, r)
+            u = <unsigned char *>q.buf.buf + q.pos
             st64(u, <uint64_t>phy)
             st64(u + 12, <uint64_t>tags_code)
             st32(u + 8, <uint32_t>r.size)  # size last: a torn unit is invalid
             if self.index_enable:
-                u = <unsigned char *>iv.buf
+                u = <unsigned char *>b.ix.buf
                 if uniq:
                     _index_put(u, self.hsn, self.inum, _abs_hash(_java_hash_from(q.key_h0, uniq)),
                                phy, r.store_timestamp)
                 if keys:
                     _each_key(keys, q.key_h0, u, self.hsn, self.inum, phy, r.store_timestamp)
         finally:
-            PyBuffer_Release(&iv)
-            PyBuffer_Release(&qv)
-            PyBuffer_Release(&cv)
             PyBuffer_Release(&bv)
-        self.commit_file.wrote_position = pos + r.size
-        q.mf.wrote_position = cq_pos + CQ_STORE_UNIT_SIZE
-        q.cq.max_physic_offset = phy + r.size
-        self.queue_offsets[q.key] = qo + 1
-        return rmq_tuple_as(self.result_type, (self.ok_status, _hex_id(self.store_host, phy), phy, r.size, qo,
-                                               r.store_timestamp))
+        b.cl_pos = pos + r.size
+        q.pos += CQ_STORE_UNIT_SIZE
+        q.max_phy = phy + r.size
+        return phy
 
+    def put(self, msg, store_timestamp):
+        cdef Rec r
+        cdef _Batch b
+        cdef _Queue q = self._encode(msg, &r)
+        cdef long long phy
+        if q is None:
+            return None
+        try:
+            _i64(store_timestamp)
+        except (TypeError, OverflowError):
+            return None
+        self._begin(&b, store_timestamp)
+        try:
+            phy = self._row(&r, q, <object>rmq_slot(msg, self.off[S_BODY]), &b)
+        finally:
+            self._end(&b)
+        if phy < 0:
+            return None
+        return rmq_tuple_as(self.result_type, (self.ok_status, _hex_id(self.store_host, phy), phy, r.size,
+                                               r.queue_offset, r.store_timestamp))
+
+    def check_columns(self, topic, bodies, queue_ids, tags, keys, unique_keys, start):
+        cdef Rec r
+        cdef Py_buffer bv
+        cdef Py_ssize_t i = _idx(start), n = len(bodies)
+        _check_columns(bodies, queue_ids, tags, keys, unique_keys)
+        while i < n:
+            if self._encode_row(topic, queue_ids[i], None if tags is None else tags[i],
+                                None if keys is None else keys[i],
+                                None if unique_keys is None else unique_keys[i], &r) is None:
+                break
+            self.tags = self.keys = self.uniq = None
+            body = bodies[i]
+            if not (PyBytes_CheckExact(body) or PyByteArray_CheckExact(body) or PyMemoryView_Check(body)):
+                break  # Message takes these (and refuses the rest)
+            try:
+                PyObject_GetBuffer(body, &bv, PyBUF_SIMPLE)
+            except (TypeError, BufferError):
+                break
+            r.body_len = bv.len
+            PyBuffer_Release(&bv)
+            if r.body_len > self.max_message_size or self._size(&r) + 8 > self.commit_size:
+                break
+            i += 1
+        return i
+
+    def put_columns(self, topic, bodies, queue_ids, tags, keys, unique_keys, start, store_timestamp,
+                    physical_offsets, sizes, queue_offsets):
+        cdef Rec r
+        cdef _Batch b
+        cdef _Queue q
+        cdef Py_ssize_t i = _idx(start), n = len(bodies)
+        cdef long long phy
+        cdef Py_buffer pv, sv, ov
+        cdef int64_t *po
+        cdef int64_t *so
+        cdef int64_t *oo
+        _check_columns(bodies, queue_ids, tags, keys, unique_keys)
+        _i64(store_timestamp)  # TypeError / OverflowError before anything
+        if self.commit_file is None or i >= n:
+            return i
+        _init_view(&pv)
+        _init_view(&sv)
+        _init_view(&ov)
+        PyObject_GetBuffer(physical_offsets, &pv, PyBUF_WRITABLE)
+        try:
+            PyObject_GetBuffer(sizes, &sv, PyBUF_WRITABLE)
+            PyObject_GetBuffer(queue_offsets, &ov, PyBUF_WRITABLE)
+            if pv.len < n * 8 or sv.len < n * 8 or ov.len < n * 8:
+                raise ValueError("the output arrays must hold len(bodies) int64 values")
+            po, so, oo = <int64_t *>pv.buf, <int64_t *>sv.buf, <int64_t *>ov.buf
+            self._begin(&b, store_timestamp)
+            try:
+                while i < n:
+                    body = bodies[i]
+                    if not (PyBytes_CheckExact(body) or PyByteArray_CheckExact(body) or PyMemoryView_Check(body)):
+                        break
+                    q = self._encode_row(topic, queue_ids[i], None if tags is None else tags[i],
+                                         None if keys is None else keys[i],
+                                         None if unique_keys is None else unique_keys[i], &r)
+                    if q is None:
+                        break
+                    phy = self._row(&r, q, body, &b)
+                    if phy < 0:
+                        break
+                    po[i], so[i], oo[i] = phy, r.size, r.queue_offset
+                    i += 1
+            finally:
+                self._end(&b)
+        finally:
+            PyBuffer_Release(&ov)
+            PyBuffer_Release(&sv)
+            PyBuffer_Release(&pv)
+        return i
+
+
+cdef int _check_columns(object bodies, object queue_ids, object tags, object keys, object unique_keys) except -1:
+    cdef Py_ssize_t n = len(bodies)
+    if not PyList_CheckExact(bodies) or not PyList_CheckExact(queue_ids) or len(queue_ids) != n:
+        raise TypeError("bodies and queue_ids must be lists of one length")
+    for col in (tags, keys, unique_keys):
+        if col is not None and (not PyList_CheckExact(col) or len(col) != n):
+            raise TypeError("tags, keys and unique_keys must be None or lists as long as bodies")
+    return 0
 
 # --- the pull path ----------------------------------------------------------
 

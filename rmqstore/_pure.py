@@ -1327,6 +1327,69 @@ class Appender:
         return tuple.__new__(self._result_type, (self._ok, msg_id, phy, size, qo, store_ts))
 
 
+    # columns: one Message per row, through check and put
+
+    def _row(self, topic, bodies, queue_ids, tags, keys, unique_keys, i):
+        body, qid = bodies[i], queue_ids[i]
+        values = [None if c is None else c[i] for c in (tags, keys, unique_keys)]
+        if type(body) not in (bytes, bytearray, memoryview) or type(qid) is not int:
+            return None
+        if any(v is not None and type(v) is not str for v in values):
+            return None
+        try:
+            return self._message_type(topic, body, queue_id=qid, tags=values[0], keys=values[1],
+                                      unique_key=values[2])
+        except (TypeError, ValueError):  # the typed errors Message raises derive from these
+            return None
+
+    def check_columns(self, topic, bodies, queue_ids, tags, keys, unique_keys, start) -> int:
+        """:meth:`check` over rows ``start..`` of columns (lists of one length:
+        *bodies* bytes-like, *queue_ids* ints, *tags*/*keys*/*unique_keys*
+        None or lists of str/None), each row the Message of those fields:
+        returns the index of the first row ``check`` refuses (len(bodies)
+        when none). TypeError for columns that are not such lists."""
+        _check_columns(bodies, queue_ids, tags, keys, unique_keys)
+        i = operator.index(start)
+        while i < len(bodies):
+            m = self._row(topic, bodies, queue_ids, tags, keys, unique_keys, i)
+            if m is None or not self.check(m):
+                break
+            i += 1
+        return i
+
+    def put_columns(self, topic, bodies, queue_ids, tags, keys, unique_keys, start, store_timestamp,
+                    physical_offsets, sizes, queue_offsets) -> int:
+        """:meth:`put` of rows ``start..`` of columns (see :meth:`check_columns`),
+        all with *store_timestamp* (RocketMQ stamps a batch once), each
+        result's physical offset, size and queue offset stored at its row of
+        the three int64 arrays; stops at the first row ``put`` declines and
+        returns its index (len(bodies) when none). ValueError for output
+        arrays shorter than the columns."""
+        _check_columns(bodies, queue_ids, tags, keys, unique_keys)
+        n = len(bodies)
+        outs = [memoryview(a).cast("B") for a in (physical_offsets, sizes, queue_offsets)]
+        if any(len(o) < n * 8 for o in outs):
+            raise ValueError("the output arrays must hold len(bodies) int64 values")
+        po, so, oo = (o.cast("q") for o in outs)
+        i = operator.index(start)
+        while i < n:
+            m = self._row(topic, bodies, queue_ids, tags, keys, unique_keys, i)
+            r = None if m is None else self.put(m, store_timestamp)
+            if r is None:
+                break
+            po[i], so[i], oo[i] = r[2], r[3], r[4]
+            i += 1
+        return i
+
+
+def _check_columns(bodies, queue_ids, tags, keys, unique_keys) -> None:
+    n = len(bodies)
+    if type(bodies) is not list or type(queue_ids) is not list or len(queue_ids) != n:
+        raise TypeError("bodies and queue_ids must be lists of one length")
+    for col in (tags, keys, unique_keys):
+        if col is not None and (type(col) is not list or len(col) != n):
+            raise TypeError("tags, keys and unique_keys must be None or lists as long as bodies")
+
 # --- the pull path ----------------------------------------------------------
 
 # MessageExt's slots, in decode_record's field order, then the parsed-properties cache

@@ -37,6 +37,7 @@ __all__ = [
     "PutMessageResult",
     "GetMessageResult",
     "GetColumnsResult",
+    "PutColumnsResult",
     "encode_host",
     "decode_host",
     "offset_msg_id",
@@ -97,6 +98,21 @@ class GetMessageResult(NamedTuple):
     next_begin_offset: int
     min_offset: int
     max_offset: int
+
+
+class PutColumnsResult(NamedTuple):
+    """Result of a columnar put (:meth:`MessageStore.put_message_columns`):
+    one row per message, in the order given. ``physical_offsets``,
+    ``sizes`` (record bytes) and ``queue_offsets`` are numpy int64 arrays;
+    ``store_timestamp`` (ms since epoch) is the batch's one store time. A
+    message's offset msgId is ``offset_msg_id(store_host_raw,
+    physical_offset)``."""
+
+    status: PutMessageStatus
+    physical_offsets: object
+    sizes: object
+    queue_offsets: object
+    store_timestamp: int
 
 
 class GetColumnsResult(NamedTuple):

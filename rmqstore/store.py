@@ -60,6 +60,7 @@ from .message import (
     GetMessageStatus,
     Message,
     MessageExt,
+    PutColumnsResult,
     PutMessageResult,
     PutMessageStatus,
     decode_offset_msg_id,
@@ -1220,6 +1221,96 @@ class MessageStore:
                 with self._arrival:
                     self._arrival.notify_all()
         return results
+
+    def put_message_columns(
+        self, topic: str, bodies, queue_ids=0, tags=None, keys=None, unique_keys=None
+    ) -> PutColumnsResult:
+        """Bulk form of :meth:`put_messages` for callers holding columns: row
+        *i* is ``Message(topic, bodies[i], queue_id=queue_ids[i], tags=tags[i],
+        keys=keys[i], unique_key=unique_keys[i])``, stored as its own record,
+        all under one append lock with one store timestamp (RocketMQ stamps a
+        batch once; born timestamp = store timestamp). Under ASYNC_FLUSH the
+        rows go through one kernel call (``Appender.put_columns``), no Python
+        object per message; elsewhere, and for rows needing a new file or
+        queue, the step-by-step path.
+
+        Args:
+            topic (str): one topic for every row.
+            bodies (sequence of bytes-like): the bodies.
+            queue_ids (int | sequence of int): one queue for all, or one per row.
+            tags, keys, unique_keys (None | str | sequence of str|None): one
+                value for all rows, or one per row (None: no such property).
+                Keys are space-separated (RocketMQ's KEYS).
+
+        Returns a :class:`PutColumnsResult` (numpy arrays, one row per message).
+
+        Raises what :meth:`put_messages` raises for the row's Message, before
+        anything is written; ValueError when a column's length differs.
+        """
+        import numpy as np
+
+        bodies = list(bodies)
+        n = len(bodies)
+        cols = []
+        for name, col in (("queue_ids", queue_ids), ("tags", tags), ("keys", keys), ("unique_keys", unique_keys)):
+            if col is None or isinstance(col, (int, str)):
+                col = None if col is None else [col] * n
+            else:
+                col = col.tolist() if hasattr(col, "tolist") else list(col)  # numpy ints become ints
+                if len(col) != n:
+                    raise ValueError(f"{name} has {len(col)} rows, bodies has {n}")
+            cols.append(col)
+        qids, tags_c, keys_c, uniq_c = cols
+        if qids is None:
+            raise MessageTypeError("queue_ids must be an int or a sequence of ints")
+
+        def message(i: int) -> Message:
+            return Message(topic, bodies[i], queue_id=qids[i], tags=None if tags_c is None else tags_c[i],
+                           keys=None if keys_c is None else keys_c[i],
+                           unique_key=None if uniq_c is None else uniq_c[i])
+
+        phys, sizes, qoffs = np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n, np.int64)
+        fast = self._fast
+        if fast is None or self._disk_full or self._pending:  # step by step: put_messages' path
+            results = self.put_messages([message(i) for i in range(n)])
+            for i, r in enumerate(results):
+                phys[i], sizes[i], qoffs[i] = r.wrote_offset, r.wrote_bytes, r.queue_offset
+            ts = results[-1].store_timestamp if results else self._clock()
+            return PutColumnsResult(PutMessageStatus.PUT_OK, phys, sizes, qoffs, ts)
+        self._ensure_writable()
+        # validated first: the kernel vouches for the rows it encodes itself,
+        # the rest are checked as the Message they stand for
+        i = 0
+        while i < n:
+            i = fast.check_columns(topic, bodies, qids, tags_c, keys_c, uniq_c, i)
+            if i < n:
+                self._prepare(message(i))
+                i += 1
+        with self._lock:
+            self._ensure_open()
+            self._check_write_error()
+            w0 = self._written_end
+            ts = self._clock()
+            i = 0
+            try:
+                while i < n:
+                    i = fast.put_columns(topic, bodies, qids, tags_c, keys_c, uniq_c, i, ts, phys, sizes, qoffs)
+                    if i < n:  # a new file or queue: this row step by step, then on in one call
+                        r = self._append(self._prepare(message(i)), ts)
+                        self._dispatch_pending(MAX_OFFSET)
+                        self._rebind(topic, qids[i])
+                        phys[i], sizes[i], qoffs[i] = r.wrote_offset, r.wrote_bytes, r.queue_offset
+                        i += 1
+            except DiskFullError as e:
+                raise self._batch_disk_full(e, [None] * n, w0) from e
+            if n:
+                last = int(np.argmax(phys))
+                self._written_end = int(phys[last] + sizes[last])
+                self._last_store_ts = self._last_logics_ts = ts
+                if self._waiting:
+                    with self._arrival:
+                        self._arrival.notify_all()
+        return PutColumnsResult(PutMessageStatus.PUT_OK, phys, sizes, qoffs, ts)
 
     def _dispatch(self, topic, queue_id, queue_offset, phy, size, sys_flag, store_ts, props) -> None:
         """Build the ConsumeQueue unit and the index entries of one record (SPEC §9)."""

@@ -455,3 +455,73 @@ def test_read_keyed_refuses_bad_arguments(k):
         k.read_keyed((view[0], 0) + view[2:], offsets, TOPIC, "K", 4096, MessageExt, [])
     with pytest.raises(TypeError):
         k.read_keyed((tuple(view[0]),) + view[1:], offsets, TOPIC, "K", 4096, MessageExt, [])
+
+
+# --- put_columns / check_columns ------------------------------------------------
+
+
+def test_put_columns_writes_what_put_writes(k):
+    """Rows of columns are the Messages of those fields: the same bytes as
+    put() of each, with one store timestamp, their offsets in the arrays."""
+    import numpy as np
+
+    rows = [(b"a" * 40, 1, "TagA", "k1 k2", "U1"), (bytearray(b"b"), 1, None, None, None),
+            (memoryview(b"cc"), 1, "", "", ""), (b"d" * 300, 1, "T\u00e9", " x  y ", "\U0001f600")]
+    bodies, qids, tags, keys, uniqs = (list(c) for c in zip(*rows))
+    fast, slow = Files(k), Files(k)
+    n = len(rows)
+    assert fast.ap.check_columns(TOPIC, bodies, qids, tags, keys, uniqs, 0) == n
+    phys, sizes, qoffs = np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n, np.int64)
+    assert fast.ap.put_columns(TOPIC, bodies, qids, tags, keys, uniqs, 0, TS, phys, sizes, qoffs) == n
+    for i, (body, qid, tag, key, uniq) in enumerate(rows):
+        want = slow.ap.put(Message(TOPIC, body, queue_id=qid, tags=tag, keys=key, unique_key=uniq), TS)
+        assert (phys[i], sizes[i], qoffs[i]) == (want.wrote_offset, want.wrote_bytes, want.queue_offset)
+    assert fast.state() == slow.state()
+
+
+@pytest.mark.parametrize("case", ["separator", "not a str", "bool queue", "unbound queue", "body type",
+                                  "too large", "file full"])
+def test_columns_stop_at_the_row_put_declines(k, case):
+    """check_columns stops at the first row the step-by-step path must check
+    (a full file is not the row's fault); put_columns at the first row it
+    declines, having written the rows before it and nothing of that one."""
+    import numpy as np
+
+    bodies, qids, tags = [b"x", b"y", b"z"], [1, 1, 1], ["a", "b", "c"]
+    f = Files(k)
+    if case == "separator":
+        tags[1] = "b\x02"
+    elif case == "not a str":
+        tags[1] = 5
+    elif case == "bool queue":
+        qids[1] = True
+    elif case == "unbound queue":
+        qids[1] = 2
+    elif case == "body type":
+        bodies[1] = "text"
+    elif case == "too large":
+        bodies[1] = b"x" * 2000
+    elif case == "file full":  # room for exactly one record
+        f.commit.wrote_position = CL_SIZE - 8 - k.record_size(0, 1, len(TOPIC), len(b"TAGS\x01a\x02"), False)
+    out = [np.zeros(3, np.int64) for _ in range(3)]
+    assert f.ap.check_columns(TOPIC, bodies, qids, tags, None, None, 0) == (3 if case == "file full" else 1)
+    assert f.ap.put_columns(TOPIC, bodies, qids, tags, None, None, 0, TS, *out) == 1
+    after_one = f.state()
+    assert f.ap.put_columns(TOPIC, bodies, qids, tags, None, None, 1, TS, *out) == 1  # nothing of row 1
+    assert f.state() == after_one
+    assert f.ap.put_columns(TOPIC, bodies, qids, tags, None, None, 2, TS, *out) == (2 if case == "file full" else 3)
+
+
+def test_columns_refuse_ragged_columns(k):
+    import numpy as np
+
+    f = Files(k)
+    out = [np.zeros(2, np.int64) for _ in range(3)]
+    for args in (([b"x"], [1, 1], None, None, None), ((b"x",), [1], None, None, None),
+                 ([b"x"], [1], ["a", "b"], None, None), ([b"x"], [1], None, "k", None)):
+        with pytest.raises(TypeError):
+            f.ap.check_columns(TOPIC, *args, 0)
+        with pytest.raises(TypeError):
+            f.ap.put_columns(TOPIC, *args, 0, TS, *out)
+    with pytest.raises(ValueError):
+        f.ap.put_columns(TOPIC, [b"x"] * 3, [1] * 3, None, None, None, 0, TS, *out)

@@ -1047,3 +1047,77 @@ def test_store_model(tmp_path):
         settings=settings(max_examples=scaled(30), stateful_step_count=20, deadline=None, database=None,
                           suppress_health_check=[HealthCheck.too_slow]),
     )
+
+
+# --- put_message_columns ------------------------------------------------------------
+
+
+def _files(root) -> dict:
+    """Every store file's bytes by path (index files, named after the wall
+    clock at creation, by their order)."""
+    out = {}
+    for d, _, names in os.walk(root):
+        for i, name in enumerate(sorted(names)):
+            if name not in ("lock", "abort", "checkpoint"):
+                p = os.path.join(d, name)
+                key = os.path.relpath(p, root)
+                if os.path.basename(d) == "index":
+                    key = f"index/#{i}"
+                with open(p, "rb") as f:
+                    out[key] = f.read()
+    return out
+
+
+@pytest.mark.parametrize("flush", ["ASYNC_FLUSH", "SYNC_FLUSH"])
+def test_put_message_columns_writes_what_put_messages_writes(tmp_path, flush):
+    """Rows are the Messages of their fields: byte-identical stores (one
+    store time for a call, as a clock standing still gives put_messages),
+    CommitLog files rolling and queues appearing in mid-call."""
+    import numpy as np
+
+    cfg = StoreConfig(mapped_file_size_commit_log=8192, mapped_file_size_consume_queue=400,
+                      max_hash_slot_num=64, max_index_num=512, flush_disk_type=flush)
+    n = 120
+    bodies = [bytes([i]) * (20 + i) for i in range(n)]
+    qids = np.array([i % 3 if i < 60 else i % 5 for i in range(n)])  # queues 3 and 4 appear at row 60
+    tags = [None if i % 7 == 0 else f"T{i % 4}" for i in range(n)]
+    uniq = [f"U{i:04d}" for i in range(n)]
+    with MessageStore.open(tmp_path / "a", config=cfg, clock=lambda: 1_700_000_000_000) as a, \
+            MessageStore.open(tmp_path / "b", config=cfg, clock=lambda: 1_700_000_000_000) as b:
+        for lo in (0, 50):  # two calls
+            hi = lo + 50 if lo == 0 else n
+            want = a.put_messages([Message("T", bodies[i], queue_id=int(qids[i]), tags=tags[i], keys="k1 k2",
+                                           unique_key=uniq[i]) for i in range(lo, hi)])
+            got = b.put_message_columns("T", bodies[lo:hi], qids[lo:hi], tags=tags[lo:hi], keys="k1 k2",
+                                        unique_keys=uniq[lo:hi])
+            assert got.status is PutMessageStatus.PUT_OK and got.store_timestamp == 1_700_000_000_000
+            assert got.physical_offsets.tolist() == [r.wrote_offset for r in want]
+            assert got.sizes.tolist() == [r.wrote_bytes for r in want]
+            assert got.queue_offsets.tolist() == [r.queue_offset for r in want]
+        assert len(os.listdir(tmp_path / "b" / "commitlog")) > 2
+        assert b.query_messages("T", "U0077")[0].body == bodies[77]
+        assert [m.body for m in b.get_messages("T", 4, 0, 3).messages] == [bodies[64], bodies[69], bodies[74]]
+    assert _files(tmp_path / "a") == _files(tmp_path / "b")
+
+
+def test_put_message_columns_validates_every_row_before_writing(tmp_path):
+    from rmqstore import IllegalMessageError, MessageTooLargeError, MessageTypeError
+
+    small = StoreConfig(mapped_file_size_commit_log=65536, max_hash_slot_num=64, max_index_num=512)
+    with MessageStore.open(tmp_path / "s", config=small) as s:
+        s.put_message_columns("T", [b"first"], 0)
+        before = _files(tmp_path / "s")
+        with pytest.raises(IllegalMessageError):
+            s.put_message_columns("T", [b"a", b"b"], [0, 1], tags=["ok", "bad\x01"])
+        with pytest.raises(MessageTypeError):
+            s.put_message_columns("T", [b"a", "text"], 0)
+        with pytest.raises(IllegalMessageError):
+            s.put_message_columns("T", [b"a", b"b"], [0, -1])
+        with pytest.raises(MessageTooLargeError):
+            s.put_message_columns("T", [b"a", b"x" * (small.max_message_size + 1)], 0)
+        with pytest.raises(ValueError):
+            s.put_message_columns("T", [b"a", b"b"], [0, 1, 2])
+        assert _files(tmp_path / "s") == before  # nothing of any refused call
+        r = s.put_message_columns("T", [], 0)
+        assert len(r.physical_offsets) == 0
+        assert s.get_max_offset_in_queue("T", 0) == 1
