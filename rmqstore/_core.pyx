@@ -2129,16 +2129,12 @@ cdef class Appender:
                 plen = self._pair(plen, "UNIQ_KEY", uniq)
         except (UnicodeError, TypeError):
             return None
-        if plen < 0:
-            return None
-        if not self._finish(r, plen, q):
-            return None
-        self.tags, self.keys, self.uniq = tags, keys, uniq
-        return q
+        return None if plen < 0 else self._finish(r, plen, q, tags, keys, uniq)
 
-    cdef bint _finish(self, Rec *r, Py_ssize_t plen, _Queue q) noexcept:
+    cdef _Queue _finish(self, Rec *r, Py_ssize_t plen, _Queue q, object tags, object keys, object uniq):
         """The Rec fields both encoders share, once the property blob of
-        *plen* bytes is in scratch; False where the step-by-step path must go."""
+        *plen* bytes is in scratch, and the tags, keys and unique key kept
+        for _row: *q*, or None where the step-by-step path must go."""
         r.props = self.scratch
         r.props_len = r.props_field = plen
         r.append_crc = self.append_crc
@@ -2146,15 +2142,16 @@ cdef class Appender:
         if r.append_crc:
             r.props_field += r.sep + CRC32_RESERVED_LEN
             if r.props_field > MAX_PROPERTIES_LENGTH:
-                return False
+                return None
         if self.index_enable and self.index_mm is None:
-            return False
+            return None
         r.topic = <const unsigned char *>PyBytes_AS_STRING(q.topic_b)
         r.topic_len = PyBytes_GET_SIZE(q.topic_b)
         r.v2 = r.topic_len > MAX_TOPIC_LENGTH_V1
         r.born = r.store = <const unsigned char *>PyBytes_AS_STRING(self.store_host)
         r.born_len = r.store_len = r.bw = r.sw = PyBytes_GET_SIZE(self.store_host)
-        return True
+        self.tags, self.keys, self.uniq = tags, keys, uniq
+        return q
 
     cdef _Queue _encode_row(self, topic, queue_id, tags, keys, uniq, Rec *r):
         """_encode for one row of put_columns: a Message(topic, body,
@@ -2200,12 +2197,7 @@ cdef class Appender:
                 plen = self._pair(plen, "UNIQ_KEY", uniq, True)
         except UnicodeError:
             return None
-        if plen < 0:
-            return None
-        if not self._finish(r, plen, q):
-            return None
-        self.tags, self.keys, self.uniq = tags, keys, uniq
-        return q
+        return None if plen < 0 else self._finish(r, plen, q, tags, keys, uniq)
 
     cdef inline Py_ssize_t _size(self, Rec *r) noexcept:
         return 68 + r.bw + r.sw + 4 + r.body_len + (2 if r.v2 else 1) + r.topic_len + 2 + r.props_field
