@@ -1124,6 +1124,10 @@ class Appender:
     raises the typed error. It raises only for bound files that are not
     writable or smaller than their size (TypeError, ValueError).
 
+    Not thread-safe: its callers serialize their calls (the store's append
+    lock). The core keeps a call's file bytes and positions in C and writes
+    the positions back when the call ends.
+
     Args (constructor):
         message_type (type): the Message class; its ``__slots__`` are read
             (the core reads them by offset, as CPython's own slot access).
