@@ -782,6 +782,23 @@ def _recovery_dies(victim, monkeypatch, cls, name, nth, when):
     monkeypatch.setattr(cls, name, real)
 
 
+def _reference_and_victim(tmp_path, base, monkeypatch, cls, name, nth, when, check=None):
+    """Two copies of the store at *base*: ``reference`` recovered without
+    interruption (*check* run on the open store, then a crash), ``victim``
+    with its recovery dying at the *nth* call of ``cls.name``. Returns both
+    paths."""
+    reference = tmp_path / "reference"
+    shutil.copytree(base, reference)
+    s = open_store(reference)
+    if check is not None:
+        check(s)
+    s._crash()
+    victim = tmp_path / "victim"
+    shutil.copytree(base, victim)
+    _recovery_dies(victim, monkeypatch, cls, name, nth, when)
+    return reference, victim
+
+
 @pytest.mark.parametrize(
     "cls,name,nth,when", INTERRUPT_POINTS, ids=[f"{c.__name__}.{n}-{w}-{i}" for c, n, i, w in INTERRUPT_POINTS]
 )
@@ -791,16 +808,10 @@ def test_crash_during_recovery(tmp_path, monkeypatch, cls, name, nth, when):
     base = tmp_path / "base"
     recs = build(base, crash=True)
     cut = _damage_for_recovery(base, recs)
-    reference = tmp_path / "reference"
-    shutil.copytree(base, reference)
-    s = open_store(reference)
-    check_store(s, recs, cut)
-    s._crash()
+    reference, victim = _reference_and_victim(
+        tmp_path, base, monkeypatch, cls, name, nth, when, check=lambda s: check_store(s, recs, cut)
+    )
     want = snapshot(reference)
-
-    victim = tmp_path / "victim"
-    shutil.copytree(base, victim)
-    _recovery_dies(victim, monkeypatch, cls, name, nth, when)
     s = open_store(victim)
     try:
         check_store(s, recs, cut)
@@ -833,13 +844,9 @@ def test_checkpoint_index_time_after_a_cut(tmp_path, monkeypatch):
     base = tmp_path / "base"
     recs = build(base, crash=True)
     cut = _damage_for_recovery(base, recs)
-    reference = tmp_path / "reference"
-    shutil.copytree(base, reference)
-    s = open_store(reference)
-    s._crash()
-    victim = tmp_path / "victim"
-    shutil.copytree(base, victim)
-    _recovery_dies(victim, monkeypatch, IndexService, "build_index", 3, "before")  # in the middle of re-dispatch
+    reference, victim = _reference_and_victim(  # dies in the middle of re-dispatch
+        tmp_path, base, monkeypatch, IndexService, "build_index", 3, "before"
+    )
     s = open_store(victim)
     s._crash()
     cp = StoreCheckpoint(reference / "checkpoint")
@@ -857,13 +864,7 @@ def test_checkpoint_lost_after_an_index_rebuild(tmp_path, monkeypatch):
     base = tmp_path / "base"
     recs = build(base, n=1500, crash=True, seed=3)
     shutil.rmtree(base / "index")
-    reference = tmp_path / "reference"
-    shutil.copytree(base, reference)
-    s = open_store(reference)
-    s._crash()
-    victim = tmp_path / "victim"
-    shutil.copytree(base, victim)
-    _recovery_dies(victim, monkeypatch, StoreCheckpoint, "flush", 1, "before")
+    reference, victim = _reference_and_victim(tmp_path, base, monkeypatch, StoreCheckpoint, "flush", 1, "before")
     s = open_store(victim)
     try:
         check_store(s, recs, cut=None)
