@@ -42,6 +42,15 @@ _UNITS_SCHEMA = "topic string, queue_id int, queue_offset long, physical_offset 
 _ENTRIES_SCHEMA = "split int, seq long, physical_offset long, store_timestamp long, key string"
 
 
+def _job_start(store_dir, config) -> tuple:
+    """``(root, start time, StoreConfig)`` of a rebuild job over *store_dir*;
+    FileNotFoundError when it is not a directory."""
+    root = os.path.abspath(os.fspath(store_dir))
+    if not os.path.isdir(root):
+        raise FileNotFoundError(f"no store directory at {root}")
+    return root, time.monotonic(), _config(root, config)
+
+
 def _config(root: str, config):
     from ..config import StoreConfig
     from ..tools import infer_config
@@ -185,11 +194,7 @@ def rebuild_consume_queues(spark, store_dir, config=None, partitions: Optional[i
         CorruptedFileError: a CommitLog record does not validate.
         FileNotFoundError: *store_dir* is not a directory.
     """
-    root = os.path.abspath(os.fspath(store_dir))
-    if not os.path.isdir(root):
-        raise FileNotFoundError(f"no store directory at {root}")
-    t0 = time.monotonic()
-    cfg = _config(root, config)
+    root, t0, cfg = _job_start(store_dir, config)
     with _held_lock(root):
         splits = arrow.store_splits(root)
         staging = os.path.join(root, f"consumequeue.rebuild-{uuid.uuid4().hex[:12]}")
@@ -358,11 +363,7 @@ def rebuild_index(spark, store_dir, config=None, partitions: Optional[int] = Non
         CorruptedFileError: a CommitLog record does not validate.
         FileNotFoundError: *store_dir* is not a directory.
     """
-    root = os.path.abspath(os.fspath(store_dir))
-    if not os.path.isdir(root):
-        raise FileNotFoundError(f"no store directory at {root}")
-    t0 = time.monotonic()
-    cfg = _config(root, config)
+    root, t0, cfg = _job_start(store_dir, config)
     slots, entries = cfg.max_hash_slot_num, cfg.max_index_num
     per_file = entries - 1
     with _held_lock(root):
