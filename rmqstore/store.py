@@ -545,8 +545,7 @@ class MessageStore:
                 t.join()
 
     def _release(self) -> None:
-        with self._arrival:  # _closed is set: waiting long polls return now
-            self._arrival.notify_all()
+        self._wake_waiters()  # _closed is set: waiting long polls return now
         self.commitlog.close()
         for cq in self._cqs.values():
             cq.close()
@@ -1048,6 +1047,20 @@ class MessageStore:
             PutMessageStatus.PUT_OK, offset_msg_id(store_raw, phy), phy, size, queue_offset, store_ts
         )
 
+    def _append_dispatched(self, prepared, store_ts=None) -> PutMessageResult:
+        """ASYNC_FLUSH step by step (append lock held): append, dispatch at
+        once, and point the Appender at the files that may have been created."""
+        result = self._append(prepared, store_ts)
+        self._dispatch_pending(MAX_OFFSET)
+        if self._fast is not None:
+            self._rebind(prepared[0], prepared[2].queue_id)
+        return result
+
+    def _wake_waiters(self) -> None:
+        """Wake every long poll waiting for arrivals (or for close)."""
+        with self._arrival:
+            self._arrival.notify_all()
+
     def _rebind(self, topic=None, queue_id=None) -> None:
         """Point the ASYNC_FLUSH put path (``k.Appender``) at the files a put
         writes now: the last CommitLog and index files and, given one, the
@@ -1079,8 +1092,7 @@ class MessageStore:
             except DiskFullError as e:  # kept pending: dispatched again once there is room
                 raise self._stuck_dispatch(e) from e
         if self._waiting:  # read after the units are in: a waiter that missed it sees them
-            with self._arrival:
-                self._arrival.notify_all()
+            self._wake_waiters()
 
     def _commit(self, end: int) -> None:
         """SYNC_FLUSH: return once the CommitLog is on disk up to *end*, then
@@ -1137,8 +1149,7 @@ class MessageStore:
                     self._written_end = result[2] + result[3]
                     self._last_store_ts = self._last_logics_ts = store_ts
                     if self._waiting:  # read after the unit is in: a waiter that missed it sees it
-                        with self._arrival:
-                            self._arrival.notify_all()
+                        self._wake_waiters()
                     return result
         return self._put_one(msg)
 
@@ -1152,11 +1163,10 @@ class MessageStore:
         with self._lock:
             self._ensure_open()
             self._check_write_error()
-            result = self._append(prepared, store_ts)
-            if not self._sync_flush:
-                self._dispatch_pending(MAX_OFFSET)
-                if self._fast is not None:
-                    self._rebind(prepared[0], msg.queue_id)
+            if self._sync_flush:
+                result = self._append(prepared, store_ts)
+            else:
+                result = self._append_dispatched(prepared, store_ts)
         if self._sync_flush:
             self._commit(result.wrote_offset + result.wrote_bytes)
         return result
@@ -1207,9 +1217,7 @@ class MessageStore:
             store_ts = clock()
             r = put(m, store_ts)
             if r is None:
-                r = self._append(p or self._prepare(m), store_ts)
-                self._dispatch_pending(MAX_OFFSET)
-                self._rebind(m.topic, m.queue_id)
+                r = self._append_dispatched(p or self._prepare(m), store_ts)
             else:
                 self._last_logics_ts = store_ts
             append(r)
@@ -1218,8 +1226,7 @@ class MessageStore:
             self._written_end = last[2] + last[3]
             self._last_store_ts = last[5]
             if self._waiting:
-                with self._arrival:
-                    self._arrival.notify_all()
+                self._wake_waiters()
         return results
 
     def put_message_columns(
@@ -1296,20 +1303,16 @@ class MessageStore:
                 while i < n:
                     i = fast.put_columns(topic, bodies, qids, tags_c, keys_c, uniq_c, i, ts, phys, sizes, qoffs)
                     if i < n:  # a new file or queue: this row step by step, then on in one call
-                        r = self._append(self._prepare(message(i)), ts)
-                        self._dispatch_pending(MAX_OFFSET)
-                        self._rebind(topic, qids[i])
+                        r = self._append_dispatched(self._prepare(message(i)), ts)
                         phys[i], sizes[i], qoffs[i] = r.wrote_offset, r.wrote_bytes, r.queue_offset
                         i += 1
             except DiskFullError as e:
                 raise self._batch_disk_full(e, [None] * n, w0) from e
-            if n:
-                last = int(np.argmax(phys))
-                self._written_end = int(phys[last] + sizes[last])
+            if n:  # rows are stored in order: the last one ends the CommitLog
+                self._written_end = int(phys[-1] + sizes[-1])
                 self._last_store_ts = self._last_logics_ts = ts
                 if self._waiting:
-                    with self._arrival:
-                        self._arrival.notify_all()
+                    self._wake_waiters()
         return PutColumnsResult(PutMessageStatus.PUT_OK, phys, sizes, qoffs, ts)
 
     def _dispatch(self, topic, queue_id, queue_offset, phy, size, sys_flag, store_ts, props) -> None:
