@@ -1827,6 +1827,18 @@ def index_select(buf, hash_slot_num, index_num, key, max_num, begin, end, out):
 # --- the put path ---------------------------------------------------------
 
 
+cdef int _slot_offsets(object cls, tuple names, Py_ssize_t *out) except -1:
+    """Byte offsets of the ``__slots__`` members *names* of *cls*, to read
+    and fill them as CPython's own slot access does; TypeError for a name
+    that is not a writable slot."""
+    cdef Py_ssize_t i
+    for i, name in enumerate(names):
+        out[i] = rmq_slot_offset(getattr(cls, name, None))
+        if out[i] < 0:
+            raise TypeError(f"message_type.{name} must be a writable __slots__ member")
+    return 0
+
+
 cdef class _Queue:
     """A ConsumeQueue bound to an Appender: the queue, its last file and
     what stays fixed while that file is the last one."""
@@ -1952,11 +1964,7 @@ cdef class Appender:
             raise ValueError("store_host must be the raw 8- or 20-byte host field")
         if not isinstance(queue_offsets, dict):
             raise TypeError("queue_offsets must be a dict")
-        for i, name in enumerate(_SLOTS):
-            # read as CPython's own slot access does: by offset, for this exact type
-            self.off[i] = rmq_slot_offset(getattr(message_type, name, None))
-            if self.off[i] < 0:
-                raise TypeError(f"message_type.{name} must be a writable __slots__ member")
+        _slot_offsets(message_type, _SLOTS, self.off)
         self.message_type = message_type
         self.result_type = result_type
         self.ok_status = ok_status
@@ -2204,17 +2212,22 @@ cdef class Appender:
 
     def check(self, msg):
         cdef Rec r
-        cdef Py_buffer bv
         if self._encode(msg, &r) is None:
             return False
         self.tags = self.keys = self.uniq = None
+        return self._fits(&r, <object>rmq_slot(msg, self.off[S_BODY]))
+
+    cdef bint _fits(self, Rec *r, object body) except -1:
+        """Whether the encoded record with *body* is one a put may take: a
+        body within max_message_size, a record that fits an empty file."""
+        cdef Py_buffer bv
         try:
-            PyObject_GetBuffer(<object>rmq_slot(msg, self.off[S_BODY]), &bv, PyBUF_SIMPLE)
+            PyObject_GetBuffer(body, &bv, PyBUF_SIMPLE)
         except (TypeError, BufferError):
             return False
         r.body_len = bv.len
         PyBuffer_Release(&bv)
-        return r.body_len <= self.max_message_size and self._size(&r) + 8 <= self.commit_size
+        return r.body_len <= self.max_message_size and self._size(r) + 8 <= self.commit_size
 
     cdef int _begin(self, _Batch *b, object store_timestamp) except -1:
         """Start a put call: the CommitLog and index bytes, the write
@@ -2369,7 +2382,6 @@ cdef class Appender:
 
     def check_columns(self, topic, bodies, queue_ids, tags, keys, unique_keys, start):
         cdef Rec r
-        cdef Py_buffer bv
         cdef Py_ssize_t i = _idx(start), n = len(bodies)
         _check_columns(bodies, queue_ids, tags, keys, unique_keys)
         while i < n:
@@ -2381,13 +2393,7 @@ cdef class Appender:
             body = bodies[i]
             if not (PyBytes_CheckExact(body) or PyByteArray_CheckExact(body) or PyMemoryView_Check(body)):
                 break  # Message takes these (and refuses the rest)
-            try:
-                PyObject_GetBuffer(body, &bv, PyBUF_SIMPLE)
-            except (TypeError, BufferError):
-                break
-            r.body_len = bv.len
-            PyBuffer_Release(&bv)
-            if r.body_len > self.max_message_size or self._size(&r) + 8 > self.commit_size:
+            if not self._fits(&r, body):
                 break
             i += 1
         return i
@@ -2464,15 +2470,11 @@ cdef Py_ssize_t _ext_off[18]
 cdef int _ext_offsets(object message_type) except -1:
     global _ext_type
     cdef Py_ssize_t off[18]
-    cdef int i
     if message_type is _ext_type:
         return 0
     if not isinstance(message_type, type):
         raise TypeError("message_type must be a class")
-    for i, name in enumerate(_EXT_SLOTS):
-        off[i] = rmq_slot_offset(getattr(message_type, name, None))
-        if off[i] < 0:
-            raise TypeError(f"message_type.{name} must be a writable __slots__ member")
+    _slot_offsets(message_type, _EXT_SLOTS, off)
     memcpy(_ext_off, off, sizeof(off))
     _ext_type = message_type
     return 0
