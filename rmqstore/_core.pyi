@@ -45,6 +45,8 @@ __all__ = [
     "Appender",
     "pull_units",
     "read_keyed",
+    "time_lookup",
+    "query_keyed",
 ]
 
 # (total_size, magic, body_crc, queue_id, flag, queue_offset, physical_offset,
@@ -270,3 +272,16 @@ def read_keyed(
     message_type: type,
     out: list[Any],
 ) -> None: ...
+def time_lookup(cq: Any, commitlog: Any, timestamp: int, upper: bool, refs: Any) -> int | None: ...
+def query_keyed(
+    index: Any,
+    commitlog: Any,
+    topic: str,
+    key: str,
+    max_num: int,
+    begin: int,
+    end: int,
+    message_type: type,
+    out: list[Any],
+    refs: Any,
+) -> list[Any] | None: ...

@@ -41,6 +41,8 @@ cdef extern from "Python.h":
     Py_ssize_t PY_SSIZE_T_MAX, PY_SSIZE_T_MIN
     object PyUnicode_New(Py_ssize_t size, Py_UCS4 maxchar)
     unsigned char *PyUnicode_1BYTE_DATA(object o)
+    int PyGC_Disable()
+    int PyGC_Enable()
 
 cdef extern from "zlib.h" nogil:
     unsigned long crc32(unsigned long crc, const unsigned char *buf, unsigned int len)
@@ -220,6 +222,8 @@ __all__ = [
     "Appender",
     "pull_units",
     "read_keyed",
+    "time_lookup",
+    "query_keyed",
 ]
 
 # --- helpers --------------------------------------------------------------
@@ -1437,7 +1441,12 @@ cdef struct _View:
     # a CommitLog view (bufs, file_size, base, lo, hi), one segment held at a time
     long long fs, base, lo, hi
     Py_ssize_t n, seg  # segments; the one held in buf (-1: none)
+    bint files  # bufs holds MappedFile objects (their .mm), not buffers
     Py_buffer buf
+
+
+cdef inline object _segment(object bufs, Py_ssize_t i, bint files):
+    return bufs[i].mm if files else bufs[i]
 
 
 cdef object _view_open(_View *v, object view):
@@ -1450,8 +1459,32 @@ cdef object _view_open(_View *v, object view):
     if v.fs <= 0:
         raise ValueError(f"file size {fsz} is not positive")
     v.seg = -1
+    v.files = False
     _init_view(&v.buf)
     return bufs
+
+
+cdef object _view_of(_View *v, object commitlog):
+    """v over *commitlog*'s segments as ``CommitLog.segment_view()`` would
+    see them now, read straight from its MappedFile objects; returns them."""
+    queue = commitlog.queue  # plain attributes only: no property runs Python code here
+    files = queue.files
+    if not PyList_CheckExact(files):
+        raise TypeError("a CommitLog's queue.files must be a list")
+    v.n = PyList_GET_SIZE(files)
+    if v.n == 0:  # nothing stored (a read-only store may not know its file size): every read misses
+        v.fs, v.base, v.lo, v.hi = 1, 0, 0, 0
+    else:
+        v.fs = _i64(queue.file_size)
+        last = files[v.n - 1]
+        v.base = v.lo = _i64(files[0].file_from_offset)
+        v.hi = _i64(last.file_from_offset) + _i64(last.wrote_position)
+    if v.fs <= 0:
+        raise ValueError(f"file size {v.fs} is not positive")
+    v.seg = -1
+    v.files = True
+    _init_view(&v.buf)
+    return files
 
 
 cdef const unsigned char *_view_at(_View *v, object bufs, long long phy, Py_ssize_t *pos,
@@ -1466,7 +1499,7 @@ cdef const unsigned char *_view_at(_View *v, object bufs, long long phy, Py_ssiz
     if i != v.seg:  # units and offsets of one call mostly share a segment
         PyBuffer_Release(&v.buf)
         v.seg = -1
-        PyObject_GetBuffer(bufs[i], &v.buf, PyBUF_SIMPLE)
+        PyObject_GetBuffer(_segment(bufs, i, v.files), &v.buf, PyBUF_SIMPLE)
         v.seg = i
     start = v.base + <long long>i * v.fs
     pos[0] = <Py_ssize_t>(phy - start)
@@ -1477,6 +1510,7 @@ cdef const unsigned char *_view_at(_View *v, object bufs, long long phy, Py_ssiz
 cdef struct _Times:
     # a CommitLog view (bufs, file_size, base, lo, hi) probed without a Python call
     bint direct
+    bint files  # bufs holds MappedFile objects (c_mode only)
     Py_ssize_t n
     long long fs, base, lo, hi
 
@@ -1527,7 +1561,7 @@ cdef int64_t _probe_c(_Search *s, object bufs, int64_t phy, int32_t size) except
     if i != s.seg:
         PyBuffer_Release(&s.view)
         s.seg = -1
-        PyObject_GetBuffer(bufs[i], &s.view, PyBUF_SIMPLE)
+        PyObject_GetBuffer(_segment(bufs, i, s.tv.files), &s.view, PyBUF_SIMPLE)
         s.seg = i
     pos = <Py_ssize_t>(phy - s.tv.base - <long long>i * s.tv.fs)
     b = <const unsigned char *>s.view.buf
@@ -1570,15 +1604,13 @@ def cq_search_time(buf, file_start, low, range_, timestamp, bint upper, min_phys
     # timestamp and time_at's results are compared exactly as _pure does:
     # as Python objects, or in C for a view and an i64 timestamp
     cdef long long fs = _i64(file_start), min_phy
-    cdef int min_ovf = 0, ts_ovf = 1, rel
-    cdef Py_ssize_t lo = _idx(low), rng = _idx(range_), ceiling, floor, high, mid
-    cdef Py_ssize_t left = -1, right = -1, target = -1, result
-    cdef const unsigned char *b
-    cdef int64_t phy
+    cdef int min_ovf = 0, ts_ovf = 1
+    cdef Py_ssize_t lo = _idx(low), rng = _idx(range_)
     cdef Py_buffer v
     cdef _Search s
     bufs = None
     s.tv.direct = type(time_at) is tuple
+    s.tv.files = False
     if s.tv.direct:
         bufs, fsz, fbase, flo, fhi = time_at
         if not PyList_CheckExact(bufs):
@@ -1598,58 +1630,161 @@ def cq_search_time(buf, file_start, low, range_, timestamp, bint upper, min_phys
         min_phy = LLONG_MIN
     PyObject_GetBuffer(buf, &v, PyBUF_SIMPLE)
     try:
-        b = <const unsigned char *>v.buf
-        if rng > v.len:
-            rng = v.len
-        if rng < CQ_STORE_UNIT_SIZE:
-            return jdiv(fs, 0, CQ_STORE_UNIT_SIZE)
-        rng -= rng % CQ_STORE_UNIT_SIZE
-        if lo > rng - CQ_STORE_UNIT_SIZE:
-            return jdiv(fs, 0, CQ_STORE_UNIT_SIZE)
-        if lo < 0:  # _pure would read from the buffer's end
-            raise ValueError(f"low {low} is negative")
-        ceiling = rng - CQ_STORE_UNIT_SIZE
-        floor = lo
-        high = ceiling
-        if _relate(&s, b, ceiling, time_at, bufs, timestamp) & T_LT:
-            return jdiv(fs, ceiling + (0 if upper else CQ_STORE_UNIT_SIZE), CQ_STORE_UNIT_SIZE)
-        if _relate(&s, b, floor, time_at, bufs, timestamp) & T_GT:
-            return 0 if upper else jdiv(fs, 0, CQ_STORE_UNIT_SIZE)
-        while high >= lo:  # lo, high >= 0 here: C division floors like Python's //
-            mid = (lo + high) // (2 * CQ_STORE_UNIT_SIZE) * CQ_STORE_UNIT_SIZE
-            phy = ld64(b + mid)
-            if min_ovf > 0 or phy < min_phy:
-                lo = mid + CQ_STORE_UNIT_SIZE
-                left = mid
-                continue
-            rel = _relate(&s, b, mid, time_at, bufs, timestamp)
-            if rel & T_NEG:
-                return 0
-            if rel & T_EQ:
-                target = mid
-                break
-            if rel & T_GT:
-                high = mid - CQ_STORE_UNIT_SIZE
-                right = mid
-            else:
-                lo = mid + CQ_STORE_UNIT_SIZE
-                left = mid
-        if target != -1:
-            if upper:
-                while target + CQ_STORE_UNIT_SIZE <= ceiling and \
-                        _relate(&s, b, target + CQ_STORE_UNIT_SIZE, time_at, bufs, timestamp) & T_EQ:
-                    target += CQ_STORE_UNIT_SIZE
-            else:
-                while target - CQ_STORE_UNIT_SIZE >= floor and \
-                        _relate(&s, b, target - CQ_STORE_UNIT_SIZE, time_at, bufs, timestamp) & T_EQ:
-                    target -= CQ_STORE_UNIT_SIZE
-            result = target
-        else:
-            result = left if upper else right
-        return jdiv(fs, result, CQ_STORE_UNIT_SIZE)
+        return _search_time(&s, <const unsigned char *>v.buf, v.len, fs, lo, rng, timestamp, upper,
+                            min_phy, min_ovf, time_at, bufs, low)
     finally:
         PyBuffer_Release(&s.view)
         PyBuffer_Release(&v)
+
+
+cdef object _search_time(_Search *s, const unsigned char *b, Py_ssize_t blen, long long fs, Py_ssize_t lo,
+                         Py_ssize_t rng, object timestamp, bint upper, long long min_phy, int min_ovf,
+                         object time_at, object bufs, object low):
+    """cq_search_time on the units at b (blen bytes) with s set up."""
+    cdef int rel
+    cdef Py_ssize_t ceiling, floor, high, mid
+    cdef Py_ssize_t left = -1, right = -1, target = -1, result
+    cdef int64_t phy
+    if rng > blen:
+        rng = blen
+    if rng < CQ_STORE_UNIT_SIZE:
+        return jdiv(fs, 0, CQ_STORE_UNIT_SIZE)
+    rng -= rng % CQ_STORE_UNIT_SIZE
+    if lo > rng - CQ_STORE_UNIT_SIZE:
+        return jdiv(fs, 0, CQ_STORE_UNIT_SIZE)
+    if lo < 0:  # _pure would read from the buffer's end
+        raise ValueError(f"low {low} is negative")
+    ceiling = rng - CQ_STORE_UNIT_SIZE
+    floor = lo
+    high = ceiling
+    if _relate(s, b, ceiling, time_at, bufs, timestamp) & T_LT:
+        return jdiv(fs, ceiling + (0 if upper else CQ_STORE_UNIT_SIZE), CQ_STORE_UNIT_SIZE)
+    if _relate(s, b, floor, time_at, bufs, timestamp) & T_GT:
+        return 0 if upper else jdiv(fs, 0, CQ_STORE_UNIT_SIZE)
+    while high >= lo:  # lo, high >= 0 here: C division floors like Python's //
+        mid = (lo + high) // (2 * CQ_STORE_UNIT_SIZE) * CQ_STORE_UNIT_SIZE
+        phy = ld64(b + mid)
+        if min_ovf > 0 or phy < min_phy:
+            lo = mid + CQ_STORE_UNIT_SIZE
+            left = mid
+            continue
+        rel = _relate(s, b, mid, time_at, bufs, timestamp)
+        if rel & T_NEG:
+            return 0
+        if rel & T_EQ:
+            target = mid
+            break
+        if rel & T_GT:
+            high = mid - CQ_STORE_UNIT_SIZE
+            right = mid
+        else:
+            lo = mid + CQ_STORE_UNIT_SIZE
+            left = mid
+    if target != -1:
+        if upper:
+            while target + CQ_STORE_UNIT_SIZE <= ceiling and \
+                    _relate(s, b, target + CQ_STORE_UNIT_SIZE, time_at, bufs, timestamp) & T_EQ:
+                target += CQ_STORE_UNIT_SIZE
+        else:
+            while target - CQ_STORE_UNIT_SIZE >= floor and \
+                    _relate(s, b, target - CQ_STORE_UNIT_SIZE, time_at, bufs, timestamp) & T_EQ:
+                target -= CQ_STORE_UNIT_SIZE
+        result = target
+    else:
+        result = left if upper else right
+    return jdiv(fs, result, CQ_STORE_UNIT_SIZE)
+
+
+cdef inline bint _may_read(object refs) except -1:
+    """Whether a kernel may read a store's files with no reader reference
+    (``ReferenceResource``): it runs no Python code while it reads, so the
+    GIL it holds keeps clean-up out, unless a clean-up already holds the
+    references exclusively. *refs* None: the caller holds one."""
+    return refs is None or not refs._exclusive
+
+
+cdef int64_t _unit_time(_Search *s, object bufs, object mf, Py_ssize_t pos) except? -2:
+    """consumequeue._unit_time: the store time of the record of the unit at
+    *pos* of ConsumeQueue file *mf*, -1 past its written units."""
+    cdef Py_buffer v
+    cdef int64_t phy
+    cdef int32_t size
+    if pos < 0 or pos + CQ_STORE_UNIT_SIZE > _idx(mf.wrote_position):
+        return -1
+    PyObject_GetBuffer(mf.mm, &v, PyBUF_SIMPLE)
+    try:
+        if pos + CQ_STORE_UNIT_SIZE > v.len:
+            raise ValueError(f"unit at {pos} is outside a {v.len}-byte buffer")
+        phy = ld64(<const unsigned char *>v.buf + pos)
+        size = ld32(<const unsigned char *>v.buf + pos + 8)
+    finally:
+        PyBuffer_Release(&v)
+    return _probe_c(s, bufs, phy, size)
+
+
+def time_lookup(cq, commitlog, timestamp, bint upper, refs):
+    # ConsumeQueue.offset_by_time(timestamp, upper, commitlog.segment_view())
+    # in one call: the file choice, the search and the clamp
+    cdef int ovf = 1
+    cdef Py_ssize_t n, i, fsz, low, wrote, mid_len
+    cdef long long mn, mx, res, start
+    cdef Py_buffer v
+    cdef _Search s
+    cdef _View cl
+    if type(timestamp) is int:
+        s.ts = PyLong_AsLongLongAndOverflow(timestamp, &ovf)
+    if not _may_read(refs) or (ovf and refs is not None):
+        return None
+    if ovf:  # compared as Python objects: the twin's path, under the caller's hold
+        return cq.offset_by_time(timestamp, upper, commitlog.segment_view())
+    files = cq.queue.files
+    if not PyList_CheckExact(files):
+        raise TypeError("a ConsumeQueue's queue.files must be a list")
+    n = PyList_GET_SIZE(files)
+    if n == 0:
+        return 0
+    fsz = _idx(cq.queue.file_size)
+    mn = jdiv(_i64(cq.min_logic_offset), 0, CQ_STORE_UNIT_SIZE)
+    last = files[n - 1]
+    mx = jdiv(_i64(last.file_from_offset), _i64(last.wrote_position), CQ_STORE_UNIT_SIZE)
+    # the CommitLog as segment_view() gives it, probed in C
+    bufs = _view_of(&cl, commitlog)
+    s.tv.direct = s.tv.files = s.c_mode = True
+    s.tv.n, s.tv.fs, s.tv.base, s.tv.lo, s.tv.hi = cl.n, cl.fs, cl.base, cl.lo, cl.hi
+    s.seg = -1
+    _init_view(&s.view)
+    _init_view(&v)
+    try:
+        mf = None  # ConsumeQueue._file_by_time
+        if upper:
+            for i in range(n - 1, -1, -1):
+                res = _unit_time(&s, bufs, files[i], 0)
+                if 0 <= res <= s.ts:
+                    mf = files[i]
+                    break
+        else:
+            mf = last
+            for i in range(n - 1):
+                if _unit_time(&s, bufs, files[i], fsz - CQ_STORE_UNIT_SIZE) >= s.ts:
+                    mf = files[i]
+                    break
+        if mf is None:
+            res = 0
+        else:
+            start = _i64(mf.file_from_offset)
+            wrote = _idx(mf.wrote_position)
+            if wrote <= 0:
+                res = jdiv(start, 0, CQ_STORE_UNIT_SIZE)
+            else:
+                low = _idx(cq.min_logic_offset - start)  # as Python ints: min_logic_offset may lag far behind
+                PyObject_GetBuffer(mf.mm, &v, PyBUF_SIMPLE)
+                res = _search_time(&s, <const unsigned char *>v.buf, v.len, start, low if low > 0 else 0,
+                                   wrote if wrote < fsz else fsz, timestamp, upper, cl.lo, 0, None, bufs, low)
+    finally:
+        PyBuffer_Release(&s.view)
+        PyBuffer_Release(&v)
+    res = mn if res < mn else res
+    return mx if res > mx else res  # min(max(res, mn), mx): mx wins when mn > mx
 
 
 # --- IndexFile ------------------------------------------------------------
@@ -1779,49 +1914,59 @@ def index_put_keys(buf, hash_slot_num, index_num, prefix, keys, physical_offset,
 
 
 def index_select(buf, hash_slot_num, index_num, key, max_num, begin, end, out):
-    cdef Py_ssize_t hsn = 0, idx = 0, visited = 0, limit = _idx(max_num)
-    cdef int32_t count, cur, key_hash, h, diff, prev
-    cdef int64_t phy, begin_ts
-    cdef rmq_i128 t, lo = _wide(begin), hi = _wide(end)
-    cdef const unsigned char *b
-    cdef const unsigned char *e
+    cdef Py_ssize_t hsn = 0, idx = 0, i, limit = _idx(max_num)
+    cdef rmq_i128 lo = _wide(begin), hi = _wide(end)
     cdef Py_buffer v
-    cdef bint fast = PyList_CheckExact(out)
+    cdef _Col found
+    memset(&found, 0, sizeof(found))
     PyObject_GetBuffer(buf, &v, PyBUF_SIMPLE)
     try:
         _check_index(&v, hash_slot_num, index_num, &hsn, &idx)
-        b = <const unsigned char *>v.buf
-        count = ld32(b + 36)
-        if count <= 0:
-            count = 1
-        key_hash = _key_hash(key)
-        cur = ld32(b + INDEX_HEADER_SIZE + (key_hash % hsn) * INDEX_HASH_SLOT_SIZE)
-        if cur <= 0 or cur > count or count <= 1:
-            return
-        begin_ts = ld64(b)
-        # walk at most index_num entries, never outside [1, index_num)
-        while visited < idx:
-            visited += 1
-            if (PyList_GET_SIZE(out) if fast else len(out)) >= limit or cur >= idx:
-                break
-            e = b + INDEX_HEADER_SIZE + hsn * INDEX_HASH_SLOT_SIZE + <Py_ssize_t>cur * INDEX_ENTRY_SIZE
-            h = ld32(e)
-            phy = ld64(e + 4)
-            diff = ld32(e + 12)
-            prev = ld32(e + 16)
-            if diff < 0:
-                break
-            t = <rmq_i128>begin_ts + <rmq_i128>diff * 1000
-            if h == key_hash and lo <= t <= hi:
-                if fast:
-                    PyList_Append(out, phy)
-                else:
-                    out.append(phy)
-            if prev <= 0 or prev > count or prev == cur or t < lo:
-                break
-            cur = prev
+        _select(<const unsigned char *>v.buf, hsn, idx, _key_hash(key), limit - len(out), lo, hi, &found)
+        for i in range(found.n // 8):
+            out.append((<int64_t *>found.p)[i])
     finally:
+        free(found.p)
         PyBuffer_Release(&v)
+
+
+cdef int _select(const unsigned char *b, Py_ssize_t hsn, Py_ssize_t idx, int32_t key_hash, Py_ssize_t room,
+                 rmq_i128 lo, rmq_i128 hi, _Col *found) except -1:
+    """IndexFile.selectPhyOffset on a checked buffer: up to *room* physical
+    offsets with *key_hash* and index time in [lo, hi] added to *found*
+    (int64 each), newest first."""
+    cdef Py_ssize_t visited = 0, added = 0
+    cdef int32_t count, cur, h, diff, prev
+    cdef int64_t phy, begin_ts
+    cdef rmq_i128 t
+    cdef const unsigned char *e
+    count = ld32(b + 36)
+    if count <= 0:
+        count = 1
+    cur = ld32(b + INDEX_HEADER_SIZE + (key_hash % hsn) * INDEX_HASH_SLOT_SIZE)
+    if cur <= 0 or cur > count or count <= 1:
+        return 0
+    begin_ts = ld64(b)
+    # walk at most index_num entries, never outside [1, index_num)
+    while visited < idx:
+        visited += 1
+        if added >= room or cur >= idx:
+            break
+        e = b + INDEX_HEADER_SIZE + hsn * INDEX_HASH_SLOT_SIZE + <Py_ssize_t>cur * INDEX_ENTRY_SIZE
+        h = ld32(e)
+        phy = ld64(e + 4)
+        diff = ld32(e + 12)
+        prev = ld32(e + 16)
+        if diff < 0:
+            break
+        t = <rmq_i128>begin_ts + <rmq_i128>diff * 1000
+        if h == key_hash and lo <= t <= hi:
+            _put64(found, phy)
+            added += 1
+        if prev <= 0 or prev > count or prev == cur or t < lo:
+            break
+        cur = prev
+    return 0
 
 
 # --- the put path ---------------------------------------------------------
@@ -2634,54 +2779,64 @@ def pull_units(cq_buf, start, end, view, topic, queue_id, queue_offset, max_coun
 
 
 def read_keyed(view, offsets, topic, key, max_size, message_type, list out):
-    cdef Py_ssize_t i, j, n, tl, kl, pn, p0, limit, msize = _idx(max_size)
-    cdef long long phy
-    cdef const char *tb
-    cdef const char *kb
-    cdef const unsigned char *b
-    cdef const unsigned char *props
-    cdef int64_t *seen = NULL
-    cdef Py_ssize_t nseen = 0
+    cdef Py_ssize_t i, n, msize = _idx(max_size)
     cdef _View v
-    cdef _Col tmp
+    cdef _Col offs
     _ext_offsets(message_type)
     if not isinstance(topic, str) or not isinstance(key, str):
         raise TypeError("topic and key must be str")
     if not PyList_CheckExact(offsets):
         raise TypeError("offsets must be a list of int")
+    bufs = _view_open(&v, view)
+    memset(&offs, 0, sizeof(offs))
+    try:
+        n = PyList_GET_SIZE(offsets)
+        for i in range(n):
+            _put64(&offs, _i64(offsets[i]))
+        _read_keyed(&v, bufs, <int64_t *>offs.p, n, topic, key, msize, message_type, out)
+    finally:
+        free(offs.p)
+        PyBuffer_Release(&v.buf)
+    return None
+
+
+cdef int _read_keyed(_View *v, object bufs, const int64_t *offsets, Py_ssize_t n, object topic, object key,
+                     Py_ssize_t msize, object message_type, list out) except -1:
+    """read_keyed over *n* offsets with v open (_ext_offsets done, topic and
+    key str); v's held segment is the caller's to release."""
+    cdef Py_ssize_t i, j, tl, kl, pn, p0, limit
+    cdef long long phy
+    cdef const char *tb
+    cdef const char *kb
+    cdef const unsigned char *b
+    cdef const unsigned char *props
+    cdef _Col tmp
     try:
         tb = PyUnicode_AsUTF8AndSize(topic, &tl)
         kb = PyUnicode_AsUTF8AndSize(key, &kl)
     except UnicodeEncodeError:
-        return None  # lone surrogates: no stored (decoded) topic or key equals them
+        return 0  # lone surrogates: no stored (decoded) topic or key equals them
     # U+FFFD in the topic or key can equal an invalid UTF-8 byte read back
     # (decoded with "replace"): then compare as text, as the twin does
     text = "\ufffd" in topic or "\ufffd" in key
-    bufs = _view_open(&v, view)
-    n = PyList_GET_SIZE(offsets)
     hosts = [None, None]
     memset(&tmp, 0, sizeof(tmp))
-    seen = <int64_t *>malloc(sizeof(int64_t) * (n + 1))
-    if seen == NULL:
-        raise MemoryError()
     try:
         for i in range(n):
-            phy = _i64(offsets[i])
-            for j in range(nseen):
-                if seen[j] == phy:
+            phy = offsets[i]
+            for j in range(i):
+                if offsets[j] == phy:
                     break
             else:
                 j = -1
             if j >= 0 or phy < v.lo:
                 continue  # each record once; cleaned-up records are gone
-            seen[nseen] = phy
-            nseen += 1
-            b = _view_at(&v, bufs, phy, &p0, &limit)
+            b = _view_at(v, bufs, phy, &p0, &limit)
             if b == NULL or _check(b, v.buf.len, p0, limit, False, 0, msize) <= 0 or ld64(b + p0 + 28) != phy:
                 continue
             props = _props_of(b, p0, &pn)
             if text:
-                fields = decode_record(bufs[v.seg], p0, False)
+                fields = decode_record(_segment(bufs, v.seg, v.files), p0, False)
                 if fields[15] != topic:
                     continue
                 found = parse_properties(fields[16])
@@ -2690,7 +2845,63 @@ def read_keyed(view, offsets, topic, key, max_size, message_type, list out):
             elif _topic_is(b, p0, tb, tl) and _has_key(props, pn, kb, kl, &tmp):
                 PyList_Append(out, _ext_at(message_type, b, p0, topic, hosts))
     finally:
-        free(seen)
         free(tmp.p)
-        PyBuffer_Release(&v.buf)
-    return None
+    return 0
+
+
+def query_keyed(index, commitlog, topic, key, max_num, begin, end, message_type, list out, refs):
+    # IndexService.queryOffset over index's files, then read_keyed, in one call
+    cdef Py_ssize_t i, n, hsn = 0, idx = 0, limit
+    cdef int32_t key_hash
+    cdef int64_t fb, fe
+    cdef rmq_i128 lo = _wide(begin), hi = _wide(end)
+    cdef bint gc_was
+    cdef Py_buffer iv
+    cdef _View v
+    cdef _Col found
+    if not _may_read(refs):
+        return None
+    _ext_offsets(message_type)
+    if not isinstance(topic, str) or not isinstance(key, str):
+        raise TypeError("topic and key must be str")
+    limit = _idx(max_num)
+    batch = _idx(index.max_msgs_num_batch)
+    if batch < limit:
+        limit = batch
+    files = index.files
+    if not PyList_CheckExact(files):
+        raise TypeError("an index's files must be a list")
+    key_hash = _abs_hash(_java_hash_from(_hash_char(_java_hash_from(0, topic), 35), key))  # of topic#key
+    memset(&found, 0, sizeof(found))
+    _init_view(&iv)
+    try:
+        n = PyList_GET_SIZE(files)
+        for i in range(n - 1, -1, -1):
+            f = files[i]
+            PyObject_GetBuffer(f.mm, &iv, PyBUF_SIMPLE)
+            _check_index(&iv, f.hash_slot_num, f.index_num, &hsn, &idx)
+            fb = ld64(<const unsigned char *>iv.buf)
+            fe = ld64(<const unsigned char *>iv.buf + 8)
+            # IndexFile.isTimeMatched, then selectPhyOffset
+            if (lo < fb and hi > fe) or (fb <= lo <= fe) or (fb <= hi <= fe):
+                _select(<const unsigned char *>iv.buf, hsn, idx, key_hash, limit - found.n // 8, lo, hi, &found)
+            PyBuffer_Release(&iv)
+            if fb < lo or found.n // 8 >= limit:
+                break
+        if found.n == 0:
+            return out
+        bufs = _view_of(&v, commitlog)
+        # MessageExt objects are made below: no collection may run Python code
+        # (finalizers) and let clean-up in while no reference is held
+        gc_was = PyGC_Disable()
+        try:
+            _read_keyed(&v, bufs, <int64_t *>found.p, found.n // 8, topic, key, _idx(commitlog.max_record_size),
+                        message_type, out)
+        finally:
+            if gc_was:
+                PyGC_Enable()
+            PyBuffer_Release(&v.buf)
+    finally:
+        PyBuffer_Release(&iv)
+        free(found.p)
+    return out

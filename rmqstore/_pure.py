@@ -74,6 +74,8 @@ __all__ = [
     "Appender",
     "pull_units",
     "read_keyed",
+    "time_lookup",
+    "query_keyed",
 ]
 
 _I32 = struct.Struct(">i")
@@ -1504,3 +1506,47 @@ def read_keyed(view: tuple, offsets: list, topic: str, key: str, max_size: int, 
         props = parse_properties(fields[16])
         if props.get("UNIQ_KEY") == key or key in (props.get("KEYS") or "").split(" "):
             out.append(_ext(message_type, fields, fields[15]))
+
+
+# --- whole lookups -----------------------------------------------------------
+
+
+def time_lookup(cq, commitlog, timestamp: int, upper: bool, refs):
+    """``cq.offset_by_time(timestamp, upper, commitlog.segment_view())`` (the
+    queue offset ``get_offset_in_queue_by_time`` answers), under a reader
+    reference: *refs* is the store's ``ReferenceResource`` (held here while
+    reading) or None when the caller holds one.
+
+    Returns None instead when the caller must hold a reference and call
+    again with ``refs=None`` (the core's answer while clean-up holds the
+    references, or for a timestamp outside int64; never here)."""
+    if refs is not None:
+        refs.hold()
+    try:
+        return cq.offset_by_time(timestamp, upper, commitlog.segment_view())
+    finally:
+        if refs is not None:
+            refs.release()
+
+
+def query_keyed(index, commitlog, topic: str, key: str, max_num: int, begin: int, end: int, message_type,
+                out: list, refs):
+    """``query_messages`` in one call: ``index.query_offsets(topic, key,
+    max_num, begin, end)`` (``IndexService.queryOffset``), then
+    :func:`read_keyed` of those offsets through ``commitlog.segment_view()``
+    with ``commitlog.max_record_size``, appending to *out*. *refs* as in
+    :func:`time_lookup`. Returns *out*, or None (nothing read) when the
+    caller must hold a reference and call again with ``refs=None``.
+    Raises TypeError unless *topic* and *key* are str."""
+    if not isinstance(topic, str) or not isinstance(key, str):
+        raise TypeError("topic and key must be str")
+    if refs is not None:
+        refs.hold()
+    try:
+        offsets = index.query_offsets(topic, key, max_num, begin, end)
+        if offsets:
+            read_keyed(commitlog.segment_view(), offsets, topic, key, commitlog.max_record_size, message_type, out)
+        return out
+    finally:
+        if refs is not None:
+            refs.release()

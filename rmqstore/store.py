@@ -1681,15 +1681,13 @@ class MessageStore:
         if not isinstance(key, str) or not isinstance(topic, str):
             raise MessageTypeError("topic and key must be str")
         out: list = []
-        self._refs.hold()  # one reader reference for the whole lookup
-        try:
-            offsets = self.index.query_offsets(topic, key, max_count, begin, end)
-            if offsets:
-                k.read_keyed(
-                    self.commitlog.segment_view(), offsets, topic, key, self.commitlog.max_record_size, MessageExt, out
-                )
-        finally:
-            self._refs.release()
+        if k.query_keyed(self.index, self.commitlog, topic, key, max_count, begin, end, MessageExt, out,
+                         self._refs) is None:  # clean-up at work: wait for it, then read
+            self._refs.hold()
+            try:
+                k.query_keyed(self.index, self.commitlog, topic, key, max_count, begin, end, MessageExt, out, None)
+            finally:
+                self._refs.release()
         return out
 
     def look_message_by_msg_id(self, msg_id: str):
@@ -1720,11 +1718,14 @@ class MessageStore:
         cq = self._cqs.get((topic, queue_id))
         if cq is None:
             return 0
-        self._refs.hold()
-        try:
-            return cq.offset_by_time(timestamp, upper, self.commitlog.segment_view())
-        finally:
-            self._refs.release()
+        found = k.time_lookup(cq, self.commitlog, timestamp, upper, self._refs)
+        if found is None:  # clean-up at work, or a timestamp past int64: under a held reference
+            self._refs.hold()
+            try:
+                found = k.time_lookup(cq, self.commitlog, timestamp, upper, None)
+            finally:
+                self._refs.release()
+        return found  # type: ignore[return-value]  # (never None with refs=None)
 
     def __repr__(self):
         mode = "read-only" if self.read_only else "read-write"

@@ -1,0 +1,184 @@
+"""The whole-lookup kernels: ``time_lookup`` (``get_offset_in_queue_by_time``)
+and ``query_keyed`` (``query_messages``) in one call each.
+
+The twin defines them by the step-by-step path (``ConsumeQueue.offset_by_time``
+over ``segment_view``; ``IndexService.query_offsets`` then ``read_keyed``); the
+core must give the same answers on real stores of several CommitLog,
+ConsumeQueue and index files, with heads cleaned up, and must decline (None,
+nothing read) while a clean-up holds the reader references.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from conftest import ListClock
+from test_kernels import _need_core
+
+from rmqstore import Message, MessageStore, StoreConfig, _pure
+from rmqstore.mapped_file import ReferenceResource
+from rmqstore.message import MessageExt
+
+T0 = 1_700_000_000_000
+TINY = StoreConfig(  # 4 KiB CommitLog files, 10 units per ConsumeQueue file, 32-entry index files
+    mapped_file_size_commit_log=4096,
+    mapped_file_size_consume_queue=200,
+    max_hash_slot_num=16,
+    max_index_num=32,
+    clean_service_enable=False,
+)
+GROUPS = [1, 3, 1, 1, 4, 2, 1, 1, 5, 1, 2, 1, 1, 3, 1, 1, 2, 1, 6, 1, 1, 2, 1, 1, 3]
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    """Store times in groups (equal times within one), 5 ms apart, on queue 0;
+    keys repeat every 7 messages, so every key spans several index files."""
+    times = [T0 + 5 * g for g, n in enumerate(GROUPS) for _ in range(n)]
+    root = tmp_path_factory.mktemp("lookups")
+    with MessageStore.open(root, TINY, clock=ListClock(times)) as s:
+        for i in range(len(times)):
+            s.put_message(Message("T", b"body-%03d" % i + bytes(300), keys=f"k{i % 7} all", tags="x"))
+        assert len(s.commitlog.queue.files) > 3 and len(s._cqs[("T", 0)].queue.files) > 3
+        assert len(s.index.files) > 3
+        yield s, times
+
+
+def _timestamps(times):
+    return sorted({t + d for t in times for d in (-1, 0, 1)} | {0, -5, 2**62, T0 - 10**6})
+
+
+@pytest.mark.parametrize("upper", [False, True], ids=["lower", "upper"])
+@pytest.mark.parametrize("min_unit", [0, 7, 10, 23, 10**6], ids=lambda u: f"min{u}")
+def test_time_lookup_answers_as_offset_by_time(store, upper, min_unit):
+    core = _need_core()
+    s, times = store
+    cq = s._cqs[("T", 0)]
+    kept = cq.min_logic_offset
+    cq.min_logic_offset = min_unit * 20  # as clean-up leaves it; past the end too
+    try:
+        for ts in _timestamps(times):
+            want = cq.offset_by_time(ts, upper, s.commitlog.segment_view())
+            assert _pure.time_lookup(cq, s.commitlog, ts, upper, None) == want, ts
+            assert core.time_lookup(cq, s.commitlog, ts, upper, None) == want, ts
+            assert core.time_lookup(cq, s.commitlog, ts, upper, ReferenceResource()) == want, ts
+    finally:
+        cq.min_logic_offset = kept
+
+
+def test_time_lookup_hands_odd_timestamps_to_the_held_path(store):
+    """Timestamps the core cannot compare in C (past int64, floats) are
+    answered under the caller's reference, exactly as the twin compares them."""
+    core = _need_core()
+    s, times = store
+    cq = s._cqs[("T", 0)]
+    for ts in (2**64, -(2**64), float(times[5]), times[5] + 0.5):
+        for upper in (False, True):
+            assert core.time_lookup(cq, s.commitlog, ts, upper, ReferenceResource()) is None
+            want = _pure.time_lookup(cq, s.commitlog, ts, upper, None)
+            assert core.time_lookup(cq, s.commitlog, ts, upper, None) == want, ts
+
+
+def test_time_lookup_on_an_empty_queue_and_an_emptied_commitlog(tmp_path):
+    core = _need_core()
+    with MessageStore.open(tmp_path, TINY, clock=ListClock([T0, T0 + 1])) as s:
+        s.put_message(Message("T", b"a"))
+        cq = s._cqs[("T", 0)]
+        for k in (_pure, core):
+            assert k.time_lookup(cq, s.commitlog, T0, False, None) == 0
+            assert k.time_lookup(cq, s.commitlog, T0 + 1, False, None) == 1
+        files, s.commitlog.queue.files = s.commitlog.queue.files, []  # every probe misses
+        try:
+            for upper in (False, True):
+                want = _pure.time_lookup(cq, s.commitlog, T0, upper, None)
+                assert core.time_lookup(cq, s.commitlog, T0, upper, None) == want
+        finally:
+            s.commitlog.queue.files = files
+
+
+def _offsets(messages):
+    return [m.physical_offset for m in messages]
+
+
+@pytest.mark.parametrize("key", ["k0", "k3", "k6", "all", "k7", "", "\ufffd"])
+@pytest.mark.parametrize("window", ["all", "middle", "late", "empty"])
+@pytest.mark.parametrize("max_num", [64, 5, 1, 0])
+def test_query_keyed_reads_what_query_offsets_and_read_keyed_read(store, key, window, max_num):
+    core = _need_core()
+    s, times = store
+    begin, end = {
+        "all": (0, 2**63 - 1), "middle": (times[10], times[35]), "late": (times[-10], 2**63 - 1),
+        "empty": (times[-1] + 10**7, 2**63 - 1),
+    }[window]
+    want: list = []
+    offsets = s.index.query_offsets("T", key, max_num, begin, end)
+    if offsets:
+        _pure.read_keyed(s.commitlog.segment_view(), offsets, "T", key, s.commitlog.max_record_size, MessageExt, want)
+    for k in (_pure, core):
+        for refs in (None, ReferenceResource()):
+            out: list = []
+            assert k.query_keyed(s.index, s.commitlog, "T", key, max_num, begin, end, MessageExt, out, refs) is out
+            assert _offsets(out) == _offsets(want)
+            assert [m.body for m in out] == [m.body for m in want]
+    if key.startswith("k") and key != "k7" and window == "all" and max_num == 64:
+        assert len(want) == len([t for i, t in enumerate(times) if f"k{i % 7}" == key])  # every file was walked
+
+
+def test_query_keyed_takes_the_index_batch_cap_and_other_topics(store):
+    core = _need_core()
+    s, times = store
+    kept, s.index.max_msgs_num_batch = s.index.max_msgs_num_batch, 5  # the store's cap (config maxMsgsNumBatch)
+    try:
+        for k in (_pure, core):
+            out: list = []
+            k.query_keyed(s.index, s.commitlog, "T", "all", 10**6, 0, 2**63 - 1, MessageExt, out, None)
+            assert [m.queue_offset for m in out] == list(range(len(times) - 1, len(times) - 6, -1))
+    finally:
+        s.index.max_msgs_num_batch = kept
+    for k in (_pure, core):
+        assert k.query_keyed(s.index, s.commitlog, "U", "all", 64, 0, 2**63 - 1, MessageExt, [], None) == []
+        with pytest.raises(TypeError):
+            k.query_keyed(s.index, s.commitlog, "T", b"all", 64, 0, 2**63 - 1, MessageExt, [], None)
+
+
+def test_core_lookups_decline_while_clean_up_holds_the_references(store):
+    """With the references held exclusively, the core reads nothing and
+    answers None: the caller then waits for a reference (the twin always
+    waits in hold(), so it never answers None)."""
+    core = _need_core()
+    s, times = store
+    cq = s._cqs[("T", 0)]
+    refs = ReferenceResource()
+    assert refs.acquire_exclusive(0)
+    out: list = []
+    assert core.time_lookup(cq, s.commitlog, times[3], False, refs) is None
+    assert core.query_keyed(s.index, s.commitlog, "T", "k1", 64, 0, 2**63 - 1, MessageExt, out, refs) is None
+    assert out == []
+    refs.release_exclusive()
+    assert core.time_lookup(cq, s.commitlog, times[3], False, refs) == 1  # the first of its group
+    assert core.query_keyed(s.index, s.commitlog, "T", "k1", 64, 0, 2**63 - 1, MessageExt, out, refs) is out
+    assert out
+
+
+@pytest.mark.parametrize("lookup", ["time", "key"])
+def test_store_lookups_wait_for_a_clean_up_then_answer(store, lookup):
+    """A lookup that meets a clean-up holding the references waits for it to
+    end (RocketMQ's reference counting), then answers from the files as
+    they are: both implementations."""
+    s, times = store
+    want = (s.get_offset_in_queue_by_time("T", 0, times[9]) if lookup == "time"
+            else _offsets(s.query_messages("T", "k2")))
+    assert s._refs.acquire_exclusive(1.0)
+    got: list = []
+    worker = threading.Thread(target=lambda: got.append(
+        s.get_offset_in_queue_by_time("T", 0, times[9]) if lookup == "time"
+        else _offsets(s.query_messages("T", "k2"))))
+    try:
+        worker.start()
+        worker.join(0.2)
+        assert worker.is_alive() and got == []  # still waiting for the clean-up
+    finally:
+        s._refs.release_exclusive()
+    worker.join(10)
+    assert got == [want]
