@@ -129,6 +129,25 @@ def test_consume_columns(benchmark, impl, filled_store, batch):
         benchmark.pedantic(run, rounds=ROUNDS)
 
 
+@pytest.mark.parametrize("batch", [32, 1024])
+def test_consume_views(benchmark, impl, filled_store, batch):
+    """The zero-copy pull: get_message_views, *batch* per call (bodies as
+    positions in a pinned view of the mapped segment, no copies)."""
+    benchmark.group = f"consume-views-{batch}"
+    benchmark.extra_info["ops"] = N
+    path, _ = filled_store
+    with MessageStore.open(path, read_only=True) as s:
+
+        def pull(q, off):
+            r = s.get_message_views(TOPIC, q, off, batch)
+            return len(r.units), r.next_begin_offset
+
+        def run():
+            assert _consume_all(pull) == N
+
+        benchmark.pedantic(run, rounds=ROUNDS)
+
+
 def test_key_lookup(benchmark, impl, filled_store):
     benchmark.group = "key-lookup"
     path, _ = filled_store

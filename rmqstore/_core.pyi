@@ -47,6 +47,7 @@ __all__ = [
     "read_keyed",
     "time_lookup",
     "query_keyed",
+    "pull_views",
 ]
 
 # (total_size, magic, body_crc, queue_id, flag, queue_offset, physical_offset,
@@ -285,3 +286,6 @@ def query_keyed(
     out: list[Any],
     refs: Any,
 ) -> list[Any] | None: ...
+def pull_views(
+    cq: Any, commitlog: Any, queue_offset: int, max_count: int, max_units: int, refs: Any
+) -> tuple[str, int, int, int, Any, bytes] | None: ...

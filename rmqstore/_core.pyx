@@ -224,6 +224,7 @@ __all__ = [
     "read_keyed",
     "time_lookup",
     "query_keyed",
+    "pull_views",
 ]
 
 # --- helpers --------------------------------------------------------------
@@ -2720,7 +2721,7 @@ cdef bint _has_key(const unsigned char *props, Py_ssize_t n, const char *kb, Py_
 def pull_units(cq_buf, start, end, view, topic, queue_id, queue_offset, max_count, min_physical_offset, max_size,
                message_type, list out):
     cdef Py_ssize_t s = _idx(start), e = _idx(end), mx = _idx(max_count), msize = _idx(max_size)
-    cdef Py_ssize_t p, p0, limit, tl
+    cdef Py_ssize_t k, p, p0, limit, tl
     cdef long long q0 = _i64(queue_offset), cl_min = _i64(min_physical_offset)
     cdef long long phy, tags, done = 0
     cdef int32_t size, qid = _i32(queue_id)
@@ -2742,7 +2743,8 @@ def pull_units(cq_buf, start, end, view, topic, queue_id, queue_offset, max_coun
     try:
         if s < 0 or e > cv.len or s > e or (e - s) % CQ_STORE_UNIT_SIZE:
             raise ValueError(f"units [{start}, {end}) are not whole units of a {cv.len}-byte buffer")
-        for p in range(s, e, CQ_STORE_UNIT_SIZE):
+        for k in range((e - s) // CQ_STORE_UNIT_SIZE):  # a C loop (an enum step would make a Python range)
+            p = s + k * CQ_STORE_UNIT_SIZE
             if PyList_GET_SIZE(out) >= mx:
                 break
             u = <const unsigned char *>cv.buf + p
@@ -2905,3 +2907,115 @@ def query_keyed(index, commitlog, topic, key, max_num, begin, end, message_type,
         PyBuffer_Release(&iv)
         free(found.p)
     return out
+
+
+cdef packed struct _ViewUnit:  # _pure.VIEW_UNIT ("=qqqqqii"), native byte order
+    int64_t queue_offset, physical_offset, store_timestamp, tags_code, body_offset
+    int32_t body_length, store_size
+
+
+def pull_views(cq, commitlog, queue_offset, max_count, max_units, refs):
+    cdef long long q = _i64(queue_offset), mn, mx, off, cq_fs, first, phy, tags
+    cdef Py_ssize_t mc = _idx(max_count), mu = _idx(max_units), n = 0, visited = 0, nfiles, fi, pos, end, k
+    cdef Py_ssize_t p0, limit, tl, msize, seg = -1
+    cdef int32_t size, qid, sys_flag
+    cdef int bw, sw
+    cdef const unsigned char *u
+    cdef const unsigned char *b
+    cdef const char *tb
+    cdef _ViewUnit *w
+    cdef Py_buffer cv
+    cdef _View v
+    cdef _Col units
+    if not _may_read(refs):
+        return None
+    files = cq.queue.files
+    if not PyList_CheckExact(files):
+        raise TypeError("a ConsumeQueue's queue.files must be a list")
+    nfiles = PyList_GET_SIZE(files)
+    min_logic = cq.min_logic_offset
+    mn = _i64(min_logic // CQ_STORE_UNIT_SIZE)
+    mx = 0
+    if nfiles:
+        mx = _i64((files[nfiles - 1].file_from_offset + files[nfiles - 1].wrote_position) // CQ_STORE_UNIT_SIZE)
+    if mx == 0:
+        return "NO_MESSAGE_IN_QUEUE", 0, mn, mx, None, b""
+    if q < mn:
+        return "OFFSET_TOO_SMALL", mn, mn, mx, None, b""
+    if q == mx:
+        return "OFFSET_OVERFLOW_ONE", q, mn, mx, None, b""
+    if q > mx:
+        return "OFFSET_OVERFLOW_BADLY", mx, mn, mx, None, b""
+    tb = PyUnicode_AsUTF8AndSize(cq.topic, &tl)
+    qid = _i32(cq.queue_id)
+    msize = _idx(commitlog.max_record_size)
+    cq_fs = _i64(cq.queue.file_size)
+    first = _i64(files[0].file_from_offset)
+    status = "NO_MATCHED_MESSAGE"
+    bufs = _view_of(&v, commitlog)
+    memset(&units, 0, sizeof(units))
+    _init_view(&cv)
+    try:
+        while q < mx and n < mc and visited < mu:
+            # ConsumeQueue.unit_range(q, min(max_count - n, max - q))
+            off = q * CQ_STORE_UNIT_SIZE
+            if off < min_logic or cq_fs <= 0:
+                break
+            fi = <Py_ssize_t>(off // cq_fs - first // cq_fs)
+            if fi < 0 or fi >= nfiles:
+                break
+            mf = files[fi]
+            pos = <Py_ssize_t>(off - _i64(mf.file_from_offset))
+            end = min(_idx(mf.wrote_position), pos + min(mc - n, mx - q) * CQ_STORE_UNIT_SIZE)
+            if end <= pos:
+                break
+            PyObject_GetBuffer(mf.mm, &cv, PyBUF_SIMPLE)
+            if pos < 0 or end > cv.len:
+                raise ValueError(f"units [{pos}, {end}) are not whole units of a {cv.len}-byte buffer")
+            for k in range((end - pos) // CQ_STORE_UNIT_SIZE):  # a C loop (an enum step would make a Python range)
+                u = <const unsigned char *>cv.buf + pos + k * CQ_STORE_UNIT_SIZE
+                phy = ld64(u)
+                size = ld32(u + 8)
+                tags = ld64(u + 12)
+                if not (size == PRE_BLANK_SIZE and phy == 0 and tags == 0):  # else a placeholder
+                    if phy < v.lo:
+                        status = "MESSAGE_WAS_REMOVING"  # cleaned up
+                    else:
+                        b = _view_at(&v, bufs, phy, &p0, &limit)
+                        # the record must be the one the unit stands for (P-11), as pull_units checks
+                        if b == NULL or _check(b, v.buf.len, p0, limit, False, 0, msize) != size or size <= 0 or \
+                                ld64(b + p0 + 28) != phy or ld64(b + p0 + 20) != q or ld32(b + p0 + 12) != qid or \
+                                not _topic_is(b, p0, tb, tl):
+                            if n:
+                                return status, q, mn, mx, _segment(bufs, seg, v.files), units.p[:units.n]
+                            return "STOPPED", q, mn, mx, None, b""
+                        if seg != -1 and v.seg != seg:  # the next segment: the next pull
+                            return status, q, mn, mx, _segment(bufs, seg, v.files), units.p[:units.n]
+                        seg = v.seg
+                        sys_flag = ld32(b + p0 + 36)
+                        bw = 20 if sys_flag & BORNHOST_V6_FLAG else 8
+                        sw = 20 if sys_flag & STOREHOSTADDRESS_V6_FLAG else 8
+                        if units.n + <Py_ssize_t>sizeof(_ViewUnit) > units.cap:
+                            _grow(&units, sizeof(_ViewUnit))
+                        w = <_ViewUnit *>(units.p + units.n)  # unaligned-safe: the struct is packed
+                        w.queue_offset = q
+                        w.physical_offset = phy
+                        w.store_timestamp = ld64(b + p0 + 48 + bw)
+                        w.tags_code = tags
+                        w.body_offset = p0 + 48 + bw + 24 + sw
+                        w.body_length = ld32(b + p0 + 48 + bw + 20 + sw)
+                        w.store_size = size
+                        units.n += sizeof(_ViewUnit)
+                        n += 1
+                        status = "FOUND"
+                q += 1
+                visited += 1
+                if n >= mc:
+                    break
+            PyBuffer_Release(&cv)
+        return status, q, mn, mx, (_segment(bufs, seg, v.files) if n else None), \
+            (units.p[:units.n] if n else b"")
+    finally:
+        PyBuffer_Release(&cv)
+        PyBuffer_Release(&v.buf)
+        free(units.p)

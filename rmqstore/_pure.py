@@ -76,6 +76,7 @@ __all__ = [
     "read_keyed",
     "time_lookup",
     "query_keyed",
+    "pull_views",
 ]
 
 _I32 = struct.Struct(">i")
@@ -1550,3 +1551,86 @@ def query_keyed(index, commitlog, topic: str, key: str, max_num: int, begin: int
     finally:
         if refs is not None:
             refs.release()
+
+
+#: one unit of a zero-copy pull (``pull_views``), native byte order: queue
+#: offset, physical offset, store timestamp, tags code, body offset in the
+#: segment, body length, record size
+VIEW_UNIT = struct.Struct("=qqqqqii")
+
+
+def pull_views(cq, commitlog, queue_offset: int, max_count: int, max_units: int, refs):
+    """``get_messages`` without a filter, zero-copy (``get_message_views``):
+    the messages of ConsumeQueue *cq* from *queue_offset* as positions in one
+    CommitLog segment instead of copies. *refs* as in :func:`time_lookup`.
+
+    The statuses and offsets are ``_pull_held``'s (RocketMQ ``getMessage``):
+    placeholders and cleaned-up units are skipped, at most *max_count*
+    messages, units read a ConsumeQueue file at a time until *max_units*
+    have been visited; every record is checked to be its unit's (as
+    :func:`pull_units`). The pull also ends before the first record in
+    another segment than the first one found (the next pull starts there).
+
+    Returns None (the caller must hold a reference and call again with
+    ``refs=None``), or ``(status, next_queue_offset, min_offset, max_offset,
+    segment, units)``: *status* a ``GetMessageStatus`` name, or ``"STOPPED"``
+    when the first unit to read needs the caller's careful path (nothing
+    found before it); *segment* the ``mmap`` of the segment holding the
+    records (None when none); *units* ``VIEW_UNIT`` entries, one per message.
+    """
+    if refs is not None:
+        refs.hold()
+    try:
+        return _pull_views(cq, commitlog, queue_offset, max_count, max_units)
+    finally:
+        if refs is not None:
+            refs.release()
+
+
+def _pull_views(cq, commitlog, q: int, max_count: int, max_units: int) -> tuple:
+    files = cq.queue.files
+    mn = cq.min_logic_offset // CQ_STORE_UNIT_SIZE
+    mx = (files[-1].file_from_offset + files[-1].wrote_position) // CQ_STORE_UNIT_SIZE if files else 0
+    if mx == 0:
+        return "NO_MESSAGE_IN_QUEUE", 0, mn, mx, None, b""
+    if q < mn:
+        return "OFFSET_TOO_SMALL", mn, mn, mx, None, b""
+    if q >= mx:
+        return ("OFFSET_OVERFLOW_ONE", q, mn, mx, None, b"") if q == mx else \
+            ("OFFSET_OVERFLOW_BADLY", mx, mn, mx, None, b"")
+    bufs, fs, base, lo, hi = commitlog.segment_view()
+    max_size = commitlog.max_record_size
+    topic_b = cq.topic.encode("utf-8")
+    status, units, n, seg, visited = "NO_MATCHED_MESSAGE", bytearray(), 0, -1, 0
+    while q < mx and n < max_count and visited < max_units:
+        where = cq.unit_range(q, min(max_count - n, mx - q))
+        if where is None or where[1] == where[2]:
+            break
+        buf, start, end = where
+        for p in range(start, end, CQ_STORE_UNIT_SIZE):
+            phy, size, tags = _CQ_UNIT.unpack_from(buf, p)
+            if not (size == PRE_BLANK_SIZE and phy == 0 and tags == 0):  # else a placeholder
+                if phy < lo:
+                    status = "MESSAGE_WAS_REMOVING"  # cleaned up
+                else:
+                    i = (phy - base) // fs
+                    at = phy - base - i * fs
+                    fields = REC_BAD_OFFSET if phy >= hi or phy < base or i >= len(bufs) else \
+                        read_record(bufs[i], at, min(fs, hi - base - i * fs), phy, max_size, True)
+                    if type(fields) is not tuple or fields[0] != size or fields[5] != q or \
+                            fields[3] != cq.queue_id or _stored_topic(bufs[i], at) != topic_b:
+                        return (status, q, mn, mx, bufs[seg], bytes(units)) if n else \
+                            ("STOPPED", q, mn, mx, None, b"")
+                    if seg not in (-1, i):
+                        return status, q, mn, mx, bufs[seg], bytes(units)  # the next segment: the next pull
+                    seg = i
+                    hosts = 48 + (20 if fields[7] & BORNHOST_V6_FLAG else 8) + \
+                        (20 if fields[7] & STOREHOSTADDRESS_V6_FLAG else 8)
+                    units += VIEW_UNIT.pack(q, phy, fields[10], tags, at + hosts + 24, len(fields[14]), size)
+                    n += 1
+                    status = "FOUND"
+            q += 1
+            visited += 1
+            if n >= max_count:
+                break
+    return status, q, mn, mx, (bufs[seg] if n else None), bytes(units)

@@ -139,12 +139,16 @@ class MappedFile:
     def close(self) -> None:
         """Unmap and close; idempotent.
 
-        Raises BufferError (and stays open) while a buffer of the mapping is
-        exported, e.g. a kernel call in another thread holds it: Python never
-        unmaps memory under a live view, so nothing can read freed pages."""
+        While a view of the mapping is still exported (a zero-copy read,
+        ``get_message_views``) Python refuses to unmap it: the file is closed
+        and the mapping left to the views, unmapped when the last of them is
+        released, so no view ever reads freed pages."""
         if self._fd < 0:
             return
-        self.mm.close()  # BufferError leaves the file open: the caller retries
+        try:
+            self.mm.close()
+        except BufferError:
+            pass  # pinned by views: the mmap object unmaps itself when they are gone
         os.close(self._fd)
         self._fd = -1
 
@@ -452,7 +456,8 @@ class MappedFileQueue:
         references exclusively (:class:`ReferenceResource`) and the locks of
         the queue's writer. Returns the removed :class:`MappedFile` objects.
 
-        Raises BufferError if a mapping is still exported (nothing removed)."""
+        A mapping that views still pin stays readable to them (see
+        :meth:`MappedFile.close`)."""
         files = self.files
         count = min(count, len(files) - 1)
         if count <= 0:

@@ -15,7 +15,7 @@ import socket
 import struct
 import threading
 import time
-from typing import NamedTuple, NoReturn
+from typing import Any, NamedTuple, NoReturn
 
 from ._layout import (
     BORNHOST_V6_FLAG,
@@ -126,6 +126,36 @@ class GetColumnsResult(NamedTuple):
     next_begin_offset: int
     min_offset: int
     max_offset: int
+
+
+class GetViewsResult(NamedTuple):
+    """Result of a zero-copy pull (:meth:`MessageStore.get_message_views`).
+
+    ``buffer`` is a read-only memoryview of the one CommitLog segment that
+    holds the messages (None when there are none); ``units`` a numpy
+    structured array, one row per message, with int64 fields
+    ``queue_offset``, ``physical_offset``, ``store_timestamp`` (ms),
+    ``tags_code``, ``body_offset`` (bytes into ``buffer``) and int32
+    ``body_length``, ``store_size``. Message *i*'s body is
+    ``buffer[body_offset : body_offset + body_length]``. The buffer pins the
+    mapping: it stays readable after clean-up deletes the file or the store
+    closes, until the last view of it is released. Status and offsets are
+    those of :class:`GetMessageResult`."""
+
+    status: GetMessageStatus
+    buffer: Any
+    units: Any
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+
+    def bodies(self) -> list:
+        """The bodies as memoryviews of ``buffer`` (one object each: the
+        columns are the fast way)."""
+        buf = self.buffer
+        if buf is None:
+            return []
+        return [buf[o : o + n] for o, n in zip(self.units["body_offset"].tolist(), self.units["body_length"].tolist())]
 
 
 # --- hosts and ids ---------------------------------------------------------

@@ -58,6 +58,7 @@ from .message import (
     GetColumnsResult,
     GetMessageResult,
     GetMessageStatus,
+    GetViewsResult,
     Message,
     MessageExt,
     PutColumnsResult,
@@ -141,6 +142,23 @@ class StoreLock:
 
 
 _new_tuple = tuple.__new__
+_STATUS_BY_NAME = GetMessageStatus.__members__
+
+
+def _view_units(packed: bytes):
+    """pull_views' packed units as GetViewsResult.units (a read-only array over them)."""
+    global _VIEW_DTYPE
+    import numpy as np
+
+    if _VIEW_DTYPE is None:
+        _VIEW_DTYPE = np.dtype([
+            ("queue_offset", "=i8"), ("physical_offset", "=i8"), ("store_timestamp", "=i8"), ("tags_code", "=i8"),
+            ("body_offset", "=i8"), ("body_length", "=i4"), ("store_size", "=i4"),
+        ])
+    return np.frombuffer(packed, _VIEW_DTYPE)
+
+
+_VIEW_DTYPE: Any = None
 _PULL_EVENTS = {1: GetMessageStatus.MESSAGE_WAS_REMOVING, 2: GetMessageStatus.FOUND}  # pull_units' last event
 _PUT_OK = PutMessageStatus.PUT_OK
 _UNIT_DTYPE = [("phy", ">i8"), ("size", ">i4"), ("tags", ">i8")]  # a ConsumeQueue unit (SPEC §6.1)
@@ -1574,6 +1592,58 @@ class MessageStore:
             return self._columns_held(topic, queue_id, offset, max_count, with_body, with_properties)
         finally:
             self._refs.release()
+
+    def get_message_views(self, topic: str, queue_id: int, offset: int, max_count: int = 32) -> GetViewsResult:
+        """Zero-copy form of :meth:`get_messages` (no tag filter, no waiting):
+        up to *max_count* messages of (topic, queue_id) from queue offset
+        *offset*, as positions in a read-only memoryview of the CommitLog
+        segment that holds them instead of one :class:`MessageExt` each.
+
+        The messages of one call come from one segment: a pull that reaches
+        a record in the next segment ends there, and ``next_begin_offset``
+        points at it. The view pins the mapping (Python never unmaps memory a
+        view exports): clean-up still deletes the file, and the store still
+        closes, while the mapping stays readable until the last view of it
+        is released. Only the ranges ``units`` name are messages; the rest of
+        the segment may change under later appends.
+
+        Returns a :class:`GetViewsResult` with the statuses and offsets of
+        get_messages. Raises StoreClosedError; CorruptedFileError when a unit
+        points at something that is not its record, or at one whose stored
+        topic is not the queue's topic byte for byte (then read it with
+        get_messages)."""
+        if self._closed:
+            self._ensure_open()
+        if self.read_only:  # follow mode: a writer process may have dispatched more
+            cq = self._cqs.get((topic, queue_id))
+            if cq is None or offset >= cq.max_offset_in_queue():
+                self._follow_queue(topic, queue_id)
+        cq = self._cqs.get((topic, queue_id))
+        if cq is None:
+            return GetViewsResult(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, None, _view_units(b""), 0, 0, 0)
+        units = max(_MAX_FILTER_UNITS, max_count)
+        found = k.pull_views(cq, self.commitlog, offset, max_count, units, self._refs)
+        if found is None:  # clean-up at work: wait for it, then read
+            self._refs.hold()
+            try:
+                found = k.pull_views(cq, self.commitlog, offset, max_count, units, None)
+            finally:
+                self._refs.release()
+        status, nxt, mn, mx, segment, packed = found  # type: ignore[misc]  # (never None with refs=None)
+        if status == "STOPPED":  # the careful path raises for a unit that is not its record
+            careful = self.get_messages(topic, queue_id, offset, max_count)
+            if careful.messages:
+                m = careful.messages[0]
+                raise CorruptedFileError(
+                    f"the record of {topic}/{queue_id} queue offset {m.queue_offset} does not store the topic "
+                    "as its UTF-8 bytes; read it with get_messages", self.commitlog.queue.directory,
+                    m.physical_offset,
+                )
+            return GetViewsResult(careful.status, None, _view_units(b""), careful.next_begin_offset, mn, mx)
+        return GetViewsResult(
+            _STATUS_BY_NAME[status], None if segment is None else memoryview(segment).toreadonly(),
+            _view_units(packed), nxt, mn, mx,
+        )
 
     def _columns_held(self, topic, queue_id, offset, max_count, with_body, with_properties) -> GetColumnsResult:
         view = self.commitlog.segment_view()
