@@ -1493,16 +1493,18 @@ cdef const unsigned char *_view_at(_View *v, object bufs, long long phy, Py_ssiz
     """The segment holding *phy* (NULL outside [lo, hi) and the segments):
     its bytes, *phy*'s position in them and the written limit there."""
     cdef Py_ssize_t i
-    cdef long long start
-    if phy < v.lo or phy >= v.hi or phy < v.base or (phy - v.base) // v.fs >= v.n:
-        return NULL
-    i = <Py_ssize_t>((phy - v.base) // v.fs)
-    if i != v.seg:  # units and offsets of one call mostly share a segment
+    cdef long long start = v.base + <long long>v.seg * v.fs
+    if v.seg >= 0 and start <= phy and phy - start < v.fs and v.lo <= phy < v.hi:
+        pass  # the segment held: units and offsets of one call mostly share one (no division)
+    else:
+        if phy < v.lo or phy >= v.hi or phy < v.base or (phy - v.base) // v.fs >= v.n:
+            return NULL
+        i = <Py_ssize_t>((phy - v.base) // v.fs)
         PyBuffer_Release(&v.buf)
         v.seg = -1
         PyObject_GetBuffer(_segment(bufs, i, v.files), &v.buf, PyBUF_SIMPLE)
         v.seg = i
-    start = v.base + <long long>i * v.fs
+        start = v.base + <long long>i * v.fs
     pos[0] = <Py_ssize_t>(phy - start)
     limit[0] = <Py_ssize_t>(v.fs if v.hi - start > v.fs else v.hi - start)
     return <const unsigned char *>v.buf.buf
