@@ -3,6 +3,7 @@
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -148,6 +149,7 @@ def test_demo_small(capsys, tmp_path, monkeypatch):
     code, out, _ = run(capsys, "demo", "--count", "2000", "--dir", "demo-store")
     assert code == 0, out
     assert "put" in out and "consume" in out and "key" in out and "time" in out
+    assert re.search(r"views +2,000 messages zero-copy", out), out
     with MessageStore.open(tmp_path / "demo-store", read_only=True) as s:
         assert sum(s.get_max_offset_in_queue("DemoTopic", q) for q in range(8)) == 2000
     # default settings: a 1 GiB CommitLog file, as RocketMQ preallocates
