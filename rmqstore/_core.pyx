@@ -1257,7 +1257,7 @@ def decode_columns_at(bufs, file_size, base, offsets, bint with_body, bint with_
                 PyObject_GetBuffer(bufs[seg], &v, PyBUF_SIMPLE)
                 last = seg
             pos = <Py_ssize_t>(phy - b0 - seg * fs)
-            rc = _check(<const unsigned char *>v.buf, v.len, pos, v.len, False, 0, v.len - pos)
+            rc = _check(<const unsigned char *>v.buf, v.len, pos, v.len, True, 0, v.len - pos)
             if rc > 0 and ld64(<const unsigned char *>v.buf + pos + 28) != phy:
                 rc = REC_BAD_OFFSET
             if rc <= 0:
@@ -1316,7 +1316,7 @@ def read_record(buf, pos, limit, physical_offset, max_size, bint with_body):
     cdef Py_buffer v
     PyObject_GetBuffer(buf, &v, PyBUF_SIMPLE)
     try:
-        rc = _check(<const unsigned char *>v.buf, v.len, p0, lim, False, 0, mx)
+        rc = _check(<const unsigned char *>v.buf, v.len, p0, lim, True, 0, mx)
         if rc <= 0:
             return rc
         if ld64(<const unsigned char *>v.buf + p0 + 28) != phy:
@@ -2764,7 +2764,7 @@ def pull_units(cq_buf, start, end, view, topic, queue_id, queue_offset, max_coun
             if b == NULL:
                 stopped = True
                 break
-            rc = _check(b, v.buf.len, p0, limit, False, 0, msize)
+            rc = _check(b, v.buf.len, p0, limit, True, 0, msize)
             # the record must be the one the unit stands for (P-11): else the caller's careful path
             if rc <= 0 or rc != size or ld64(b + p0 + 28) != phy or ld64(b + p0 + 20) != q0 + done or \
                     ld32(b + p0 + 12) != qid:
@@ -2836,7 +2836,7 @@ cdef int _read_keyed(_View *v, object bufs, const int64_t *offsets, Py_ssize_t n
             if j >= 0 or phy < v.lo:
                 continue  # each record once; cleaned-up records are gone
             b = _view_at(v, bufs, phy, &p0, &limit)
-            if b == NULL or _check(b, v.buf.len, p0, limit, False, 0, msize) <= 0 or ld64(b + p0 + 28) != phy:
+            if b == NULL or _check(b, v.buf.len, p0, limit, True, 0, msize) <= 0 or ld64(b + p0 + 28) != phy:
                 continue
             props = _props_of(b, p0, &pn)
             if text:
@@ -2985,7 +2985,7 @@ def pull_views(cq, commitlog, queue_offset, max_count, max_units, refs):
                     else:
                         b = _view_at(&v, bufs, phy, &p0, &limit)
                         # the record must be the one the unit stands for (P-11), as pull_units checks
-                        if b == NULL or _check(b, v.buf.len, p0, limit, False, 0, msize) != size or size <= 0 or \
+                        if b == NULL or _check(b, v.buf.len, p0, limit, True, 0, msize) != size or size <= 0 or \
                                 ld64(b + p0 + 28) != phy or ld64(b + p0 + 20) != q or ld32(b + p0 + 12) != qid or \
                                 not _topic_is(b, p0, tb, tl):
                             if n:

@@ -645,7 +645,7 @@ def decode_columns_at(bufs: list, file_size: int, base: int, offsets: list, with
     *bufs* are the CommitLog segments in order, each *file_size* bytes, the
     first at physical offset *base* (``CommitLog.segment_view()[:3]``);
     *offsets* a list of physical offsets. Each record is validated as a read
-    does (``check_record`` without CRC, PHYSICALOFFSET equal to its offset).
+    does (``check_record`` with the body CRC, PHYSICALOFFSET equal to its offset).
     Returns ``(count, stop, cols)``: the first *count* offsets decoded into
     *cols* (as ``decode_columns``), *stop* ``STOP_END`` when all were, else
     the ``REC_*`` code of ``offsets[count]`` (``REC_BAD_OFFSET`` also for an
@@ -778,13 +778,15 @@ def scan_records(
 
 
 def read_record(buf, pos: int, limit: int, physical_offset: int, max_size: int, with_body: bool):
-    """The record at *pos* if ``check_record(buf, pos, limit, False, 0,
-    max_size)`` accepts it and its PHYSICALOFFSET is *physical_offset*: the
-    ``decode_record`` tuple. Otherwise the int status: ``REC_BLANK``, a
-    negative ``REC_*`` code, or ``REC_BAD_OFFSET``. (A read by offset, as a
-    pull does it, in one call.)"""
+    """The record at *pos* if ``check_record(buf, pos, limit, True, 0,
+    max_size)`` accepts it (its body CRC too: every read checks it, where
+    RocketMQ only checks on recovery) and its PHYSICALOFFSET is
+    *physical_offset*: the ``decode_record`` tuple. Otherwise the int status:
+    ``REC_BLANK``, a negative ``REC_*`` code (``REC_BODY_CRC`` for a damaged
+    body), or ``REC_BAD_OFFSET``. (A read by offset, as a pull does it, in
+    one call.)"""
     _fields((physical_offset, 64))
-    rc = check_record(buf, pos, limit, False, 0, max_size)
+    rc = check_record(buf, pos, limit, True, 0, max_size)
     if rc <= 0:
         return rc
     if _I64.unpack_from(buf, pos + 28)[0] != physical_offset:
@@ -1427,7 +1429,7 @@ def pull_units(
     (``CommitLog.segment_view()``): a pre-blank placeholder is skipped, a
     unit whose record starts below *min_physical_offset* (cleaned up) is
     skipped and noted, and every other record, checked to be the unit's
-    (valid up to *max_size* bytes, its size, physical offset, queue offset,
+    (valid up to *max_size* bytes with its body CRC, its size, physical offset, queue offset,
     queue id and topic), is appended to *out* as ``message_type(fields)``
     (*message_type*: MessageExt, or a class with its ``__slots__`` and a
     constructor that only stores the fields in them; the core fills the

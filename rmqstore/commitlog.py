@@ -148,7 +148,7 @@ class CommitLog:
                 )
             return None
         mf, pos, limit = loc
-        status = k.check_record(mf.mm, pos, limit, False, False, self.max_record_size)
+        status = k.check_record(mf.mm, pos, limit, True, False, self.max_record_size)
         if status <= 0 or _I64.unpack_from(mf.mm, pos + POS_PHYSICALOFFSET)[0] != offset:
             if strict:
                 why = REC_STATUS_TEXT.get(status, "blank record" if status == 0 else "physical offset field mismatch")

@@ -1358,7 +1358,8 @@ class MessageStore:
 
     def get_message(self, physical_offset: int):
         """The record starting at *physical_offset* as a :class:`MessageExt`, or
-        None when no valid record starts there."""
+        None when no valid record starts there (a record whose body CRC does
+        not match is not valid: every read checks it)."""
         self._ensure_open()
         self._refs.hold()
         try:
@@ -1449,7 +1450,8 @@ class MessageStore:
         OFFSET_OVERFLOW_BADLY, FOUND, NO_MATCHED_MESSAGE, MESSAGE_WAS_REMOVING.
 
         Raises CorruptedFileError when a unit points at something that is not
-        its record.
+        its record, or at a record whose body CRC does not match (every read
+        checks it; RocketMQ checks it on recovery only).
         """
         result = self._pull(topic, queue_id, offset, max_count, tags)
         if self.read_only and not result.messages and result.status in _WAITABLE:
@@ -1609,9 +1611,9 @@ class MessageStore:
 
         Returns a :class:`GetViewsResult` with the statuses and offsets of
         get_messages. Raises StoreClosedError; CorruptedFileError when a unit
-        points at something that is not its record, or at one whose stored
-        topic is not the queue's topic byte for byte (then read it with
-        get_messages)."""
+        points at something that is not its record (a damaged body, whose CRC
+        does not match, included), or at one whose stored topic is not the
+        queue's topic byte for byte (then read it with get_messages)."""
         if self._closed:
             self._ensure_open()
         if self.read_only:  # follow mode: a writer process may have dispatched more

@@ -420,8 +420,8 @@ def test_read_record(k):
     assert k.read_record(buf, 300, 1024, phy, size - 1, True) == L.REC_BAD_SIZE
     assert k.read_record(buf, 0, 1024, 0, 4096, True) == L.REC_BAD_MAGIC
     assert k.read_record(buf, -5, 1024, phy, 4096, True) == L.REC_TRUNCATED
-    buf[300 + 96] ^= 0xFF  # a body byte: the CRC is not checked on reads (as RocketMQ)
-    assert isinstance(k.read_record(buf, 300, 1024, phy, 4096, True), tuple)
+    buf[300 + 96] ^= 0xFF  # a body byte: reads check the body CRC (RocketMQ only checks on recovery)
+    assert k.read_record(buf, 300, 1024, phy, 4096, True) == L.REC_BODY_CRC
     with pytest.raises(TypeError):
         k.read_record(buf, 300, 1024, "0", 4096, True)
 
