@@ -147,3 +147,15 @@ def test_core_pull_views_declines_while_clean_up_holds_the_references(store):
     assert core.pull_views(store._cqs[("V", 0)], store.commitlog, 0, 32, 800, refs) is None
     refs.release_exclusive()
     assert core.pull_views(store._cqs[("V", 0)], store.commitlog, 0, 32, 800, refs)[0] == "FOUND"
+
+
+def test_views_of_a_read_only_store(tmp_path):
+    """A read-only store (follow mode) serves the same views as the writer."""
+    with MessageStore.open(tmp_path, TINY, clock=ListClock(range(T0, T0 + 10 * N))) as s:
+        _fill(s)
+        want = _as_messages(s.get_message_views("V", 1, 3, 5))
+        with MessageStore.open(tmp_path, read_only=True) as ro:
+            assert _as_messages(ro.get_message_views("V", 1, 3, 5)) == want
+            _fill(s, 4)  # the writer goes on: the reader follows
+            r = ro.get_message_views("V", 1, N // 2, 32)
+            assert r.status is GetMessageStatus.FOUND and [int(q) for q in r.units["queue_offset"]] == [30, 31]
