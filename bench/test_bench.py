@@ -111,36 +111,26 @@ def test_consume(benchmark, impl, filled_store):
         benchmark.pedantic(run, rounds=ROUNDS)
 
 
-@pytest.mark.parametrize("batch", [32, 1024])
-def test_consume_columns(benchmark, impl, filled_store, batch):
-    """The bulk pull: get_message_columns, bodies included, *batch* per call."""
-    benchmark.group = f"consume-columns-{batch}"
-    benchmark.extra_info["ops"] = N
-    path, _ = filled_store
-    with MessageStore.open(path, read_only=True) as s:
-
-        def pull(q, off):
-            r = s.get_message_columns(TOPIC, q, off, batch)
-            return len(r.columns["queue_id"]), r.next_begin_offset
-
-        def run():
-            assert _consume_all(pull) == N
-
-        benchmark.pedantic(run, rounds=ROUNDS)
+_BULK_PULLS = {  # kind: (store method, messages in its result)
+    "columns": ("get_message_columns", lambda r: len(r.columns["queue_id"])),  # bodies included
+    "views": ("get_message_views", lambda r: len(r.units)),  # zero-copy: positions in the mapped segment
+}
 
 
 @pytest.mark.parametrize("batch", [32, 1024])
-def test_consume_views(benchmark, impl, filled_store, batch):
-    """The zero-copy pull: get_message_views, *batch* per call (bodies as
-    positions in a pinned view of the mapped segment, no copies)."""
-    benchmark.group = f"consume-views-{batch}"
+@pytest.mark.parametrize("kind", sorted(_BULK_PULLS))
+def test_consume_bulk(benchmark, impl, filled_store, kind, batch):
+    """The bulk pulls, *batch* messages per call."""
+    benchmark.group = f"consume-{kind}-{batch}"
     benchmark.extra_info["ops"] = N
     path, _ = filled_store
+    method, count = _BULK_PULLS[kind]
     with MessageStore.open(path, read_only=True) as s:
+        fetch = getattr(s, method)
 
         def pull(q, off):
-            r = s.get_message_views(TOPIC, q, off, batch)
-            return len(r.units), r.next_begin_offset
+            r = fetch(TOPIC, q, off, batch)
+            return count(r), r.next_begin_offset
 
         def run():
             assert _consume_all(pull) == N

@@ -1457,11 +1457,7 @@ cdef object _view_open(_View *v, object view):
         raise TypeError("a CommitLog view holds a list of buffers")
     v.n = PyList_GET_SIZE(bufs)
     v.fs, v.base, v.lo, v.hi = _i64(fsz), _i64(fbase), _i64(flo), _i64(fhi)
-    if v.fs <= 0:
-        raise ValueError(f"file size {fsz} is not positive")
-    v.seg = -1
-    v.files = False
-    _init_view(&v.buf)
+    _view_ready(v, False)
     return bufs
 
 
@@ -1480,12 +1476,18 @@ cdef object _view_of(_View *v, object commitlog):
         last = files[v.n - 1]
         v.base = v.lo = _i64(files[0].file_from_offset)
         v.hi = _i64(last.file_from_offset) + _i64(last.wrote_position)
+    _view_ready(v, True)
+    return files
+
+
+cdef int _view_ready(_View *v, bint files) except -1:
+    """Finish opening v (nothing held yet)."""
     if v.fs <= 0:
         raise ValueError(f"file size {v.fs} is not positive")
     v.seg = -1
-    v.files = True
+    v.files = files
     _init_view(&v.buf)
-    return files
+    return 0
 
 
 cdef const unsigned char *_view_at(_View *v, object bufs, long long phy, Py_ssize_t *pos,
