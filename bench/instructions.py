@@ -88,6 +88,7 @@ def main() -> None:
                 ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out.name}", sys.executable,
                  os.path.abspath(__file__), "--run", kind, str(n)],
                 capture_output=True, text=True, check=True,
+                env={**os.environ, "PYTHONHASHSEED": "0"},  # the same dict layouts in both runs
             )
         counts.append(int(re.search(r"Collected : (\d+)", proc.stderr).group(1)))
     print(f"{kind}: {(counts[1] - counts[0]) / (n2 - n1):,.0f} instructions per operation "

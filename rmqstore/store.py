@@ -147,18 +147,25 @@ _STATUS_BY_NAME = GetMessageStatus.__members__
 
 def _view_units(packed: bytes):
     """pull_views' packed units as GetViewsResult.units (a read-only array over them)."""
-    global _VIEW_DTYPE
+    if _VIEW_DTYPE is None:
+        _load_numpy()
+    return _frombuffer(packed, _VIEW_DTYPE)
+
+
+def _load_numpy() -> None:
+    """numpy on first use (importing rmqstore does not import it)."""
+    global _VIEW_DTYPE, _frombuffer
     import numpy as np
 
-    if _VIEW_DTYPE is None:
-        _VIEW_DTYPE = np.dtype([
-            ("queue_offset", "=i8"), ("physical_offset", "=i8"), ("store_timestamp", "=i8"), ("tags_code", "=i8"),
-            ("body_offset", "=i8"), ("body_length", "=i4"), ("store_size", "=i4"),
-        ])
-    return np.frombuffer(packed, _VIEW_DTYPE)
+    _frombuffer = np.frombuffer
+    _VIEW_DTYPE = np.dtype([
+        ("queue_offset", "=i8"), ("physical_offset", "=i8"), ("store_timestamp", "=i8"), ("tags_code", "=i8"),
+        ("body_offset", "=i8"), ("body_length", "=i4"), ("store_size", "=i4"),
+    ])
 
 
 _VIEW_DTYPE: Any = None
+_frombuffer: Any = None
 _PULL_EVENTS = {1: GetMessageStatus.MESSAGE_WAS_REMOVING, 2: GetMessageStatus.FOUND}  # pull_units' last event
 _PUT_OK = PutMessageStatus.PUT_OK
 _UNIT_DTYPE = [("phy", ">i8"), ("size", ">i4"), ("tags", ">i8")]  # a ConsumeQueue unit (SPEC §6.1)
@@ -1623,7 +1630,7 @@ class MessageStore:
         cq = self._cqs.get((topic, queue_id))
         if cq is None:
             return GetViewsResult(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, None, _view_units(b""), 0, 0, 0)
-        units = max(_MAX_FILTER_UNITS, max_count)
+        units = max_count if max_count > _MAX_FILTER_UNITS else _MAX_FILTER_UNITS
         found = k.pull_views(cq, self.commitlog, offset, max_count, units, self._refs)
         if found is None:  # clean-up at work: wait for it, then read
             self._refs.hold()
@@ -1642,10 +1649,11 @@ class MessageStore:
                     m.physical_offset,
                 )
             return GetViewsResult(careful.status, None, _view_units(b""), careful.next_begin_offset, mn, mx)
-        return GetViewsResult(
+        # (the tuple made directly: a NamedTuple's own __new__ is a Python frame, per pull)
+        return _new_tuple(GetViewsResult, (
             _STATUS_BY_NAME[status], None if segment is None else memoryview(segment).toreadonly(),
             _view_units(packed), nxt, mn, mx,
-        )
+        ))
 
     def _columns_held(self, topic, queue_id, offset, max_count, with_body, with_properties) -> GetColumnsResult:
         view = self.commitlog.segment_view()
