@@ -2722,14 +2722,33 @@ cdef bint _has_key(const unsigned char *props, Py_ssize_t n, const char *kb, Py_
     return False
 
 
+cdef const unsigned char *_unit_record(_View *v, object bufs, long long phy, int32_t size, long long queue_offset,
+                                       int32_t queue_id, const char *tb, Py_ssize_t tl, Py_ssize_t max_size,
+                                       Py_ssize_t *p0) except? NULL:
+    """The record a ConsumeQueue unit stands for (P-11), read through v: its
+    segment's bytes (the record at *p0*) when a valid record (body CRC
+    included) of *size* bytes starts at *phy* with that queue offset, queue
+    id and stored topic; NULL otherwise (_pure._unit_record)."""
+    cdef Py_ssize_t limit
+    cdef const unsigned char *b = _view_at(v, bufs, phy, p0, &limit)
+    cdef int rc
+    if b == NULL:
+        return NULL
+    rc = _check(b, v.buf.len, p0[0], limit, True, 0, max_size)
+    if rc <= 0 or rc != size or ld64(b + p0[0] + 28) != phy or ld64(b + p0[0] + 20) != queue_offset or \
+            ld32(b + p0[0] + 12) != queue_id or not _topic_is(b, p0[0], tb, tl):
+        return NULL
+    return b
+
+
 def pull_units(cq_buf, start, end, view, topic, queue_id, queue_offset, max_count, min_physical_offset, max_size,
                message_type, list out):
     cdef Py_ssize_t s = _idx(start), e = _idx(end), mx = _idx(max_count), msize = _idx(max_size)
-    cdef Py_ssize_t k, p, p0, limit, tl
+    cdef Py_ssize_t k, p, p0, tl
     cdef long long q0 = _i64(queue_offset), cl_min = _i64(min_physical_offset)
     cdef long long phy, tags, done = 0
     cdef int32_t size, qid = _i32(queue_id)
-    cdef int event = 0, rc
+    cdef int event = 0
     cdef bint stopped = False
     cdef const unsigned char *u
     cdef const unsigned char *b
@@ -2762,17 +2781,8 @@ def pull_units(cq_buf, start, end, view, topic, queue_id, queue_offset, max_coun
                 event = 1  # its record was cleaned up
                 done += 1
                 continue
-            b = _view_at(&v, bufs, phy, &p0, &limit)
-            if b == NULL:
-                stopped = True
-                break
-            rc = _check(b, v.buf.len, p0, limit, True, 0, msize)
-            # the record must be the one the unit stands for (P-11): else the caller's careful path
-            if rc <= 0 or rc != size or ld64(b + p0 + 28) != phy or ld64(b + p0 + 20) != q0 + done or \
-                    ld32(b + p0 + 12) != qid:
-                stopped = True
-                break
-            if not _topic_is(b, p0, tb, tl):
+            b = _unit_record(&v, bufs, phy, size, q0 + done, qid, tb, tl, msize, &p0)
+            if b == NULL:  # not a record it can vouch for: the caller's careful path
                 stopped = True
                 break
             PyList_Append(out, _ext_at(message_type, b, p0, topic, hosts))
@@ -2921,7 +2931,7 @@ cdef packed struct _ViewUnit:  # _pure.VIEW_UNIT ("=qqqqqii"), native byte order
 def pull_views(cq, commitlog, queue_offset, max_count, max_units, refs):
     cdef long long q = _i64(queue_offset), mn, mx, off, cq_fs, first, phy, tags
     cdef Py_ssize_t mc = _idx(max_count), mu = _idx(max_units), n = 0, visited = 0, nfiles, fi, pos, end, k
-    cdef Py_ssize_t p0, limit, tl, msize, seg = -1
+    cdef Py_ssize_t p0, tl, msize, seg = -1
     cdef int32_t size, qid, sys_flag
     cdef int bw, sw
     cdef const unsigned char *u
@@ -2985,11 +2995,8 @@ def pull_views(cq, commitlog, queue_offset, max_count, max_units, refs):
                     if phy < v.lo:
                         status = "MESSAGE_WAS_REMOVING"  # cleaned up
                     else:
-                        b = _view_at(&v, bufs, phy, &p0, &limit)
-                        # the record must be the one the unit stands for (P-11), as pull_units checks
-                        if b == NULL or _check(b, v.buf.len, p0, limit, True, 0, msize) != size or size <= 0 or \
-                                ld64(b + p0 + 28) != phy or ld64(b + p0 + 20) != q or ld32(b + p0 + 12) != qid or \
-                                not _topic_is(b, p0, tb, tl):
+                        b = _unit_record(&v, bufs, phy, size, q, qid, tb, tl, msize, &p0)
+                        if b == NULL:
                             if n:
                                 return status, q, mn, mx, _segment(bufs, seg, v.files), units.p[:units.n]
                             return "STOPPED", q, mn, mx, None, b""

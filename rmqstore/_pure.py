@@ -1446,7 +1446,6 @@ def pull_units(
     if not isinstance(topic, str):
         raise TypeError("topic must be a str")
     _check_view(*view)
-    bufs, fs, base, lo, hi = view
     n = len(memoryview(cq_buf))
     if start < 0 or end > n or start > end or (end - start) % CQ_STORE_UNIT_SIZE:
         raise ValueError(f"units [{start}, {end}) are not whole units of a {n}-byte buffer")
@@ -1463,15 +1462,10 @@ def pull_units(
             event = 1
             done += 1
             continue
-        seg = (phy - base) // fs
-        if phy < lo or phy >= hi or phy < base or seg >= len(bufs):
+        found = _unit_record(view, phy, size, queue_offset + done, queue_id, topic_b, max_size)
+        if found is None:
             return done, event, True
-        seg_start = base + seg * fs
-        fields = read_record(bufs[seg], phy - seg_start, min(fs, hi - seg_start), phy, max_size, True)
-        if type(fields) is not tuple or fields[0] != size or fields[5] != queue_offset + done or \
-                fields[3] != queue_id or _stored_topic(bufs[seg], phy - seg_start) != topic_b:
-            return done, event, True
-        out.append(_ext(message_type, fields, topic))
+        out.append(_ext(message_type, found[2], topic))
         event = 2
         done += 1
     return done, event, False
@@ -1523,13 +1517,19 @@ def time_lookup(cq, commitlog, timestamp: int, upper: bool, refs):
     Returns None instead when the caller must hold a reference and call
     again with ``refs=None`` (the core's answer while clean-up holds the
     references, or for a timestamp outside int64; never here)."""
-    if refs is not None:
-        refs.hold()
+    return _held(refs, lambda: cq.offset_by_time(timestamp, upper, commitlog.segment_view()))
+
+
+def _held(refs, read):
+    """``read()`` under a reader reference from *refs* (None: the caller
+    holds one), for the whole-operation kernels."""
+    if refs is None:
+        return read()
+    refs.hold()
     try:
-        return cq.offset_by_time(timestamp, upper, commitlog.segment_view())
+        return read()
     finally:
-        if refs is not None:
-            refs.release()
+        refs.release()
 
 
 def query_keyed(index, commitlog, topic: str, key: str, max_num: int, begin: int, end: int, message_type,
@@ -1543,22 +1543,38 @@ def query_keyed(index, commitlog, topic: str, key: str, max_num: int, begin: int
     Raises TypeError unless *topic* and *key* are str."""
     if not isinstance(topic, str) or not isinstance(key, str):
         raise TypeError("topic and key must be str")
-    if refs is not None:
-        refs.hold()
-    try:
+
+    def read():
         offsets = index.query_offsets(topic, key, max_num, begin, end)
         if offsets:
             read_keyed(commitlog.segment_view(), offsets, topic, key, commitlog.max_record_size, message_type, out)
         return out
-    finally:
-        if refs is not None:
-            refs.release()
+
+    return _held(refs, read)
 
 
 #: one unit of a zero-copy pull (``pull_views``), native byte order: queue
 #: offset, physical offset, store timestamp, tags code, body offset in the
 #: segment, body length, record size
 VIEW_UNIT = struct.Struct("=qqqqqii")
+
+
+def _unit_record(view: tuple, phy: int, size: int, queue_offset: int, queue_id: int, topic_b: bytes,
+                 max_size: int):
+    """The record a ConsumeQueue unit stands for (P-11), as a pull reads it
+    through a CommitLog *view*: ``(segment, position, fields)`` when a valid
+    record (body CRC included) of *size* bytes starts at *phy* with that
+    queue offset, queue id and stored topic *topic_b*; None otherwise."""
+    bufs, fs, base, lo, hi = view
+    seg = (phy - base) // fs
+    if phy < lo or phy >= hi or phy < base or seg >= len(bufs):
+        return None
+    at = phy - base - seg * fs
+    fields = read_record(bufs[seg], at, min(fs, hi - base - seg * fs), phy, max_size, True)
+    if type(fields) is not tuple or fields[0] != size or fields[5] != queue_offset or fields[3] != queue_id or \
+            _stored_topic(bufs[seg], at) != topic_b:
+        return None
+    return seg, at, fields
 
 
 def pull_views(cq, commitlog, queue_offset: int, max_count: int, max_units: int, refs):
@@ -1580,13 +1596,7 @@ def pull_views(cq, commitlog, queue_offset: int, max_count: int, max_units: int,
     found before it); *segment* the ``mmap`` of the segment holding the
     records (None when none); *units* ``VIEW_UNIT`` entries, one per message.
     """
-    if refs is not None:
-        refs.hold()
-    try:
-        return _pull_views(cq, commitlog, queue_offset, max_count, max_units)
-    finally:
-        if refs is not None:
-            refs.release()
+    return _held(refs, lambda: _pull_views(cq, commitlog, queue_offset, max_count, max_units))
 
 
 def _pull_views(cq, commitlog, q: int, max_count: int, max_units: int) -> tuple:
@@ -1600,7 +1610,8 @@ def _pull_views(cq, commitlog, q: int, max_count: int, max_units: int) -> tuple:
     if q >= mx:
         return ("OFFSET_OVERFLOW_ONE", q, mn, mx, None, b"") if q == mx else \
             ("OFFSET_OVERFLOW_BADLY", mx, mn, mx, None, b"")
-    bufs, fs, base, lo, hi = commitlog.segment_view()
+    view = commitlog.segment_view()
+    bufs, lo = view[0], view[3]
     max_size = commitlog.max_record_size
     topic_b = cq.topic.encode("utf-8")
     status, units, n, seg, visited = "NO_MATCHED_MESSAGE", bytearray(), 0, -1, 0
@@ -1615,14 +1626,11 @@ def _pull_views(cq, commitlog, q: int, max_count: int, max_units: int) -> tuple:
                 if phy < lo:
                     status = "MESSAGE_WAS_REMOVING"  # cleaned up
                 else:
-                    i = (phy - base) // fs
-                    at = phy - base - i * fs
-                    fields = REC_BAD_OFFSET if phy >= hi or phy < base or i >= len(bufs) else \
-                        read_record(bufs[i], at, min(fs, hi - base - i * fs), phy, max_size, True)
-                    if type(fields) is not tuple or fields[0] != size or fields[5] != q or \
-                            fields[3] != cq.queue_id or _stored_topic(bufs[i], at) != topic_b:
+                    found = _unit_record(view, phy, size, q, cq.queue_id, topic_b, max_size)
+                    if found is None:
                         return (status, q, mn, mx, bufs[seg], bytes(units)) if n else \
                             ("STOPPED", q, mn, mx, None, b"")
+                    i, at, fields = found
                     if seg not in (-1, i):
                         return status, q, mn, mx, bufs[seg], bytes(units)  # the next segment: the next pull
                     seg = i

@@ -1633,12 +1633,8 @@ class MessageStore:
         units = max_count if max_count > _MAX_FILTER_UNITS else _MAX_FILTER_UNITS
         found = k.pull_views(cq, self.commitlog, offset, max_count, units, self._refs)
         if found is None:  # clean-up at work: wait for it, then read
-            self._refs.hold()
-            try:
-                found = k.pull_views(cq, self.commitlog, offset, max_count, units, None)
-            finally:
-                self._refs.release()
-        status, nxt, mn, mx, segment, packed = found  # type: ignore[misc]  # (never None with refs=None)
+            found = self._held(k.pull_views, cq, self.commitlog, offset, max_count, units)
+        status, nxt, mn, mx, segment, packed = found
         if status == "STOPPED":  # the careful path raises for a unit that is not its record
             careful = self.get_messages(topic, queue_id, offset, max_count)
             if careful.messages:
@@ -1763,11 +1759,7 @@ class MessageStore:
         out: list = []
         if k.query_keyed(self.index, self.commitlog, topic, key, max_count, begin, end, MessageExt, out,
                          self._refs) is None:  # clean-up at work: wait for it, then read
-            self._refs.hold()
-            try:
-                k.query_keyed(self.index, self.commitlog, topic, key, max_count, begin, end, MessageExt, out, None)
-            finally:
-                self._refs.release()
+            self._held(k.query_keyed, self.index, self.commitlog, topic, key, max_count, begin, end, MessageExt, out)
         return out
 
     def look_message_by_msg_id(self, msg_id: str):
@@ -1800,12 +1792,19 @@ class MessageStore:
             return 0
         found = k.time_lookup(cq, self.commitlog, timestamp, upper, self._refs)
         if found is None:  # clean-up at work, or a timestamp past int64: under a held reference
-            self._refs.hold()
-            try:
-                found = k.time_lookup(cq, self.commitlog, timestamp, upper, None)
-            finally:
-                self._refs.release()
-        return found  # type: ignore[return-value]  # (never None with refs=None)
+            found = self._held(k.time_lookup, cq, self.commitlog, timestamp, upper)
+        return found
+
+    def _held(self, kernel, *args):
+        """``kernel(*args, None)`` under a reader reference: the whole-operation
+        kernels (``time_lookup``, ``query_keyed``, ``pull_views``) take no
+        reference and answer None while a clean-up holds them; this waits
+        for it, then reads (never None with ``refs=None``)."""
+        self._refs.hold()
+        try:
+            return kernel(*args, None)
+        finally:
+            self._refs.release()
 
     def __repr__(self):
         mode = "read-only" if self.read_only else "read-write"
