@@ -940,6 +940,13 @@ class MessageStore:
         crc_mode = 1 if cfg.force_verify_prop_crc else (2 if cfg.enabled_append_prop_crc else 0)
         return self.commitlog.follow(cfg.check_crc_on_recover, crc_mode)
 
+    def _follow_if_behind(self, topic, queue_id, offset) -> None:
+        """Follow mode, before a pull that does not wait: a writer process may
+        have dispatched more than this reader has mapped at *offset*."""
+        cq = self._cqs.get((topic, queue_id))
+        if cq is None or offset >= cq.max_offset_in_queue():
+            self._follow_queue(topic, queue_id)
+
     def _follow_queue(self, topic, queue_id, full: bool = True) -> bool:
         """Read-only: take in new units of one queue (creating it when the
         writer made it after we opened) and the records they point at. The
@@ -1592,10 +1599,8 @@ class MessageStore:
         something that is not its record.
         """
         self._ensure_open()
-        if self.read_only:  # follow mode: a writer process may have dispatched more
-            cq = self._cqs.get((topic, queue_id))
-            if cq is None or offset >= cq.max_offset_in_queue():
-                self._follow_queue(topic, queue_id)
+        if self.read_only:
+            self._follow_if_behind(topic, queue_id, offset)
         self._refs.hold()
         try:
             return self._columns_held(topic, queue_id, offset, max_count, with_body, with_properties)
@@ -1623,10 +1628,8 @@ class MessageStore:
         queue's topic byte for byte (then read it with get_messages)."""
         if self._closed:
             self._ensure_open()
-        if self.read_only:  # follow mode: a writer process may have dispatched more
-            cq = self._cqs.get((topic, queue_id))
-            if cq is None or offset >= cq.max_offset_in_queue():
-                self._follow_queue(topic, queue_id)
+        if self.read_only:
+            self._follow_if_behind(topic, queue_id, offset)
         cq = self._cqs.get((topic, queue_id))
         if cq is None:
             return GetViewsResult(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, None, _view_units(b""), 0, 0, 0)
