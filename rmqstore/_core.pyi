@@ -43,6 +43,7 @@ __all__ = [
     "index_put_keys",
     "index_select",
     "Appender",
+    "PutGate",
     "pull_units",
     "read_keyed",
     "time_lookup",
@@ -224,7 +225,11 @@ class Appender:
     def bind_queue(self, topic: str, queue_id: int, topic_bytes: bytes, consume_queue: Any, mapped_file: Any) -> None: ...
     def unbind(self) -> None: ...
     def check(self, msg: object) -> bool: ...
+    def check_all(self, msgs: list[Any]) -> list[int]: ...
     def put(self, msg: object, store_timestamp: int) -> tuple[Any, ...] | None: ...
+    def put_batch(
+        self, msgs: list[Any], start: int, clock: Callable[[], int] | None, results: list[Any]
+    ) -> tuple[int, Any]: ...
     def check_columns(
         self,
         topic: str,
@@ -249,6 +254,13 @@ class Appender:
         sizes: WriteableBuffer,
         queue_offsets: WriteableBuffer,
     ) -> int: ...
+
+
+@disjoint_base
+class PutGate:
+    def __init__(self, store: Any, appender: Appender, clock: Callable[[], int] | None) -> None: ...
+    def detach(self) -> None: ...
+    def put(self, msg: Any) -> Any: ...
 
 def pull_units(
     cq_buf: ReadableBuffer,

@@ -14,10 +14,12 @@ offsets, timestamps, ...) are converted up front, before anything is
 written: TypeError unless an int, OverflowError outside the field's width.
 """
 
+cimport cython
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.limits cimport LLONG_MIN
 from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memchr, memcmp, memcpy, memmove, memset
+from posix.time cimport CLOCK_REALTIME, clock_gettime, timespec
 from cpython.buffer cimport PyBUF_SIMPLE, PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.bytearray cimport PyByteArray_CheckExact
@@ -25,9 +27,12 @@ from cpython.memoryview cimport PyMemoryView_Check
 from cpython.list cimport PyList_Append, PyList_CheckExact, PyList_GET_SIZE
 from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython.number cimport PyNumber_Index
-from cpython.dict cimport PyDict_CheckExact, PyDict_GetItem, PyDict_Next
+from cpython.dict cimport PyDict_CheckExact, PyDict_GetItem, PyDict_GetItemWithError, PyDict_Next
+from cpython.object cimport PyObject_IsTrue
 from cpython.ref cimport PyObject
 from cpython.unicode cimport PyUnicode_AsUTF8AndSize, PyUnicode_CheckExact
+
+import weakref
 
 cdef extern from "Python.h":
     # PyObject_GetBuffer without Cython's error check, to try a writable view
@@ -113,6 +118,14 @@ cdef extern from *:
         Py_INCREF(v);
         *(PyObject **)((char *)obj + off) = v;
     }
+    /* Replace a slot's value (a new reference to *v*; the old one dropped last). */
+    static inline void rmq_replace_slot(PyObject *obj, Py_ssize_t off, PyObject *v) {
+        PyObject **p = (PyObject **)((char *)obj + off);
+        PyObject *old = *p;
+        Py_INCREF(v);
+        *p = v;
+        Py_XDECREF(old);
+    }
     /* A fresh instance of *tp*, slots unset, no __init__ run. */
     static inline PyObject *rmq_alloc(PyObject *tp) {
         return ((PyTypeObject *)tp)->tp_alloc((PyTypeObject *)tp, 0);
@@ -133,6 +146,7 @@ cdef extern from *:
     """
     Py_ssize_t rmq_slot_offset(object descr)
     void rmq_set_slot(object obj, Py_ssize_t off, object value)
+    void rmq_replace_slot(object obj, Py_ssize_t off, object value)
     object rmq_alloc(object tp)
     PyObject *rmq_slot(object obj, Py_ssize_t off)
     object rmq_tuple_as(object tp, tuple items)
@@ -220,6 +234,7 @@ __all__ = [
     "index_put_keys",
     "index_select",
     "Appender",
+    "PutGate",
     "pull_units",
     "read_keyed",
     "time_lookup",
@@ -1989,10 +2004,37 @@ cdef int _slot_offsets(object cls, tuple names, Py_ssize_t *out) except -1:
     return 0
 
 
+cdef Py_ssize_t _member(object obj, str name):
+    """The slot offset of *obj*'s writable ``__slots__`` member *name*, -1
+    when it has none (then _get/_set go through the attribute protocol)."""
+    return rmq_slot_offset(getattr(type(obj), name, None))
+
+
+cdef inline object _get(object obj, Py_ssize_t off, str name):
+    """``obj.<name>``, read at slot offset *off* when there is one (the
+    put path's positions: CPython's own slot access, minus the lookups)."""
+    cdef PyObject *v
+    if off >= 0:
+        v = rmq_slot(obj, off)
+        if v is not NULL:
+            return <object>v
+    return getattr(obj, name)  # (AttributeError for an unset slot, as Python's)
+
+
+cdef inline int _set(object obj, Py_ssize_t off, str name, object value) except -1:
+    """``obj.<name> = value``, at slot offset *off* when there is one."""
+    if off >= 0:
+        rmq_replace_slot(obj, off, value)
+    else:
+        setattr(obj, name, value)
+    return 0
+
+
 cdef class _Queue:
     """A ConsumeQueue bound to an Appender: the queue, its last file and
     what stays fixed while that file is the last one."""
     cdef object cq, mf, mm, topic_b, key
+    cdef Py_ssize_t mf_wrote, cq_max  # slot offsets of wrote_position, max_physic_offset
     cdef long long file_from
     cdef Py_ssize_t file_size
     cdef uint32_t key_h0
@@ -2086,6 +2128,7 @@ cdef class Appender:
     cdef bint append_crc, index_enable
     cdef Py_ssize_t max_message_size
     cdef object commit_file, commit_mm
+    cdef Py_ssize_t commit_wrote  # slot offset of commit_file.wrote_position
     cdef long long commit_from
     cdef Py_ssize_t commit_size
     cdef object index_mm
@@ -2134,6 +2177,7 @@ cdef class Appender:
         self.commit_size = _idx(mapped_file.file_size)
         self.commit_mm = mapped_file.mm
         self.commit_file = mapped_file
+        self.commit_wrote = _member(mapped_file, "wrote_position")
 
     def bind_index(self, index_file):
         cdef Py_buffer v
@@ -2159,6 +2203,8 @@ cdef class Appender:
             return
         q = _Queue()
         q.cq, q.mf, q.mm, q.topic_b = consume_queue, mapped_file, mapped_file.mm, topic_bytes
+        q.mf_wrote = _member(mapped_file, "wrote_position")
+        q.cq_max = _member(consume_queue, "max_physic_offset")
         q.file_from = _i64(mapped_file.file_from_offset)
         q.file_size = _idx(mapped_file.file_size)
         q.key_h0 = _java_hash_from(0, topic + "#")
@@ -2361,11 +2407,24 @@ cdef class Appender:
         return 68 + r.bw + r.sw + 4 + r.body_len + (2 if r.v2 else 1) + r.topic_len + 2 + r.props_field
 
     def check(self, msg):
+        return self._check(msg)
+
+    cdef bint _check(self, msg) except -1:
         cdef Rec r
         if self._encode(msg, &r) is None:
             return False
         self.tags = self.keys = self.uniq = None
         return self._fits(&r, <object>rmq_slot(msg, self.off[S_BODY]))
+
+    def check_all(self, msgs):
+        cdef list refused = []
+        cdef Py_ssize_t i
+        if not PyList_CheckExact(msgs):
+            raise TypeError("msgs must be a list")
+        for i in range(PyList_GET_SIZE(msgs)):
+            if not self._check(msgs[i]):
+                refused.append(i)
+        return refused
 
     cdef bint _fits(self, Rec *r, object body) except -1:
         """Whether the encoded record with *body* is one a put may take: a
@@ -2387,7 +2446,7 @@ cdef class Appender:
         self.gen += 1
         self.touched = []
         b.ts = _i64(store_timestamp)
-        b.cl_pos = b.cl_pos0 = _idx(self.commit_file.wrote_position)
+        b.cl_pos = b.cl_pos0 = _idx(_get(self.commit_file, self.commit_wrote, "wrote_position"))
         try:
             if not _get_rw(self.commit_mm, &b.cl):
                 raise TypeError("a bound file is not writable")
@@ -2413,11 +2472,11 @@ cdef class Appender:
         for q in self.touched:
             PyBuffer_Release(&q.buf)
         if b.cl_pos != b.cl_pos0:
-            self.commit_file.wrote_position = b.cl_pos
+            _set(self.commit_file, self.commit_wrote, "wrote_position", b.cl_pos)
         for q in self.touched:
             if q.pos != q.pos0:  # (what the call did not write stays as it was)
-                q.mf.wrote_position = q.pos
-                q.cq.max_physic_offset = q.max_phy
+                _set(q.mf, q.mf_wrote, "wrote_position", q.pos)
+                _set(q.cq, q.cq_max, "max_physic_offset", q.max_phy)
                 self.queue_offsets[q.key] = (q.file_from + q.pos) // CQ_STORE_UNIT_SIZE
         self.touched = None
         return 0
@@ -2439,8 +2498,8 @@ cdef class Appender:
         if self.born_default:
             r.born_timestamp = b.ts
         if q.gen != self.gen:  # the queue's first row in this call (_end releases its bytes)
-            qpos = _idx(q.mf.wrote_position)
-            qmax = _i64(q.cq.max_physic_offset)
+            qpos = _idx(_get(q.mf, q.mf_wrote, "wrote_position"))
+            qmax = _i64(_get(q.cq, q.cq_max, "max_physic_offset"))
             if not _get_rw(q.mm, &q.buf):
                 PyBuffer_Release(&q.buf)
                 raise TypeError("a bound file is not writable")
@@ -2510,6 +2569,10 @@ cdef class Appender:
         return phy
 
     def put(self, msg, store_timestamp):
+        return self._put(msg, store_timestamp, NULL)
+
+    cdef object _put(self, msg, store_timestamp, long long *end):
+        """put; *end* (when not NULL) gets the physical offset past the record."""
         cdef Rec r
         cdef _Batch b
         cdef _Queue q = self._encode(msg, &r)
@@ -2527,8 +2590,51 @@ cdef class Appender:
             self._end(&b)
         if phy < 0:
             return None
+        if end != NULL:
+            end[0] = phy + r.size
         return rmq_tuple_as(self.result_type, (self.ok_status, _hex_id(self.store_host, phy), phy, r.size,
                                                r.queue_offset, r.store_timestamp))
+
+    def put_batch(self, msgs, start, clock, list results not None):
+        cdef Rec r
+        cdef _Batch b
+        cdef _Queue q
+        cdef Py_ssize_t i = _idx(start), n
+        cdef long long phy, t
+        cdef bint began = False
+        if not PyList_CheckExact(msgs):
+            raise TypeError("msgs must be a list")
+        n = PyList_GET_SIZE(msgs)
+        if self.commit_file is None or i >= n:
+            return i, None
+        ts = None
+        try:
+            while i < n:
+                msg = msgs[i]
+                ts = _wall_ms() if clock is None else clock()
+                q = self._encode(msg, &r)
+                if q is None:
+                    break
+                try:
+                    t = _i64(ts)
+                except (TypeError, OverflowError):
+                    break
+                if not began:  # one call's bytes for the whole batch, once a row is sure to be written
+                    self._begin(&b, t)
+                    began = True
+                b.ts = t
+                phy = self._row(&r, q, <object>rmq_slot(msg, self.off[S_BODY]), &b)
+                if phy < 0:
+                    break
+                results.append(rmq_tuple_as(self.result_type, (self.ok_status, _hex_id(self.store_host, phy), phy,
+                                                               r.size, r.queue_offset, r.store_timestamp)))
+                ts = None
+                i += 1
+        finally:
+            self.tags = self.keys = self.uniq = None
+            if began:
+                self._end(&b)
+        return i, ts
 
     def check_columns(self, topic, bodies, queue_ids, tags, keys, unique_keys, start):
         cdef Rec r
@@ -2596,6 +2702,73 @@ cdef class Appender:
             PyBuffer_Release(&sv)
             PyBuffer_Release(&pv)
         return i
+
+
+cdef inline long long _wall_ms() noexcept:
+    """``time.time_ns() // 1_000_000``: the same clock (CLOCK_REALTIME), in C."""
+    cdef timespec t
+    clock_gettime(CLOCK_REALTIME, &t)
+    return <long long>t.tv_sec * 1000 + t.tv_nsec // 1000000
+
+
+@cython.auto_pickle(False)  # (a store's gate is not data)
+cdef class PutGate:
+    # Docstrings: see _pure.PutGate (the semantics). The store's attributes
+    # are read and written in its __dict__ (interned keys, cached hashes).
+    cdef dict state
+    cdef object store, lock_acquire, lock_release, clock
+    cdef Appender appender
+
+    def __init__(self, store, Appender appender, clock):
+        state = vars(store)
+        if not PyDict_CheckExact(state):
+            raise TypeError("the store's __dict__ must be a dict")
+        self.state = state
+        self.store = weakref.ref(store)
+        self.lock_acquire, self.lock_release = store._lock.acquire, store._lock.release
+        self.appender = appender
+        self.clock = clock
+
+    def detach(self):
+        self.appender = None
+        self.state = self.lock_acquire = self.lock_release = None
+
+    cdef inline int _flag(self, dict d, str name) except -1:
+        """The truth of the store attribute *name* (1 when missing: the
+        careful path then decides)."""
+        cdef PyObject *o = PyDict_GetItemWithError(d, name)
+        return 1 if o is NULL else PyObject_IsTrue(<object>o)
+
+    def put(self, msg):
+        """``MessageStore.put_message(msg)`` (see there)."""
+        # taken at once: detach (close, in another thread) may clear them
+        cdef Appender fast = self.appender
+        cdef dict d = self.state
+        cdef PyObject *o
+        cdef long long end = 0
+        acquire, release = self.lock_acquire, self.lock_release
+        store = self.store()
+        if store is None:  # only a kept bound method outlives its store, which closed as it went
+            from .exceptions import StoreClosedError
+            raise StoreClosedError("the store of this put_message is gone (closed)")
+        if fast is not None and not self._flag(d, "_disk_full"):
+            acquire()
+            try:
+                o = PyDict_GetItemWithError(d, "_write_error")
+                if not self._flag(d, "_closed") and not self._flag(d, "_pending") and o is not NULL and \
+                        <object>o is None:
+                    store_ts = _wall_ms() if self.clock is None else self.clock()
+                    result = fast._put(msg, store_ts, &end)
+                    if result is None:  # not for the one-call path: step by step
+                        return store._put_one(msg, store_ts)
+                    d["_written_end"] = end
+                    d["_last_store_ts"] = d["_last_logics_ts"] = store_ts
+                    if self._flag(d, "_waiting"):  # read after the unit is in: a waiter that missed it sees it
+                        store._wake_waiters()
+                    return result
+            finally:
+                release()
+        return store._put_one(msg)
 
 
 cdef int _check_columns(object bodies, object queue_ids, object tags, object keys, object unique_keys) except -1:

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import operator
 import struct
+import time
 import types
+import weakref
 import zlib
 from typing import Any
 
@@ -72,6 +74,7 @@ __all__ = [
     "index_put_keys",
     "index_select",
     "Appender",
+    "PutGate",
     "pull_units",
     "read_keyed",
     "time_lookup",
@@ -1289,6 +1292,36 @@ class Appender:
         e = self._encode(msg)
         return e is not None and e[9] <= self._max_message_size and e[10] + 8 <= self._commit.file_size
 
+    def check_all(self, msgs) -> list:
+        """The indices of the messages of the list *msgs* that :meth:`check`
+        refuses, in order (TypeError unless a list)."""
+        if type(msgs) is not list:
+            raise TypeError("msgs must be a list")
+        return [i for i, m in enumerate(msgs) if not self.check(m)]
+
+    def put_batch(self, msgs, start, clock, results: list):
+        """:meth:`put` of ``msgs[start:]`` (a list) in order, each stamped by
+        one reading of *clock* (None: the wall clock, ms since the epoch)
+        taken before its put, each result appended to *results*. Stops at
+        the first message ``put`` declines and returns ``(its index, the
+        reading it got)`` for the step-by-step path to use;
+        ``(len(msgs), None)`` when none declines, ``(start, None)`` with no
+        bound CommitLog file. One put call's semantics per message: the
+        core holds the files' bytes once for the whole batch."""
+        if type(msgs) is not list:
+            raise TypeError("msgs must be a list")
+        i = operator.index(start)
+        if self._commit is None or i >= len(msgs):
+            return i, None
+        while i < len(msgs):
+            ts = _wall_ms() if clock is None else clock()
+            r = self.put(msgs[i], ts)
+            if r is None:
+                return i, ts
+            results.append(r)
+            i += 1
+        return i, None
+
     def put(self, msg: Any, store_timestamp):
         e = self._encode(msg)
         if e is None:
@@ -1389,6 +1422,63 @@ class Appender:
             po[i], so[i], oo[i] = r[2], r[3], r[4]
             i += 1
         return i
+
+
+class PutGate:
+    """``MessageStore.put_message``'s ASYNC_FLUSH path in one call: the
+    store's state checks, its append lock, the store clock, :meth:`Appender.put`
+    and the store's bookkeeping after it. The store installs ``gate.put`` as
+    its instance's ``put_message`` (the core's then runs no Python code on a
+    put). What the gate reads and writes are the store's own attributes
+    (``_disk_full``, ``_closed``, ``_pending``, ``_write_error``, ``_waiting``;
+    ``_written_end``, ``_last_store_ts``, ``_last_logics_ts``), through its
+    ``__dict__``; what it declines goes to ``store._put_one``, as
+    ``put_message`` did it step by step.
+
+    *clock*: None for the store's default, ``time.time_ns() // 1_000_000``
+    (ms since the epoch, read in C by the core), else a callable returning
+    the store time in ms. The gate keeps a weak reference to the store
+    (the store's dict holds the gate); ``detach()`` (on close) drops the
+    Appender and all it holds of the store, so that a bound ``put`` kept
+    past close keeps nothing alive and goes to ``_put_one``, which raises
+    StoreClosedError (as the gate does once the store is gone)."""
+
+    def __init__(self, store, appender, clock) -> None:
+        self._state = vars(store)
+        self._store = weakref.ref(store)
+        self._lock = store._lock
+        self._appender = appender
+        self._clock = _wall_ms if clock is None else clock
+
+    def detach(self) -> None:
+        self._appender = self._state = self._lock = None
+
+    def put(self, msg):
+        """``MessageStore.put_message(msg)``: the :class:`PutMessageResult`;
+        raises what the step-by-step path raises."""
+        fast, d, lock = self._appender, self._state, self._lock  # at once: detach may clear them
+        store = self._store()
+        if store is None:  # only a kept bound method outlives its store, which closed as it went
+            from .exceptions import StoreClosedError
+
+            raise StoreClosedError("the store of this put_message is gone (closed)")
+        if fast is not None and not d["_disk_full"]:
+            with lock:
+                if not d["_closed"] and not d["_pending"] and d["_write_error"] is None:
+                    store_ts = self._clock()
+                    result = fast.put(msg, store_ts)
+                    if result is None:  # not for the one-call path: step by step
+                        return store._put_one(msg, store_ts)
+                    d["_written_end"] = result[2] + result[3]
+                    d["_last_store_ts"] = d["_last_logics_ts"] = store_ts
+                    if d["_waiting"]:  # read after the unit is in: a waiter that missed it sees it
+                        store._wake_waiters()
+                    return result
+        return store._put_one(msg)
+
+
+def _wall_ms() -> int:
+    return time.time_ns() // 1_000_000
 
 
 def _check_columns(bodies, queue_ids, tags, keys, unique_keys) -> None:

@@ -196,6 +196,8 @@ class MessageStore:
         self._queue_offsets: dict = {}
         self._topics: dict = {}  # validated topic -> UTF-8 bytes
         self._fast: Any = None  # k.Appender: the ASYNC_FLUSH put path, bound in _start
+        self._put_gate: Any = None  # k.PutGate: put_message's checks and bookkeeping around _fast
+        self._kernel_clock: Any = None  # the store clock as kernels take it (None: their own wall clock)
         self._append_crc = config.enabled_append_prop_crc
         self._sync_flush = config.flush_disk_type == SYNC_FLUSH
         # records appended but not yet dispatched, in CommitLog order
@@ -327,6 +329,12 @@ class MessageStore:
                     cfg.max_message_size, cfg.message_index_enable, self._queue_offsets,
                 )
                 self._rebind()
+                # put_message in one kernel call: the instance's put_message is
+                # the gate's (unless a subclass has its own); close drops both
+                self._kernel_clock = None if self._clock is _now_ms else self._clock
+                self._put_gate = k.PutGate(self, self._fast, self._kernel_clock)
+                if type(self).put_message is MessageStore.put_message:
+                    self.put_message = self._put_gate.put  # type: ignore[method-assign]
             if self.config.clean_service_enable:
                 self._cleaner = threading.Thread(
                     target=self._clean_loop, name=f"rmqstore-clean:{os.path.basename(self.root_dir)}", daemon=True
@@ -551,6 +559,10 @@ class MessageStore:
             finally:
                 self._closed = True
                 self._fast = None  # drops its references to the files
+                if self._put_gate is not None:
+                    self._put_gate.detach()
+                    self._put_gate = None
+                    self.__dict__.pop("put_message", None)
                 self._release()
 
     def _crash(self) -> None:
@@ -1170,19 +1182,9 @@ class MessageStore:
                 (CREATE_MAPPED_FILE_FAILED; the record was not written unless
                 the error's ``stored`` is True, see :class:`DiskFullError`).
         """
-        fast = self._fast
-        if fast is not None and not self._disk_full:
-            with self._lock:
-                if not self._closed and not self._pending and self._write_error is None:
-                    store_ts = self._clock()
-                    result = fast.put(msg, store_ts)
-                    if result is None:  # not for the one-call path: step by step
-                        return self._put_one(msg, store_ts)
-                    self._written_end = result[2] + result[3]
-                    self._last_store_ts = self._last_logics_ts = store_ts
-                    if self._waiting:  # read after the unit is in: a waiter that missed it sees it
-                        self._wake_waiters()
-                    return result
+        gate = self._put_gate  # (an open store's instances call gate.put directly, see _start)
+        if gate is not None:
+            return gate.put(msg)
         return self._put_one(msg)
 
     def _put_one(self, msg, store_ts=None) -> PutMessageResult:
@@ -1215,7 +1217,9 @@ class MessageStore:
         msgs = list(msgs)
         # validated first: the Appender vouches for what it encodes itself,
         # _prepare checks (and encodes) the rest
-        prepared = [None if fast is not None and fast.check(m) else self._prepare(m) for m in msgs]
+        prepared: list = [None] * len(msgs)
+        for i in range(len(msgs)) if fast is None else fast.check_all(msgs):
+            prepared[i] = self._prepare(msgs[i])
         with self._lock:
             self._ensure_open()
             self._check_write_error()
@@ -1238,21 +1242,22 @@ class MessageStore:
         return results
 
     def _append_batch(self, fast, msgs, prepared) -> list:
-        """put_messages' appends under ASYNC_FLUSH (append lock held): each
-        message in one Appender call, step by step where it declines (then
-        dispatched at once and the Appender rebound, as in put_message)."""
+        """put_messages' appends under ASYNC_FLUSH (append lock held): the
+        Appender's put_batch as far as it goes, step by step where it
+        declines (then dispatched at once and the Appender rebound, as in
+        put_message), one clock reading per message either way."""
         results: list = []
-        append = results.append
-        clock = self._clock
-        put = fast.put
-        for m, p in zip(msgs, prepared):
-            store_ts = clock()
-            r = put(m, store_ts)
-            if r is None:
-                r = self._append_dispatched(p or self._prepare(m), store_ts)
-            else:
-                self._last_logics_ts = store_ts
-            append(r)
+        clock = self._kernel_clock
+        i = 0
+        while True:
+            done = len(results)
+            i, store_ts = fast.put_batch(msgs, i, clock, results)  # as far as the Appender goes
+            if len(results) > done:  # (the Appender dispatches what it writes)
+                self._last_logics_ts = results[-1][5]
+            if i >= len(msgs):
+                break
+            results.append(self._append_dispatched(prepared[i] or self._prepare(msgs[i]), store_ts))
+            i += 1
         if results:
             last = results[-1]
             self._written_end = last[2] + last[3]

@@ -117,6 +117,71 @@ def test_put_writes_what_the_steps_write(k, host, append_crc, index):
         assert fast.state() == slow.state()
 
 
+@pytest.mark.parametrize("index", [True, False], ids=["index", "no-index"])
+def test_put_batch_writes_what_puts_write(k, index):
+    """One put_batch call leaves the bytes, positions, results and clock
+    readings of one put per message (the core holds the files once)."""
+    fast, slow = Files(k, index=index), Files(k, index=index)
+    readings = iter(range(TS, TS + 100))
+    results: list = []
+    assert fast.ap.put_batch(MESSAGES, 0, lambda: next(readings), results) == (len(MESSAGES), None)
+    assert results == [slow.ap.put(m, TS + i) for i, m in enumerate(MESSAGES)]
+    assert all(type(r) is PutMessageResult for r in results)
+    assert fast.state() == slow.state()
+    assert next(readings) == TS + len(MESSAGES)  # one reading per message
+
+
+@pytest.mark.parametrize("why", ["declined", "file full", "bad clock", "no index file"])
+def test_put_batch_stops_where_put_declines(k, why):
+    """Stops at the first message put declines, handing back its index and
+    the clock reading it took; what came before is written, nothing after."""
+    f, ref = Files(k), Files(k)
+    msgs = [Message(TOPIC, b"m%d" % i + bytes(200), queue_id=1) for i in range(8)]
+    stop = 0 if why == "no index file" else 5
+    readings = list(range(TS, TS + 8))
+    if why == "no index file":  # (not created yet: the step-by-step path creates it)
+        f.ap.bind_index(None)
+    elif why == "declined":
+        msgs[stop] = Message(TOPIC, b"other queue", queue_id=2)
+    elif why == "file full":
+        size = Files(k).ap.put(msgs[0], TS).wrote_bytes  # (all of one size)
+        f.commit.wrote_position = ref.commit.wrote_position = CL_SIZE - stop * size - 8  # the end blank's 8
+    else:
+        readings[stop] = "not a time"
+    clock = iter(readings)
+    results: list = []
+    assert f.ap.put_batch(msgs, 0, lambda: next(clock), results) == (stop, readings[stop])
+    assert results == [ref.ap.put(m, TS + i) for i, m in enumerate(msgs[:stop])]
+    assert f.state() == ref.state()
+    if why != "no index file":
+        assert f.ap.put_batch(msgs, stop + 1, lambda: next(clock), results)[0] == (stop + 1 if why == "file full" else 8)
+
+
+def test_put_batch_reads_the_wall_clock_and_refuses_bad_arguments(k):
+    import time
+
+    f = Files(k)
+    results: list = []
+    before = time.time_ns() // 1_000_000
+    assert f.ap.put_batch(MESSAGES[:2], 0, None, results) == (2, None)
+    assert before <= results[0].store_timestamp <= results[1].store_timestamp <= time.time_ns() // 1_000_000
+    assert f.ap.put_batch(MESSAGES, 6, None, results) == (6, None)  # nothing left
+    with pytest.raises(TypeError):
+        f.ap.put_batch(tuple(MESSAGES), 0, None, results)
+    with pytest.raises(TypeError):
+        f.ap.check_all(tuple(MESSAGES))
+    f.ap.unbind()
+    assert f.ap.put_batch(MESSAGES, 0, None, results) == (0, None)  # no CommitLog file: no reading either
+    assert len(results) == 2
+
+
+def test_check_all_lists_what_check_refuses(k):
+    f = Files(k, max_message_size=100)
+    msgs = [Message(TOPIC, b"ok", queue_id=1), Message(TOPIC, bytes(101), queue_id=1),
+            Message(TOPIC, b"ok", queue_id=2), Message(TOPIC, b"ok", queue_id=1)]
+    assert f.ap.check_all(msgs) == [i for i, m in enumerate(msgs) if not f.ap.check(m)] == [1, 2]
+
+
 @pytest.mark.parametrize("case", [
     "not a message", "subclass", "unset slot", "unbound queue", "born host", "store host", "prepared", "rollback", "tags twice",
     "non-str property", "property dict subclass", "too large", "properties too long", "int field", "body type",

@@ -1,0 +1,198 @@
+"""``PutGate``: ``MessageStore.put_message``'s ASYNC_FLUSH path in one call.
+
+An open writable ASYNC_FLUSH store's instance calls ``k.PutGate.put``
+directly (the core then runs no Python code on a put). The gate must keep
+every promise of ``put_message``: the store's state routes a put to the
+step-by-step path, results and the store's bookkeeping match what is
+written, a closed or collected store refuses, and a subclass's own
+``put_message`` is left alone. Each test runs with both kernels.
+"""
+
+from __future__ import annotations
+
+import collections
+import gc
+import itertools
+import threading
+import time
+import weakref
+
+import pytest
+from conftest import ListClock
+from test_kernels import _need_core
+
+from rmqstore import Message, MessageStore, StoreConfig, _kernels
+from rmqstore.exceptions import (
+    DiskFullError,
+    FlushError,
+    StoreClosedError,
+    StoreReadOnlyError,
+)
+
+T0 = 1_700_000_000_000
+CFG = StoreConfig(  # small files: 1 MiB CommitLog files, 1000-unit queue files, small index files
+    mapped_file_size_commit_log=1 << 20,
+    mapped_file_size_consume_queue=20_000,
+    max_hash_slot_num=64,
+    max_index_num=4096,
+    clean_service_enable=False,
+)
+
+
+@pytest.fixture(params=["python", "cython"])
+def impl(request):
+    if request.param == "cython":
+        _need_core()
+    previous = _kernels.select(request.param)
+    yield request.param
+    _kernels.select(previous)
+
+
+def _open(path, impl, **kw):
+    s = MessageStore.open(path, CFG, **kw)
+    assert type(s._put_gate).__module__ == ("rmqstore._core" if impl == "cython" else "rmqstore._pure")
+    return s
+
+
+def test_an_open_store_puts_through_its_gate(tmp_path, impl):
+    s = _open(tmp_path / "s", impl, clock=ListClock(range(T0, T0 + 100)))
+    assert s.put_message.__self__ is s._put_gate
+    results = [s.put_message(Message("T", b"m%d" % i, queue_id=i % 2, keys=f"k{i}")) for i in range(6)]
+    assert [r.store_timestamp for r in results] == list(range(T0, T0 + 6))
+    assert [r.queue_offset for r in results] == [0, 0, 1, 1, 2, 2]
+    assert [r.wrote_offset for r in results[1:]] == [r.wrote_offset + r.wrote_bytes for r in results[:-1]]
+    # the store's bookkeeping, as put_message step by step leaves it
+    assert s._written_end == results[-1].wrote_offset + results[-1].wrote_bytes == s.commitlog.max_offset()
+    assert s._last_store_ts == s._last_logics_ts == T0 + 5
+    assert s._queue_offsets[("T", 0)] == s._queue_offsets[("T", 1)] == 3
+    assert [m.body for m in s.get_messages("T", 1, 0).messages] == [b"m1", b"m3", b"m5"]
+    assert [m.body for m in s.query_messages("T", "k4")] == [b"m4"]
+    s.close()
+    assert "put_message" not in vars(s) and s._put_gate is None
+    with pytest.raises(StoreClosedError):
+        s.put_message(Message("T", b"late"))
+
+
+def test_the_default_clock_is_the_wall_clock_in_ms(tmp_path, impl):
+    with _open(tmp_path / "s", impl) as s:
+        s.put_message(Message("T", b"first"))  # a new queue: step by step
+        before = time.time_ns() // 1_000_000
+        r = s.put_message(Message("T", b"gate"))
+        after = time.time_ns() // 1_000_000
+        assert before <= r.store_timestamp <= after
+        assert s.get_message(r.wrote_offset).store_timestamp == r.store_timestamp
+
+
+@pytest.mark.parametrize("state", ["_disk_full", "_pending", "_write_error", "declined"])
+def test_the_store_state_routes_a_put_step_by_step(tmp_path, impl, state):
+    """What put_message checks before the one-call path sends the put to
+    ``_put_one`` (with the store time already taken when the Appender
+    declined); everything else never reaches it."""
+    s = _open(tmp_path / "s", impl, clock=ListClock(range(T0, T0 + 100)))
+    try:
+        s.put_message(Message("T", b"bind"))
+        calls = []
+        step = s._put_one
+        s._put_one = lambda msg, store_ts=None: calls.append(store_ts) or step(msg, store_ts)  # type: ignore[method-assign]
+        s.put_message(Message("T", b"fast"))
+        assert calls == []
+        if state == "_disk_full":
+            s._disk_full, s._disk_ratio, s._disk_next_check = True, 0.99, float("inf")  # (no re-probe)
+            with pytest.raises(DiskFullError):
+                s.put_message(Message("T", b"full"))
+        elif state == "_pending":  # records appended but not yet dispatched: the steps keep the order
+            kept, s._pending = s._pending, collections.deque([object()])
+            s._put_one = lambda msg, store_ts=None: calls.append(store_ts)  # type: ignore[method-assign]
+            try:
+                s.put_message(Message("T", b"behind"))
+            finally:
+                s._pending = kept
+            assert len(calls) == 1
+        elif state == "_write_error":
+            s._write_error = OSError(5, "injected")
+            with pytest.raises(FlushError):
+                s.put_message(Message("T", b"failed"))
+            s._write_error = None
+        else:  # a message the Appender leaves to the steps: a queue it has not bound
+            r = s.put_message(Message("T", b"new queue", queue_id=3))
+            assert calls == [r.store_timestamp] and r.queue_offset == 0
+        if state != "declined":
+            assert calls[-1] is None  # declined before the clock was read
+    finally:
+        s._disk_full = False
+        s.close()
+
+
+def test_a_subclass_put_message_is_its_own(tmp_path, impl):
+    seen = []
+
+    class Audited(MessageStore):
+        def put_message(self, msg):
+            seen.append(msg.body)
+            return super().put_message(msg)
+
+    with Audited.open(tmp_path / "s", CFG) as s:
+        assert "put_message" not in vars(s) and s._put_gate is not None
+        for i in range(3):
+            s.put_message(Message("T", b"a%d" % i))
+        assert seen == [b"a0", b"a1", b"a2"]
+        assert [m.body for m in s.get_messages("T", 0, 0).messages] == seen
+
+
+@pytest.mark.parametrize("mode", ["sync", "read-only"])
+def test_stores_without_the_one_call_path_have_no_gate(tmp_path, impl, mode):
+    MessageStore.open(tmp_path / "s", CFG).close()
+    if mode == "sync":
+        with MessageStore.open(tmp_path / "s", CFG.replace(flush_disk_type="SYNC_FLUSH")) as s:
+            assert "put_message" not in vars(s) and s._put_gate is None
+            assert s.put_message(Message("T", b"synced")).queue_offset == 0
+    else:
+        with MessageStore.open(tmp_path / "s", CFG, read_only=True) as s:
+            assert "put_message" not in vars(s) and s._put_gate is None
+            with pytest.raises(StoreReadOnlyError):
+                s.put_message(Message("T", b"refused"))
+
+
+def test_a_kept_bound_method_keeps_no_store_alive(tmp_path, impl):
+    """The gate holds its store weakly: a bound method kept past close
+    keeps no closed store alive, and refuses once it is gone."""
+    s = _open(tmp_path / "s", impl)
+    s.put_message(Message("T", b"bind"))
+    put = s.put_message
+    assert put(Message("T", b"kept")).queue_offset == 1
+    s.close()
+    ref = weakref.ref(s)
+    del s
+    gc.collect()
+    assert ref() is None  # the kept method (a live root) does not hold the store
+    with pytest.raises(StoreClosedError, match="gone"):
+        put(Message("T", b"after collection"))
+    with MessageStore.open(tmp_path / "s", CFG) as again:
+        assert [m.body for m in again.get_messages("T", 0, 0).messages] == [b"bind", b"kept"]
+
+
+def test_threads_share_the_gate(tmp_path, impl):
+    """Puts from several threads take the store's append lock: every queue
+    offset once, records back to back, each body where its result says."""
+    n, threads = 300, 4
+    with _open(tmp_path / "s", impl) as s:
+        for q in range(2):
+            s.put_message(Message("T", b"bind", queue_id=q))
+        results: list = []
+
+        def produce(t):
+            got = [s.put_message(Message("T", b"t%d-%d" % (t, i), queue_id=i % 2)) for i in range(n)]
+            results.extend(got)
+
+        workers = [threading.Thread(target=produce, args=(t,)) for t in range(threads)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        assert len(results) == n * threads
+        for q in range(2):
+            offsets = sorted(r.queue_offset for r in results if s.get_message(r.wrote_offset).queue_id == q)
+            assert offsets == list(range(1, n * threads // 2 + 1))
+        spans = sorted((r.wrote_offset, r.wrote_bytes) for r in results)
+        assert all(a + n_ == b for (a, n_), (b, _) in itertools.pairwise(spans))
+        assert s._written_end == spans[-1][0] + spans[-1][1]
