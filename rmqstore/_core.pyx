@@ -126,6 +126,49 @@ cdef extern from *:
         *p = v;
         Py_XDECREF(old);
     }
+    /* An attribute read site's cache: obj.<name> read at the __slots__
+       offset found for obj's type, while the type is unchanged (its version
+       tag, which any change to it or to a base clears). The store objects
+       the read kernels use (MappedFile, MappedFileQueue, ConsumeQueue,
+       CommitLog, IndexService, IndexFile, ReferenceResource) are slotted;
+       anything else takes the attribute protocol, as does an unset slot. */
+    typedef struct { PyTypeObject *tp; unsigned int tag; Py_ssize_t off; } rmq_attr_cache;
+    static PyObject *rmq_getattr_slow(PyObject *obj, PyObject *name, rmq_attr_cache *c) {
+        PyTypeObject *tp = Py_TYPE(obj);
+        PyObject *v = PyObject_GetAttr(obj, name), *mro = tp->tp_mro, *d = NULL;
+        Py_ssize_t i;
+        c->tp = NULL;
+        if (v == NULL || tp->tp_getattro != PyObject_GenericGetAttr || mro == NULL ||
+                !PyType_HasFeature(tp, Py_TPFLAGS_VALID_VERSION_TAG))
+            return v;
+        for (i = 0; i < PyTuple_GET_SIZE(mro) && d == NULL; i++) {  /* as type lookup finds it */
+            PyObject *dict = ((PyTypeObject *)PyTuple_GET_ITEM(mro, i))->tp_dict;
+            if (dict != NULL)
+                d = PyDict_GetItemWithError(dict, name);
+        }
+        if (d != NULL && Py_IS_TYPE(d, &PyMemberDescr_Type) &&
+                ((PyMemberDescrObject *)d)->d_member->type == T_OBJECT_EX) {
+            c->tp = tp;
+            c->tag = tp->tp_version_tag;
+            c->off = ((PyMemberDescrObject *)d)->d_member->offset;
+        }
+        if (PyErr_Occurred()) {
+            Py_DECREF(v);
+            return NULL;
+        }
+        return v;
+    }
+    static inline PyObject *rmq_getattr(PyObject *obj, PyObject *name, rmq_attr_cache *c) {
+        PyTypeObject *tp = Py_TYPE(obj);
+        if (tp == c->tp && tp->tp_version_tag == c->tag) {
+            PyObject *v = *(PyObject **)((char *)obj + c->off);
+            if (v != NULL) {
+                Py_INCREF(v);
+                return v;
+            }
+        }
+        return rmq_getattr_slow(obj, name, c);
+    }
     /* A fresh instance of *tp*, slots unset, no __init__ run. */
     static inline PyObject *rmq_alloc(PyObject *tp) {
         return ((PyTypeObject *)tp)->tp_alloc((PyTypeObject *)tp, 0);
@@ -150,6 +193,11 @@ cdef extern from *:
     object rmq_alloc(object tp)
     PyObject *rmq_slot(object obj, Py_ssize_t off)
     object rmq_tuple_as(object tp, tuple items)
+    ctypedef struct rmq_attr_cache:
+        void *tp
+        unsigned int tag
+        Py_ssize_t off
+    object rmq_getattr(object obj, object name, rmq_attr_cache *c)
 
 # Same values as rmqstore/_layout.py (checked by tests/test_kernels.py).
 cdef enum:
@@ -1453,6 +1501,10 @@ def cq_scan(buf, start, end, phy_limit=None):
     return p, max_end
 
 
+# an attribute read cache (rmq_getattr) per store attribute the read kernels use
+cdef rmq_attr_cache _AC_EXCL, _AC_CL_QUEUE, _AC_CL_MAXREC, _AC_Q_FILES, _AC_Q_SIZE, _AC_MF_FROM, _AC_MF_WROTE, _AC_MF_MM, _AC_CQ_QUEUE, _AC_CQ_MIN, _AC_CQ_TOPIC, _AC_CQ_QID, _AC_IX_FILES, _AC_IX_BATCH, _AC_IF_MM, _AC_IF_HSN, _AC_IF_INUM
+
+
 cdef struct _View:
     # a CommitLog view (bufs, file_size, base, lo, hi), one segment held at a time
     long long fs, base, lo, hi
@@ -1462,7 +1514,7 @@ cdef struct _View:
 
 
 cdef inline object _segment(object bufs, Py_ssize_t i, bint files):
-    return bufs[i].mm if files else bufs[i]
+    return rmq_getattr(bufs[i], "mm", &_AC_MF_MM) if files else bufs[i]
 
 
 cdef object _view_open(_View *v, object view):
@@ -1479,18 +1531,19 @@ cdef object _view_open(_View *v, object view):
 cdef object _view_of(_View *v, object commitlog):
     """v over *commitlog*'s segments as ``CommitLog.segment_view()`` would
     see them now, read straight from its MappedFile objects; returns them."""
-    queue = commitlog.queue  # plain attributes only: no property runs Python code here
-    files = queue.files
+    queue = rmq_getattr(commitlog, "queue", &_AC_CL_QUEUE)  # plain attributes only: no property runs Python code here
+    files = rmq_getattr(queue, "files", &_AC_Q_FILES)
     if not PyList_CheckExact(files):
         raise TypeError("a CommitLog's queue.files must be a list")
     v.n = PyList_GET_SIZE(files)
     if v.n == 0:  # nothing stored (a read-only store may not know its file size): every read misses
         v.fs, v.base, v.lo, v.hi = 1, 0, 0, 0
     else:
-        v.fs = _i64(queue.file_size)
+        v.fs = _i64(rmq_getattr(queue, "file_size", &_AC_Q_SIZE))
         last = files[v.n - 1]
-        v.base = v.lo = _i64(files[0].file_from_offset)
-        v.hi = _i64(last.file_from_offset) + _i64(last.wrote_position)
+        v.base = v.lo = _i64(rmq_getattr(files[0], "file_from_offset", &_AC_MF_FROM))
+        v.hi = _i64(rmq_getattr(last, "file_from_offset", &_AC_MF_FROM)) + \
+            _i64(rmq_getattr(last, "wrote_position", &_AC_MF_WROTE))
     _view_ready(v, True)
     return files
 
@@ -1720,7 +1773,7 @@ cdef inline bint _may_read(object refs) except -1:
     (``ReferenceResource``): it runs no Python code while it reads, so the
     GIL it holds keeps clean-up out, unless a clean-up already holds the
     references exclusively. *refs* None: the caller holds one."""
-    return refs is None or not refs._exclusive
+    return refs is None or not rmq_getattr(refs, "_exclusive", &_AC_EXCL)
 
 
 cdef int64_t _unit_time(_Search *s, object bufs, object mf, Py_ssize_t pos) except? -2:
@@ -1729,9 +1782,9 @@ cdef int64_t _unit_time(_Search *s, object bufs, object mf, Py_ssize_t pos) exce
     cdef Py_buffer v
     cdef int64_t phy
     cdef int32_t size
-    if pos < 0 or pos + CQ_STORE_UNIT_SIZE > _idx(mf.wrote_position):
+    if pos < 0 or pos + CQ_STORE_UNIT_SIZE > _idx(rmq_getattr(mf, "wrote_position", &_AC_MF_WROTE)):
         return -1
-    PyObject_GetBuffer(mf.mm, &v, PyBUF_SIMPLE)
+    PyObject_GetBuffer(rmq_getattr(mf, "mm", &_AC_MF_MM), &v, PyBUF_SIMPLE)
     try:
         if pos + CQ_STORE_UNIT_SIZE > v.len:
             raise ValueError(f"unit at {pos} is outside a {v.len}-byte buffer")
@@ -1757,16 +1810,19 @@ def time_lookup(cq, commitlog, timestamp, bint upper, refs):
         return None
     if ovf:  # compared as Python objects: the twin's path, under the caller's hold
         return cq.offset_by_time(timestamp, upper, commitlog.segment_view())
-    files = cq.queue.files
+    queue = rmq_getattr(cq, "queue", &_AC_CQ_QUEUE)
+    files = rmq_getattr(queue, "files", &_AC_Q_FILES)
     if not PyList_CheckExact(files):
         raise TypeError("a ConsumeQueue's queue.files must be a list")
     n = PyList_GET_SIZE(files)
     if n == 0:
         return 0
-    fsz = _idx(cq.queue.file_size)
-    mn = jdiv(_i64(cq.min_logic_offset), 0, CQ_STORE_UNIT_SIZE)
+    fsz = _idx(rmq_getattr(queue, "file_size", &_AC_Q_SIZE))
+    min_logic = rmq_getattr(cq, "min_logic_offset", &_AC_CQ_MIN)
+    mn = jdiv(_i64(min_logic), 0, CQ_STORE_UNIT_SIZE)
     last = files[n - 1]
-    mx = jdiv(_i64(last.file_from_offset), _i64(last.wrote_position), CQ_STORE_UNIT_SIZE)
+    mx = jdiv(_i64(rmq_getattr(last, "file_from_offset", &_AC_MF_FROM)),
+              _i64(rmq_getattr(last, "wrote_position", &_AC_MF_WROTE)), CQ_STORE_UNIT_SIZE)
     # the CommitLog as segment_view() gives it, probed in C
     bufs = _view_of(&cl, commitlog)
     s.tv.direct = s.tv.files = s.c_mode = True
@@ -1791,13 +1847,13 @@ def time_lookup(cq, commitlog, timestamp, bint upper, refs):
         if mf is None:
             res = 0
         else:
-            start = _i64(mf.file_from_offset)
-            wrote = _idx(mf.wrote_position)
+            start = _i64(rmq_getattr(mf, "file_from_offset", &_AC_MF_FROM))
+            wrote = _idx(rmq_getattr(mf, "wrote_position", &_AC_MF_WROTE))
             if wrote <= 0:
                 res = jdiv(start, 0, CQ_STORE_UNIT_SIZE)
             else:
-                low = _idx(cq.min_logic_offset - start)  # as Python ints: min_logic_offset may lag far behind
-                PyObject_GetBuffer(mf.mm, &v, PyBUF_SIMPLE)
+                low = _idx(min_logic - start)  # as Python ints: min_logic_offset may lag far behind
+                PyObject_GetBuffer(rmq_getattr(mf, "mm", &_AC_MF_MM), &v, PyBUF_SIMPLE)
                 res = _search_time(&s, <const unsigned char *>v.buf, v.len, start, low if low > 0 else 0,
                                    wrote if wrote < fsz else fsz, timestamp, upper, cl.lo, 0, None, bufs, low)
     finally:
@@ -3054,10 +3110,10 @@ def query_keyed(index, commitlog, topic, key, max_num, begin, end, message_type,
     if not isinstance(topic, str) or not isinstance(key, str):
         raise TypeError("topic and key must be str")
     limit = _idx(max_num)
-    batch = _idx(index.max_msgs_num_batch)
+    batch = _idx(rmq_getattr(index, "max_msgs_num_batch", &_AC_IX_BATCH))
     if batch < limit:
         limit = batch
-    files = index.files
+    files = rmq_getattr(index, "files", &_AC_IX_FILES)
     if not PyList_CheckExact(files):
         raise TypeError("an index's files must be a list")
     key_hash = _abs_hash(_java_hash_from(_hash_char(_java_hash_from(0, topic), 35), key))  # of topic#key
@@ -3067,8 +3123,8 @@ def query_keyed(index, commitlog, topic, key, max_num, begin, end, message_type,
         n = PyList_GET_SIZE(files)
         for i in range(n - 1, -1, -1):
             f = files[i]
-            PyObject_GetBuffer(f.mm, &iv, PyBUF_SIMPLE)
-            _check_index(&iv, f.hash_slot_num, f.index_num, &hsn, &idx)
+            PyObject_GetBuffer(rmq_getattr(f, "mm", &_AC_IF_MM), &iv, PyBUF_SIMPLE)
+            _check_index(&iv, rmq_getattr(f, "hash_slot_num", &_AC_IF_HSN), rmq_getattr(f, "index_num", &_AC_IF_INUM), &hsn, &idx)
             fb = ld64(<const unsigned char *>iv.buf)
             fe = ld64(<const unsigned char *>iv.buf + 8)
             # IndexFile.isTimeMatched, then selectPhyOffset
@@ -3084,7 +3140,7 @@ def query_keyed(index, commitlog, topic, key, max_num, begin, end, message_type,
         # (finalizers) and let clean-up in while no reference is held
         gc_was = PyGC_Disable()
         try:
-            _read_keyed(&v, bufs, <int64_t *>found.p, found.n // 8, topic, key, _idx(commitlog.max_record_size),
+            _read_keyed(&v, bufs, <int64_t *>found.p, found.n // 8, topic, key, _idx(rmq_getattr(commitlog, "max_record_size", &_AC_CL_MAXREC)),
                         message_type, out)
         finally:
             if gc_was:
@@ -3116,15 +3172,18 @@ def pull_views(cq, commitlog, queue_offset, max_count, max_units, refs):
     cdef _Col units
     if not _may_read(refs):
         return None
-    files = cq.queue.files
+    queue = rmq_getattr(cq, "queue", &_AC_CQ_QUEUE)
+    files = rmq_getattr(queue, "files", &_AC_Q_FILES)
     if not PyList_CheckExact(files):
         raise TypeError("a ConsumeQueue's queue.files must be a list")
     nfiles = PyList_GET_SIZE(files)
-    min_logic = cq.min_logic_offset
+    min_logic = rmq_getattr(cq, "min_logic_offset", &_AC_CQ_MIN)
     mn = _i64(min_logic // CQ_STORE_UNIT_SIZE)
     mx = 0
     if nfiles:
-        mx = _i64((files[nfiles - 1].file_from_offset + files[nfiles - 1].wrote_position) // CQ_STORE_UNIT_SIZE)
+        last = files[nfiles - 1]
+        mx = _i64((rmq_getattr(last, "file_from_offset", &_AC_MF_FROM) + rmq_getattr(last, "wrote_position", &_AC_MF_WROTE))
+                  // CQ_STORE_UNIT_SIZE)
     if mx == 0:
         return "NO_MESSAGE_IN_QUEUE", 0, mn, mx, None, b""
     if q < mn:
@@ -3133,11 +3192,11 @@ def pull_views(cq, commitlog, queue_offset, max_count, max_units, refs):
         return "OFFSET_OVERFLOW_ONE", q, mn, mx, None, b""
     if q > mx:
         return "OFFSET_OVERFLOW_BADLY", mx, mn, mx, None, b""
-    tb = PyUnicode_AsUTF8AndSize(cq.topic, &tl)
-    qid = _i32(cq.queue_id)
-    msize = _idx(commitlog.max_record_size)
-    cq_fs = _i64(cq.queue.file_size)
-    first = _i64(files[0].file_from_offset)
+    tb = PyUnicode_AsUTF8AndSize(rmq_getattr(cq, "topic", &_AC_CQ_TOPIC), &tl)
+    qid = _i32(rmq_getattr(cq, "queue_id", &_AC_CQ_QID))
+    msize = _idx(rmq_getattr(commitlog, "max_record_size", &_AC_CL_MAXREC))
+    cq_fs = _i64(rmq_getattr(queue, "file_size", &_AC_Q_SIZE))
+    first = _i64(rmq_getattr(files[0], "file_from_offset", &_AC_MF_FROM))
     status = "NO_MATCHED_MESSAGE"
     bufs = _view_of(&v, commitlog)
     memset(&units, 0, sizeof(units))
@@ -3152,11 +3211,11 @@ def pull_views(cq, commitlog, queue_offset, max_count, max_units, refs):
             if fi < 0 or fi >= nfiles:
                 break
             mf = files[fi]
-            pos = <Py_ssize_t>(off - _i64(mf.file_from_offset))
-            end = min(_idx(mf.wrote_position), pos + min(mc - n, mx - q) * CQ_STORE_UNIT_SIZE)
+            pos = <Py_ssize_t>(off - _i64(rmq_getattr(mf, "file_from_offset", &_AC_MF_FROM)))
+            end = min(_idx(rmq_getattr(mf, "wrote_position", &_AC_MF_WROTE)), pos + min(mc - n, mx - q) * CQ_STORE_UNIT_SIZE)
             if end <= pos:
                 break
-            PyObject_GetBuffer(mf.mm, &cv, PyBUF_SIMPLE)
+            PyObject_GetBuffer(rmq_getattr(mf, "mm", &_AC_MF_MM), &cv, PyBUF_SIMPLE)
             if pos < 0 or end > cv.len:
                 raise ValueError(f"units [{pos}, {end}) are not whole units of a {cv.len}-byte buffer")
             for k in range((end - pos) // CQ_STORE_UNIT_SIZE):  # a C loop (an enum step would make a Python range)

@@ -61,6 +61,8 @@ class CommitLog:
         read_only (bool): never write.
     """
 
+    __slots__ = ("queue", "read_only", "max_record_size", "_view_buffers", "_last_ts")
+
     def __init__(self, directory, file_size, max_message_size: int, read_only: bool = False):
         self.queue = MappedFileQueue(directory, file_size, read_only)
         self._view_buffers: tuple | None = None  # (first, last, buffers) behind segment_view

@@ -48,6 +48,8 @@ class IndexFile:
             the previous file's *end_phy_offset* / *end_timestamp* (SPEC §7.3).
     """
 
+    __slots__ = ("path", "name", "read_only", "mm", "hash_slot_num", "index_num")
+
     def __init__(self, path, hash_slot_num, index_num, read_only=False, create=False, end_phy_offset=0, end_timestamp=0):
         self.path = str(path)
         self.name = os.path.basename(self.path)
@@ -228,6 +230,11 @@ class IndexService:
         read_only (bool): never write.
         max_msgs_num_batch (int): cap on results of one query (default 64).
     """
+
+    __slots__ = (
+        "directory", "read_only", "files", "hash_slot_num", "index_num", "max_msgs_num_batch", "keys_added",
+        "last_full_end_timestamp", "_last_name",
+    )
 
     def __init__(self, directory, hash_slot_num, index_num, read_only=False, max_msgs_num_batch=64):
         self.directory = str(directory)

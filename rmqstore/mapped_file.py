@@ -296,6 +296,8 @@ class MappedFileQueue:
         read_only (bool): map read-only and never create, delete or truncate.
     """
 
+    __slots__ = ("directory", "file_size", "files", "read_only")
+
     def __init__(self, directory, file_size, read_only: bool = False):
         self.directory = str(directory)
         self.file_size = file_size

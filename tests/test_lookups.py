@@ -11,6 +11,7 @@ nothing read) while a clean-up holds the reader references.
 from __future__ import annotations
 
 import threading
+from types import SimpleNamespace
 
 import pytest
 from conftest import ListClock
@@ -182,3 +183,29 @@ def test_store_lookups_wait_for_a_clean_up_then_answer(store, lookup):
         s._refs.release_exclusive()
     worker.join(10)
     assert got == [want]
+
+
+def test_the_core_reads_attributes_as_python_does(store):
+    """The core reads the store objects' ``__slots__`` directly, with each
+    attribute's slot offset cached per type: a type changed since (a
+    property put over the slot), another type at the same read, and an
+    unset slot must all answer as the attribute protocol does."""
+    core = _need_core()
+    s, times = store
+    cq, ts = s._cqs[("T", 0)], times[3]
+    want = core.time_lookup(cq, s.commitlog, ts, False, None)
+
+    class Refs:
+        __slots__ = ("_exclusive",)
+
+    held, free = Refs(), Refs()
+    held._exclusive, free._exclusive = True, False
+    assert core.time_lookup(cq, s.commitlog, ts, False, free) == want  # (the offset is cached now)
+    assert core.time_lookup(cq, s.commitlog, ts, False, held) is None
+    with pytest.raises(AttributeError):
+        core.time_lookup(cq, s.commitlog, ts, False, Refs())  # an unset slot
+    for other in (SimpleNamespace(_exclusive=True), ReferenceResource()):  # other types, then back
+        assert core.time_lookup(cq, s.commitlog, ts, False, other) == (None if other._exclusive else want)
+    assert core.time_lookup(cq, s.commitlog, ts, False, free) == want
+    Refs._exclusive = property(lambda self: True)  # the type changes: free's slot still holds False
+    assert core.time_lookup(cq, s.commitlog, ts, False, free) is None
