@@ -2863,37 +2863,54 @@ cdef inline void _put_slot(object obj, int i, object value) noexcept:
     rmq_set_slot(obj, _ext_off[i], value)
 
 
-cdef object _ext_at(object message_type, const unsigned char *b, Py_ssize_t p0, object topic, list hosts):
+cdef class _Repeats:
+    """One read call's fields that records repeat (hosts, record size, magic
+    code, store and born timestamps), each kept as one Python object while
+    its value repeats: fewer objects made, and freed, per message."""
+    cdef object born, store, size_o, magic_o, ts_o
+    cdef long long size, magic, ts
+
+
+cdef object _ext_at(object message_type, const unsigned char *b, Py_ssize_t p0, object topic, _Repeats r):
     """A *message_type* (MessageExt's slots, _ext_offsets done) for the valid
-    record at b + p0 whose topic is *topic*. *hosts* ([born, store] bytes or
-    None) keeps one bytes object per host while records repeat it."""
+    record at b + p0 whose topic is *topic*, its repeated fields from *r*."""
     cdef int32_t sys_flag = ld32(b + p0 + 36), body_len, props_len
     cdef int bw = 20 if sys_flag & BORNHOST_V6_FLAG else 8
     cdef int sw = 20 if sys_flag & STOREHOSTADDRESS_V6_FLAG else 8
     cdef const unsigned char *h = b + p0 + 48 + bw
     cdef const unsigned char *u
+    cdef long long v
     body_len = ld32(h + 20 + sw)
     u = h + 24 + sw + body_len
     u += (1 + u[0]) if ld32(b + p0 + 4) == MESSAGE_MAGIC_CODE else (2 + ld16(u))
     props_len = ld16(u)
-    born, store = hosts[0], hosts[1]
-    if born is None or PyBytes_GET_SIZE(born) != bw or memcmp(PyBytes_AS_STRING(born), b + p0 + 48, bw) != 0:
-        born = hosts[0] = PyBytes_FromStringAndSize(<const char *>b + p0 + 48, bw)
-    if store is None or PyBytes_GET_SIZE(store) != sw or memcmp(PyBytes_AS_STRING(store), h + 8, sw) != 0:
-        store = hosts[1] = PyBytes_FromStringAndSize(<const char *>h + 8, sw)
+    if r.born is None or PyBytes_GET_SIZE(r.born) != bw or memcmp(PyBytes_AS_STRING(r.born), b + p0 + 48, bw) != 0:
+        r.born = PyBytes_FromStringAndSize(<const char *>b + p0 + 48, bw)
+    if r.store is None or PyBytes_GET_SIZE(r.store) != sw or memcmp(PyBytes_AS_STRING(r.store), h + 8, sw) != 0:
+        r.store = PyBytes_FromStringAndSize(<const char *>h + 8, sw)
+    v = ld32(b + p0)
+    if r.size_o is None or r.size != v:
+        r.size_o, r.size = v, v
+    v = ld32(b + p0 + 4)
+    if r.magic_o is None or r.magic != v:
+        r.magic_o, r.magic = v, v
+    v = ld64(h)
+    if r.ts_o is None or r.ts != v:
+        r.ts_o, r.ts = v, v
     m = rmq_alloc(message_type)
-    _put_slot(m, 0, ld32(b + p0))
-    _put_slot(m, 1, ld32(b + p0 + 4))
+    _put_slot(m, 0, r.size_o)
+    _put_slot(m, 1, r.magic_o)
     _put_slot(m, 2, ld32(b + p0 + 8))
     _put_slot(m, 3, ld32(b + p0 + 12))
     _put_slot(m, 4, ld32(b + p0 + 16))
     _put_slot(m, 5, ld64(b + p0 + 20))
     _put_slot(m, 6, ld64(b + p0 + 28))
     _put_slot(m, 7, sys_flag)
-    _put_slot(m, 8, ld64(b + p0 + 40))
-    _put_slot(m, 9, born)
-    _put_slot(m, 10, ld64(h))
-    _put_slot(m, 11, store)
+    v = ld64(b + p0 + 40)
+    _put_slot(m, 8, r.ts_o if v == r.ts else v)  # (born = store time, unless the producer set it)
+    _put_slot(m, 9, r.born)
+    _put_slot(m, 10, r.ts_o)
+    _put_slot(m, 11, r.store)
     _put_slot(m, 12, ld32(h + 8 + sw))
     _put_slot(m, 13, ld64(h + 12 + sw))
     _put_slot(m, 14, PyBytes_FromStringAndSize(<const char *>h + 24 + sw, body_len))
@@ -2989,7 +3006,7 @@ def pull_units(cq_buf, start, end, view, topic, queue_id, queue_offset, max_coun
         raise TypeError("topic must be a str")
     tb = PyUnicode_AsUTF8AndSize(topic, &tl)
     bufs = _view_open(&v, view)
-    hosts = [None, None]  # the last host fields: one bytes object each while they repeat
+    repeats = _Repeats()
     _init_view(&cv)
     PyObject_GetBuffer(cq_buf, &cv, PyBUF_SIMPLE)
     try:
@@ -3014,7 +3031,7 @@ def pull_units(cq_buf, start, end, view, topic, queue_id, queue_offset, max_coun
             if b == NULL:  # not a record it can vouch for: the caller's careful path
                 stopped = True
                 break
-            PyList_Append(out, _ext_at(message_type, b, p0, topic, hosts))
+            PyList_Append(out, _ext_at(message_type, b, p0, topic, repeats))
             event = 2
             done += 1
     finally:
@@ -3064,7 +3081,7 @@ cdef int _read_keyed(_View *v, object bufs, const int64_t *offsets, Py_ssize_t n
     # U+FFFD in the topic or key can equal an invalid UTF-8 byte read back
     # (decoded with "replace"): then compare as text, as the twin does
     text = "\ufffd" in topic or "\ufffd" in key
-    hosts = [None, None]
+    repeats = _Repeats()
     memset(&tmp, 0, sizeof(tmp))
     try:
         for i in range(n):
@@ -3086,9 +3103,9 @@ cdef int _read_keyed(_View *v, object bufs, const int64_t *offsets, Py_ssize_t n
                     continue
                 found = parse_properties(fields[16])
                 if found.get("UNIQ_KEY") == key or key in (found.get("KEYS") or "").split(" "):
-                    PyList_Append(out, _ext_at(message_type, b, p0, fields[15], hosts))
+                    PyList_Append(out, _ext_at(message_type, b, p0, fields[15], repeats))
             elif _topic_is(b, p0, tb, tl) and _has_key(props, pn, kb, kl, &tmp):
-                PyList_Append(out, _ext_at(message_type, b, p0, topic, hosts))
+                PyList_Append(out, _ext_at(message_type, b, p0, topic, repeats))
     finally:
         free(tmp.p)
     return 0

@@ -374,6 +374,31 @@ def test_pull_units_builds_what_decode_record_builds(k):
     assert [m.queue_offset for m in out] == list(range(10, 16))
 
 
+def test_pull_units_fields_that_repeat_and_change(k):
+    """The core keeps one object per field value records repeat (hosts,
+    size, store time, born time equal to it): runs of equal values and
+    values that change back and forth still read as decode_record reads."""
+    seg, cq = bytearray(FS), bytearray(20 * 8)
+    pos = 0
+    stores = [TS, TS, TS + 1, TS + 1, TS, TS + 2, TS + 2, TS + 2]
+    borns = [TS, TS - 3, TS + 1, TS + 1, TS, TS + 2, 0, TS + 2]  # (equal to the store time, or not)
+    bodies = [b"a" * 9, b"b" * 9, b"c" * 9, b"d" * 10, b"e" * 9, b"f" * 9, b"g" * 9, b"h" * 11]
+    for i, (st, bt, body) in enumerate(zip(stores, borns, bodies)):
+        host = HOST6 if i in (3, 4) else HOST
+        flag = 0x30 if len(host) == 20 else 0
+        size = k.write_record(seg, pos, 1, 0, 10 + i, 4096 + pos, flag, bt, host, st, host, 0, 0, body,
+                              TOPIC.encode(), b"", False)
+        k.cq_put(cq, 20 * i, 4096 + pos, size, 0)
+        pos += size
+    view = ([seg], FS, 4096, 4096, 4096 + pos)
+    (done, _, stopped), out = pull(k, cq, view, end=20 * 8)
+    assert (done, stopped) == (8, False)
+    want = expected(k, view, cq, 8)
+    assert [m._stored() for m in out] == [m._stored() for m in want]
+    assert [m.store_timestamp for m in out] == stores and [m.born_timestamp for m in out] == borns
+    assert [m.store_size for m in out] == [m.store_size for m in want]
+
+
 def test_pull_units_stops_at_max_count_and_appends(k):
     segs, cq, view = pull_fixture(k)
     first = [object()]
