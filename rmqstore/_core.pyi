@@ -49,6 +49,7 @@ __all__ = [
     "time_lookup",
     "query_keyed",
     "pull_views",
+    "pull_messages",
 ]
 
 # (total_size, magic, body_crc, queue_id, flag, queue_offset, physical_offset,
@@ -301,3 +302,13 @@ def query_keyed(
 def pull_views(
     cq: Any, commitlog: Any, queue_offset: int, max_count: int, max_units: int, refs: Any
 ) -> tuple[str, int, int, int, Any, bytes] | None: ...
+def pull_messages(
+    cq: Any,
+    commitlog: Any,
+    queue_offset: int,
+    max_count: int,
+    max_units: int,
+    message_type: type,
+    out: list[Any],
+    refs: Any,
+) -> tuple[str, int, int, int] | None: ...

@@ -16,7 +16,7 @@ written: TypeError unless an int, OverflowError outside the field's width.
 
 cimport cython
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
-from libc.limits cimport LLONG_MIN
+from libc.limits cimport LLONG_MAX, LLONG_MIN
 from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memchr, memcmp, memcpy, memmove, memset
 from posix.time cimport CLOCK_REALTIME, clock_gettime, timespec
@@ -288,6 +288,7 @@ __all__ = [
     "time_lookup",
     "query_keyed",
     "pull_views",
+    "pull_messages",
 ]
 
 # --- helpers --------------------------------------------------------------
@@ -1502,7 +1503,10 @@ def cq_scan(buf, start, end, phy_limit=None):
 
 
 # an attribute read cache (rmq_getattr) per store attribute the read kernels use
-cdef rmq_attr_cache _AC_EXCL, _AC_CL_QUEUE, _AC_CL_MAXREC, _AC_Q_FILES, _AC_Q_SIZE, _AC_MF_FROM, _AC_MF_WROTE, _AC_MF_MM, _AC_CQ_QUEUE, _AC_CQ_MIN, _AC_CQ_TOPIC, _AC_CQ_QID, _AC_IX_FILES, _AC_IX_BATCH, _AC_IF_MM, _AC_IF_HSN, _AC_IF_INUM
+cdef rmq_attr_cache _AC_EXCL, _AC_CL_QUEUE, _AC_CL_MAXREC, _AC_Q_FILES, _AC_Q_SIZE
+cdef rmq_attr_cache _AC_MF_FROM, _AC_MF_WROTE, _AC_MF_MM
+cdef rmq_attr_cache _AC_CQ_QUEUE, _AC_CQ_MIN, _AC_CQ_TOPIC, _AC_CQ_QID
+cdef rmq_attr_cache _AC_IX_FILES, _AC_IX_BATCH, _AC_IF_MM, _AC_IF_HSN, _AC_IF_INUM
 
 
 cdef struct _View:
@@ -3141,7 +3145,8 @@ def query_keyed(index, commitlog, topic, key, max_num, begin, end, message_type,
         for i in range(n - 1, -1, -1):
             f = files[i]
             PyObject_GetBuffer(rmq_getattr(f, "mm", &_AC_IF_MM), &iv, PyBUF_SIMPLE)
-            _check_index(&iv, rmq_getattr(f, "hash_slot_num", &_AC_IF_HSN), rmq_getattr(f, "index_num", &_AC_IF_INUM), &hsn, &idx)
+            _check_index(&iv, rmq_getattr(f, "hash_slot_num", &_AC_IF_HSN), rmq_getattr(f, "index_num", &_AC_IF_INUM),
+                         &hsn, &idx)
             fb = ld64(<const unsigned char *>iv.buf)
             fe = ld64(<const unsigned char *>iv.buf + 8)
             # IndexFile.isTimeMatched, then selectPhyOffset
@@ -3157,8 +3162,8 @@ def query_keyed(index, commitlog, topic, key, max_num, begin, end, message_type,
         # (finalizers) and let clean-up in while no reference is held
         gc_was = PyGC_Disable()
         try:
-            _read_keyed(&v, bufs, <int64_t *>found.p, found.n // 8, topic, key, _idx(rmq_getattr(commitlog, "max_record_size", &_AC_CL_MAXREC)),
-                        message_type, out)
+            _read_keyed(&v, bufs, <int64_t *>found.p, found.n // 8, topic, key,
+                        _idx(rmq_getattr(commitlog, "max_record_size", &_AC_CL_MAXREC)), message_type, out)
         finally:
             if gc_was:
                 PyGC_Enable()
@@ -3175,7 +3180,36 @@ cdef packed struct _ViewUnit:  # _pure.VIEW_UNIT ("=qqqqqii"), native byte order
 
 
 def pull_views(cq, commitlog, queue_offset, max_count, max_units, refs):
-    cdef long long q = _i64(queue_offset), mn, mx, off, cq_fs, first, phy, tags
+    if not _may_read(refs):
+        return None
+    return _pull_queue(cq, commitlog, queue_offset, max_count, max_units, None, None)
+
+
+def pull_messages(cq, commitlog, queue_offset, max_count, max_units, message_type, list out not None, refs):
+    cdef bint gc_was
+    if not _may_read(refs):
+        return None
+    _ext_offsets(message_type)
+    # MessageExt objects are made while no reference is held: no collection
+    # may run Python code (finalizers) and let clean-up in (as query_keyed)
+    gc_was = PyGC_Disable()
+    try:
+        return _pull_queue(cq, commitlog, queue_offset, max_count, max_units, message_type, out)[:4]
+    finally:
+        if gc_was:
+            PyGC_Enable()
+
+
+cdef tuple _pull_queue(cq, commitlog, queue_offset, max_count, max_units, object message_type, list out):
+    """pull_views (*message_type* None: packed units of one segment) or
+    pull_messages (*message_type* objects appended to *out*, across
+    segments; STOPPED at any unit the careful path must read)."""
+    cdef bint views = message_type is None
+    cdef _Repeats repeats = None if views else _Repeats()
+    cdef rmq_i128 wq = _wide(queue_offset)
+    cdef long long mn, mx, off, cq_fs, first, phy, tags
+    # saturated: an offset past int64 is past the queue's end (or before its start) all the same
+    cdef long long q = LLONG_MAX if wq > LLONG_MAX else (LLONG_MIN if wq < LLONG_MIN else <long long>wq)
     cdef Py_ssize_t mc = _idx(max_count), mu = _idx(max_units), n = 0, visited = 0, nfiles, fi, pos, end, k
     cdef Py_ssize_t p0, tl, msize, seg = -1
     cdef int32_t size, qid, sys_flag
@@ -3187,8 +3221,6 @@ def pull_views(cq, commitlog, queue_offset, max_count, max_units, refs):
     cdef Py_buffer cv
     cdef _View v
     cdef _Col units
-    if not _may_read(refs):
-        return None
     queue = rmq_getattr(cq, "queue", &_AC_CQ_QUEUE)
     files = rmq_getattr(queue, "files", &_AC_Q_FILES)
     if not PyList_CheckExact(files):
@@ -3199,8 +3231,8 @@ def pull_views(cq, commitlog, queue_offset, max_count, max_units, refs):
     mx = 0
     if nfiles:
         last = files[nfiles - 1]
-        mx = _i64((rmq_getattr(last, "file_from_offset", &_AC_MF_FROM) + rmq_getattr(last, "wrote_position", &_AC_MF_WROTE))
-                  // CQ_STORE_UNIT_SIZE)
+        mx = _i64((rmq_getattr(last, "file_from_offset", &_AC_MF_FROM) +
+                   rmq_getattr(last, "wrote_position", &_AC_MF_WROTE)) // CQ_STORE_UNIT_SIZE)
     if mx == 0:
         return "NO_MESSAGE_IN_QUEUE", 0, mn, mx, None, b""
     if q < mn:
@@ -3209,7 +3241,8 @@ def pull_views(cq, commitlog, queue_offset, max_count, max_units, refs):
         return "OFFSET_OVERFLOW_ONE", q, mn, mx, None, b""
     if q > mx:
         return "OFFSET_OVERFLOW_BADLY", mx, mn, mx, None, b""
-    tb = PyUnicode_AsUTF8AndSize(rmq_getattr(cq, "topic", &_AC_CQ_TOPIC), &tl)
+    topic = rmq_getattr(cq, "topic", &_AC_CQ_TOPIC)
+    tb = PyUnicode_AsUTF8AndSize(topic, &tl)
     qid = _i32(rmq_getattr(cq, "queue_id", &_AC_CQ_QID))
     msize = _idx(rmq_getattr(commitlog, "max_record_size", &_AC_CL_MAXREC))
     cq_fs = _i64(rmq_getattr(queue, "file_size", &_AC_Q_SIZE))
@@ -3229,7 +3262,8 @@ def pull_views(cq, commitlog, queue_offset, max_count, max_units, refs):
                 break
             mf = files[fi]
             pos = <Py_ssize_t>(off - _i64(rmq_getattr(mf, "file_from_offset", &_AC_MF_FROM)))
-            end = min(_idx(rmq_getattr(mf, "wrote_position", &_AC_MF_WROTE)), pos + min(mc - n, mx - q) * CQ_STORE_UNIT_SIZE)
+            end = min(_idx(rmq_getattr(mf, "wrote_position", &_AC_MF_WROTE)),
+                      pos + min(mc - n, mx - q) * CQ_STORE_UNIT_SIZE)
             if end <= pos:
                 break
             PyObject_GetBuffer(rmq_getattr(mf, "mm", &_AC_MF_MM), &cv, PyBUF_SIMPLE)
@@ -3246,26 +3280,29 @@ def pull_views(cq, commitlog, queue_offset, max_count, max_units, refs):
                     else:
                         b = _unit_record(&v, bufs, phy, size, q, qid, tb, tl, msize, &p0)
                         if b == NULL:
-                            if n:
+                            if n and views:
                                 return status, q, mn, mx, _segment(bufs, seg, v.files), units.p[:units.n]
                             return "STOPPED", q, mn, mx, None, b""
-                        if seg != -1 and v.seg != seg:  # the next segment: the next pull
-                            return status, q, mn, mx, _segment(bufs, seg, v.files), units.p[:units.n]
-                        seg = v.seg
-                        sys_flag = ld32(b + p0 + 36)
-                        bw = 20 if sys_flag & BORNHOST_V6_FLAG else 8
-                        sw = 20 if sys_flag & STOREHOSTADDRESS_V6_FLAG else 8
-                        if units.n + <Py_ssize_t>sizeof(_ViewUnit) > units.cap:
-                            _grow(&units, sizeof(_ViewUnit))
-                        w = <_ViewUnit *>(units.p + units.n)  # unaligned-safe: the struct is packed
-                        w.queue_offset = q
-                        w.physical_offset = phy
-                        w.store_timestamp = ld64(b + p0 + 48 + bw)
-                        w.tags_code = tags
-                        w.body_offset = p0 + 48 + bw + 24 + sw
-                        w.body_length = ld32(b + p0 + 48 + bw + 20 + sw)
-                        w.store_size = size
-                        units.n += sizeof(_ViewUnit)
+                        if not views:
+                            PyList_Append(out, _ext_at(message_type, b, p0, topic, repeats))
+                        else:
+                            if seg != -1 and v.seg != seg:  # the next segment: the next pull
+                                return status, q, mn, mx, _segment(bufs, seg, v.files), units.p[:units.n]
+                            seg = v.seg
+                            sys_flag = ld32(b + p0 + 36)
+                            bw = 20 if sys_flag & BORNHOST_V6_FLAG else 8
+                            sw = 20 if sys_flag & STOREHOSTADDRESS_V6_FLAG else 8
+                            if units.n + <Py_ssize_t>sizeof(_ViewUnit) > units.cap:
+                                _grow(&units, sizeof(_ViewUnit))
+                            w = <_ViewUnit *>(units.p + units.n)  # unaligned-safe: the struct is packed
+                            w.queue_offset = q
+                            w.physical_offset = phy
+                            w.store_timestamp = ld64(b + p0 + 48 + bw)
+                            w.tags_code = tags
+                            w.body_offset = p0 + 48 + bw + 24 + sw
+                            w.body_length = ld32(b + p0 + 48 + bw + 20 + sw)
+                            w.store_size = size
+                            units.n += sizeof(_ViewUnit)
                         n += 1
                         status = "FOUND"
                 q += 1
@@ -3273,6 +3310,8 @@ def pull_views(cq, commitlog, queue_offset, max_count, max_units, refs):
                 if n >= mc:
                     break
             PyBuffer_Release(&cv)
+        if not views:
+            return status, q, mn, mx, None, b""
         return status, q, mn, mx, (_segment(bufs, seg, v.files) if n else None), \
             (units.p[:units.n] if n else b"")
     finally:

@@ -80,6 +80,7 @@ __all__ = [
     "time_lookup",
     "query_keyed",
     "pull_views",
+    "pull_messages",
 ]
 
 _I32 = struct.Struct(">i")
@@ -1686,10 +1687,28 @@ def pull_views(cq, commitlog, queue_offset: int, max_count: int, max_units: int,
     found before it); *segment* the ``mmap`` of the segment holding the
     records (None when none); *units* ``VIEW_UNIT`` entries, one per message.
     """
-    return _held(refs, lambda: _pull_views(cq, commitlog, queue_offset, max_count, max_units))
+    return _held(refs, lambda: _pull_queue(cq, commitlog, queue_offset, max_count, max_units, None, None))
 
 
-def _pull_views(cq, commitlog, q: int, max_count: int, max_units: int) -> tuple:
+def pull_messages(cq, commitlog, queue_offset: int, max_count: int, max_units: int, message_type, out: list, refs):
+    """``get_messages`` without a filter in one call: :func:`pull_views`'
+    statuses, offsets and checks, with the messages made as *message_type*
+    (``MessageExt``) and appended to *out*, across CommitLog segments.
+
+    Returns None (as :func:`pull_views`), or ``(status, next_queue_offset,
+    min_offset, max_offset)``; *status* is ``"STOPPED"`` at any unit the
+    caller's careful path must read (what *out* got is then to be dropped:
+    that path reads the pull again and raises)."""
+    _check_ext_type(message_type)
+    if type(out) is not list:
+        raise TypeError("out must be a list")
+    return _held(refs, lambda: _pull_queue(cq, commitlog, queue_offset, max_count, max_units, message_type,
+                                           out)[:4])
+
+
+def _pull_queue(cq, commitlog, q: int, max_count: int, max_units: int, message_type, out) -> tuple:
+    """pull_views (*message_type* None) or pull_messages."""
+    views = message_type is None
     files = cq.queue.files
     mn = cq.min_logic_offset // CQ_STORE_UNIT_SIZE
     mx = (files[-1].file_from_offset + files[-1].wrote_position) // CQ_STORE_UNIT_SIZE if files else 0
@@ -1718,19 +1737,24 @@ def _pull_views(cq, commitlog, q: int, max_count: int, max_units: int) -> tuple:
                 else:
                     found = _unit_record(view, phy, size, q, cq.queue_id, topic_b, max_size)
                     if found is None:
-                        return (status, q, mn, mx, bufs[seg], bytes(units)) if n else \
+                        return (status, q, mn, mx, bufs[seg], bytes(units)) if n and views else \
                             ("STOPPED", q, mn, mx, None, b"")
                     i, at, fields = found
-                    if seg not in (-1, i):
-                        return status, q, mn, mx, bufs[seg], bytes(units)  # the next segment: the next pull
-                    seg = i
-                    hosts = 48 + (20 if fields[7] & BORNHOST_V6_FLAG else 8) + \
-                        (20 if fields[7] & STOREHOSTADDRESS_V6_FLAG else 8)
-                    units += VIEW_UNIT.pack(q, phy, fields[10], tags, at + hosts + 24, len(fields[14]), size)
+                    if not views:
+                        out.append(_ext(message_type, fields, cq.topic))
+                    else:
+                        if seg not in (-1, i):
+                            return status, q, mn, mx, bufs[seg], bytes(units)  # the next segment: the next pull
+                        seg = i
+                        hosts = 48 + (20 if fields[7] & BORNHOST_V6_FLAG else 8) + \
+                            (20 if fields[7] & STOREHOSTADDRESS_V6_FLAG else 8)
+                        units += VIEW_UNIT.pack(q, phy, fields[10], tags, at + hosts + 24, len(fields[14]), size)
                     n += 1
                     status = "FOUND"
             q += 1
             visited += 1
             if n >= max_count:
                 break
+    if not views:
+        return status, q, mn, mx, None, b""
     return status, q, mn, mx, (bufs[seg] if n else None), bytes(units)

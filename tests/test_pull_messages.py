@@ -1,0 +1,108 @@
+"""``get_messages`` without a filter in one kernel call: ``pull_messages``.
+
+It must answer what the careful path (``_pull_held``, under a reader
+reference) answers: statuses, offsets and the same messages, across
+CommitLog segments and cleaned heads; the core must make what the twin
+makes, decline (None, nothing read) while a clean-up holds the
+references, and stop (``"STOPPED"``) at any unit that is not its record,
+so that the careful path raises for it.
+"""
+
+from __future__ import annotations
+
+import pytest
+from conftest import ListClock
+from test_kernels import _need_core
+from test_views import N, T0, TINY, _fill
+
+from rmqstore import CorruptedFileError, GetMessageStatus, MessageStore, _pure
+from rmqstore.mapped_file import ReferenceResource
+from rmqstore.message import MessageExt
+
+
+@pytest.fixture
+def store(tmp_path):
+    with MessageStore.open(tmp_path, TINY, clock=ListClock(range(T0, T0 + 10 * N))) as s:
+        _fill(s)
+        yield s
+
+
+def _careful(s, qid, offset, max_count):
+    s._refs.hold()
+    try:
+        return s._pull_held("V", qid, offset, max_count, None)
+    finally:
+        s._refs.release()
+
+
+@pytest.mark.parametrize("max_count", [0, 1, 3, 32, 1000])
+@pytest.mark.parametrize("cleaned", [False, True], ids=["whole", "cleaned"])
+def test_get_messages_reads_what_the_careful_path_reads(store, max_count, cleaned):
+    s = store
+    if cleaned:
+        s.delete_expired(force=True)
+    for qid in (0, 1, 7):
+        for q in range(-1, N // 2 + 2):
+            got, want = s.get_messages("V", qid, q, max_count), _careful(s, qid, q, max_count)
+            assert tuple(got) == tuple(want), (qid, q)
+            assert type(got) is type(want) and got.status is want.status
+    if not cleaned:
+        assert s.get_messages("V", 0, 0, 1000).messages[-1].queue_offset == N // 2 - 1  # across segments
+
+
+@pytest.mark.parametrize("max_count", [1, 3, 32, 1000])
+def test_core_pull_messages_makes_what_the_twin_makes(store, max_count):
+    core = _need_core()
+    s = store
+    s.delete_expired(force=True)
+    for qid in (0, 1):
+        cq = s._cqs[("V", qid)]
+        kept = cq.min_logic_offset
+        for low in (kept, 0):  # a minimum behind the cleaned records: MESSAGE_WAS_REMOVING
+            cq.min_logic_offset = low
+            try:
+                for q in range(-1, N // 2 + 2):
+                    want_out: list = []
+                    want = _pure.pull_messages(cq, s.commitlog, q, max_count, 800, MessageExt, want_out, None)
+                    for refs in (None, ReferenceResource()):
+                        out: list = []
+                        got = core.pull_messages(cq, s.commitlog, q, max_count, 800, MessageExt, out, refs)
+                        assert got == want and out == want_out, (qid, low, q)
+            finally:
+                cq.min_logic_offset = kept
+
+
+def test_core_pull_messages_declines_while_clean_up_holds_the_references(store):
+    core = _need_core()
+    refs, out = ReferenceResource(), []
+    assert refs.acquire_exclusive(0)
+    assert core.pull_messages(store._cqs[("V", 0)], store.commitlog, 0, 32, 800, MessageExt, out, refs) is None
+    assert out == []
+    refs.release_exclusive()
+    assert core.pull_messages(store._cqs[("V", 0)], store.commitlog, 0, 32, 800, MessageExt, out, refs)[0] == "FOUND"
+    assert len(out) == N // 2
+
+
+@pytest.mark.parametrize("kernels", ["pure", "core"])
+def test_a_unit_that_is_not_its_record_stops_the_pull(store, kernels):
+    k = _pure if kernels == "pure" else _need_core()
+    s = store
+    cq = s._cqs[("V", 0)]
+    other = s._cqs[("V", 1)].get_unit(3)
+    mm = cq.queue.files[0].mm
+    mm[2 * 20 : 2 * 20 + 20] = other[0].to_bytes(8, "big") + other[1].to_bytes(4, "big") + bytes(8)
+    out: list = []
+    assert k.pull_messages(cq, s.commitlog, 0, 32, 800, MessageExt, out, None) == ("STOPPED", 2, 0, N // 2)
+    assert [m.queue_offset for m in s.get_messages("V", 0, 0, 2).messages] == [0, 1]
+    with pytest.raises(CorruptedFileError):  # the careful path reads the pull again
+        s.get_messages("V", 0, 0, 32)
+
+
+def test_odd_arguments_take_the_careful_path(store):
+    s = store
+    for offset, max_count in [(2**70, 32), (-(2**70), 32), (0, 2**70), (True, 32)]:
+        got, want = s.get_messages("V", 0, offset, max_count), _careful(s, 0, offset, max_count)
+        assert tuple(got) == tuple(want), (offset, max_count)
+    assert s.get_messages("V", 0, 0, 2**70).status is GetMessageStatus.FOUND
+    for offset, status in [(2**70, GetMessageStatus.OFFSET_OVERFLOW_BADLY), (-(2**70), GetMessageStatus.OFFSET_TOO_SMALL)]:
+        assert s.get_message_views("V", 0, offset).status is status  # (the kernel saturates it)
