@@ -967,6 +967,7 @@ cdef struct _Col:
     char *p
     Py_ssize_t n
     Py_ssize_t cap
+    bint borrowed  # p is the caller's (stack) buffer, not malloc'd: _grow copies out, _free leaves it
 
 cdef enum:
     _C_PHY, _C_QOFF, _C_BORN_TS, _C_STORE_TS, _C_PREPARED,  # int64
@@ -997,12 +998,29 @@ cdef int _grow(_Col *c, Py_ssize_t extra) except -1:
         cap = c.n + extra
     if cap < 4096:
         cap = 4096
-    q = <char *>realloc(c.p, cap)
+    if c.borrowed:
+        q = <char *>malloc(cap)
+        if q != NULL:
+            memcpy(q, c.p, c.n)
+    else:
+        q = <char *>realloc(c.p, cap)
     if q == NULL:
         raise MemoryError()
     c.p = q
     c.cap = cap
+    c.borrowed = False
     return 0
+
+
+cdef inline void _on_stack(_Col *c, char *buf, Py_ssize_t size) noexcept:
+    """Start *c* empty in the caller's *buf* (a lookup's few entries need no
+    malloc); _free then releases only what _grow allocated."""
+    c.p, c.n, c.cap, c.borrowed = buf, 0, size, True
+
+
+cdef inline void _free(_Col *c) noexcept:
+    if not c.borrowed:
+        free(c.p)
 
 cdef inline int _put(_Col *c, const void *src, Py_ssize_t k) except -1:
     if c.n + k > c.cap:
@@ -3010,7 +3028,7 @@ def pull_units(cq_buf, start, end, view, topic, queue_id, queue_offset, max_coun
         raise TypeError("topic must be a str")
     tb = PyUnicode_AsUTF8AndSize(topic, &tl)
     bufs = _view_open(&v, view)
-    repeats = _Repeats()
+    repeats = _Repeats.__new__(_Repeats)
     _init_view(&cv)
     PyObject_GetBuffer(cq_buf, &cv, PyBUF_SIMPLE)
     try:
@@ -3077,6 +3095,7 @@ cdef int _read_keyed(_View *v, object bufs, const int64_t *offsets, Py_ssize_t n
     cdef const unsigned char *b
     cdef const unsigned char *props
     cdef _Col tmp
+    cdef char tmp_buf[1024]
     try:
         tb = PyUnicode_AsUTF8AndSize(topic, &tl)
         kb = PyUnicode_AsUTF8AndSize(key, &kl)
@@ -3085,8 +3104,8 @@ cdef int _read_keyed(_View *v, object bufs, const int64_t *offsets, Py_ssize_t n
     # U+FFFD in the topic or key can equal an invalid UTF-8 byte read back
     # (decoded with "replace"): then compare as text, as the twin does
     text = "\ufffd" in topic or "\ufffd" in key
-    repeats = _Repeats()
-    memset(&tmp, 0, sizeof(tmp))
+    repeats = _Repeats.__new__(_Repeats)
+    _on_stack(&tmp, tmp_buf, sizeof(tmp_buf))
     try:
         for i in range(n):
             phy = offsets[i]
@@ -3111,7 +3130,7 @@ cdef int _read_keyed(_View *v, object bufs, const int64_t *offsets, Py_ssize_t n
             elif _topic_is(b, p0, tb, tl) and _has_key(props, pn, kb, kl, &tmp):
                 PyList_Append(out, _ext_at(message_type, b, p0, topic, repeats))
     finally:
-        free(tmp.p)
+        _free(&tmp)
     return 0
 
 
@@ -3125,6 +3144,7 @@ def query_keyed(index, commitlog, topic, key, max_num, begin, end, message_type,
     cdef Py_buffer iv
     cdef _View v
     cdef _Col found
+    cdef char found_buf[512]  # 64 offsets, max_msgs_num_batch's default
     if not _may_read(refs):
         return None
     _ext_offsets(message_type)
@@ -3138,7 +3158,7 @@ def query_keyed(index, commitlog, topic, key, max_num, begin, end, message_type,
     if not PyList_CheckExact(files):
         raise TypeError("an index's files must be a list")
     key_hash = _abs_hash(_java_hash_from(_hash_char(_java_hash_from(0, topic), 35), key))  # of topic#key
-    memset(&found, 0, sizeof(found))
+    _on_stack(&found, found_buf, sizeof(found_buf))
     _init_view(&iv)
     try:
         n = PyList_GET_SIZE(files)
@@ -3170,7 +3190,7 @@ def query_keyed(index, commitlog, topic, key, max_num, begin, end, message_type,
             PyBuffer_Release(&v.buf)
     finally:
         PyBuffer_Release(&iv)
-        free(found.p)
+        _free(&found)
     return out
 
 
@@ -3205,7 +3225,7 @@ cdef tuple _pull_queue(cq, commitlog, queue_offset, max_count, max_units, object
     pull_messages (*message_type* objects appended to *out*, across
     segments; STOPPED at any unit the careful path must read)."""
     cdef bint views = message_type is None
-    cdef _Repeats repeats = None if views else _Repeats()
+    cdef _Repeats repeats = None if views else _Repeats.__new__(_Repeats)
     cdef rmq_i128 wq = _wide(queue_offset)
     cdef long long mn, mx, off, cq_fs, first, phy, tags
     # saturated: an offset past int64 is past the queue's end (or before its start) all the same

@@ -209,3 +209,22 @@ def test_the_core_reads_attributes_as_python_does(store):
     assert core.time_lookup(cq, s.commitlog, ts, False, free) == want
     Refs._exclusive = property(lambda self: True)  # the type changes: free's slot still holds False
     assert core.time_lookup(cq, s.commitlog, ts, False, free) is None
+
+
+def test_key_lookups_past_the_first_buffers(tmp_path):
+    """More matches than fit the core's first offset buffer (a batch cap
+    raised past 64) and records with more properties than its first pair
+    buffer: it grows them and answers as the twin does."""
+    core = _need_core()
+    cfg = TINY.replace(max_msgs_num_batch=500, mapped_file_size_commit_log=1 << 16)
+    with MessageStore.open(tmp_path, cfg, clock=ListClock(range(T0, T0 + 1000))) as s:
+        props = {f"p{j}": str(j) * 3 for j in range(40)}
+        for i in range(150):
+            s.put_message(Message("T", b"m%d" % i, keys=f"same k{i}", properties=props))
+        for key, count in (("same", 150), ("k7", 1)):
+            want: list = []
+            _pure.query_keyed(s.index, s.commitlog, "T", key, 500, 0, 2**63 - 1, MessageExt, want, None)
+            got: list = []
+            core.query_keyed(s.index, s.commitlog, "T", key, 500, 0, 2**63 - 1, MessageExt, got, None)
+            assert got == want and len(got) == count
+            assert s.query_messages("T", key, 500) == want
