@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 from conftest import ListClock
 from test_kernels import _need_core
-from test_views import N, T0, TINY, _fill
+from test_views import T0, TINY, N, _fill, cleaned_queues
 
 from rmqstore import CorruptedFileError, GetMessageStatus, MessageStore, _pure
 from rmqstore.mapped_file import ReferenceResource
@@ -54,22 +54,14 @@ def test_get_messages_reads_what_the_careful_path_reads(store, max_count, cleane
 def test_core_pull_messages_makes_what_the_twin_makes(store, max_count):
     core = _need_core()
     s = store
-    s.delete_expired(force=True)
-    for qid in (0, 1):
-        cq = s._cqs[("V", qid)]
-        kept = cq.min_logic_offset
-        for low in (kept, 0):  # a minimum behind the cleaned records: MESSAGE_WAS_REMOVING
-            cq.min_logic_offset = low
-            try:
-                for q in range(-1, N // 2 + 2):
-                    want_out: list = []
-                    want = _pure.pull_messages(cq, s.commitlog, q, max_count, 800, MessageExt, want_out, None)
-                    for refs in (None, ReferenceResource()):
-                        out: list = []
-                        got = core.pull_messages(cq, s.commitlog, q, max_count, 800, MessageExt, out, refs)
-                        assert got == want and out == want_out, (qid, low, q)
-            finally:
-                cq.min_logic_offset = kept
+    for qid, cq, low in cleaned_queues(s):
+        for q in range(-1, N // 2 + 2):
+            want_out: list = []
+            want = _pure.pull_messages(cq, s.commitlog, q, max_count, 800, MessageExt, want_out, None)
+            for refs in (None, ReferenceResource()):
+                out: list = []
+                got = core.pull_messages(cq, s.commitlog, q, max_count, 800, MessageExt, out, refs)
+                assert got == want and out == want_out, (qid, low, q)
 
 
 def test_core_pull_messages_declines_while_clean_up_holds_the_references(store):

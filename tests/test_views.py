@@ -120,24 +120,32 @@ def test_a_unit_that_is_not_its_record_raises(store):
         s.get_message_views("V", 0, 2, 32)
 
 
+def cleaned_queues(s):
+    """Clean-up run on *s*, then each of its queues with the minimum it left
+    (units cleaned up ahead of it too), and at 0 (behind cleaned records:
+    MESSAGE_WAS_REMOVING); the minimum is restored after each."""
+    s.delete_expired(force=True)
+    for qid in (0, 1):
+        cq = s._cqs[("V", qid)]
+        kept = cq.min_logic_offset
+        for low in (kept, 0):
+            cq.min_logic_offset = low
+            try:
+                yield qid, cq, low
+            finally:
+                cq.min_logic_offset = kept
+
+
 @pytest.mark.parametrize("max_count", [1, 3, 32, 1000])
 def test_core_pull_views_packs_what_the_twin_packs(store, max_count):
     core = _need_core()
     s = store
-    s.delete_expired(force=True)  # cleaned-up units ahead of the queue minimum too
-    for qid in (0, 1):
-        cq = s._cqs[("V", qid)]
-        kept = cq.min_logic_offset
-        for low in (kept, 0):  # a minimum behind the cleaned records: MESSAGE_WAS_REMOVING
-            cq.min_logic_offset = low
-            try:
-                for q in range(-1, N // 2 + 2):
-                    want = _pure.pull_views(cq, s.commitlog, q, max_count, max(800, max_count), None)
-                    for refs in (None, ReferenceResource()):
-                        got = core.pull_views(cq, s.commitlog, q, max_count, max(800, max_count), refs)
-                        assert got == want, (qid, low, q)
-            finally:
-                cq.min_logic_offset = kept
+    for qid, cq, low in cleaned_queues(s):
+        for q in range(-1, N // 2 + 2):
+            want = _pure.pull_views(cq, s.commitlog, q, max_count, max(800, max_count), None)
+            for refs in (None, ReferenceResource()):
+                got = core.pull_views(cq, s.commitlog, q, max_count, max(800, max_count), refs)
+                assert got == want, (qid, low, q)
 
 
 def test_core_pull_views_declines_while_clean_up_holds_the_references(store):
