@@ -91,7 +91,9 @@ def main() -> None:
                 ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out.name}", sys.executable,
                  os.path.abspath(__file__), "--run", kind, str(n)],
                 capture_output=True, text=True, check=True,
-                env={**os.environ, "PYTHONHASHSEED": "0"},  # the same dict layouts in both runs
+                # the same dict layouts in both runs; numpy's BLAS threads (idle here,
+                # but spinning) would add their polling to the count
+                env={**os.environ, "PYTHONHASHSEED": "0", "OPENBLAS_NUM_THREADS": "1"},
             )
         counts.append(int(re.search(r"Collected : (\d+)", proc.stderr).group(1)))
     print(f"{kind}: {(counts[1] - counts[0]) / (n2 - n1):,.0f} instructions per operation "
