@@ -98,8 +98,8 @@ def select(implementation: str) -> str:
     """Switch every kernel to ``"cython"`` or ``"python"`` at run time and return
     the previous choice. For benchmarks and tests that compare both in one
     process; stores opened before keep working, their put path (the
-    ``Appender`` a store makes when it opens) staying the one it was opened
-    with, every other kernel switching (they are stateless).
+    ``Appender`` and ``PutGate`` a store makes when it opens) staying the one
+    it was opened with, every other kernel switching (they are stateless).
     Raises ImportError when the Cython core is not built."""
     global IMPLEMENTATION
     module: ModuleType
