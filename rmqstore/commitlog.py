@@ -61,7 +61,7 @@ class CommitLog:
         read_only (bool): never write.
     """
 
-    __slots__ = ("queue", "read_only", "max_record_size", "_view_buffers", "_last_ts")
+    __slots__ = ("_last_ts", "_view_buffers", "max_record_size", "queue", "read_only")
 
     def __init__(self, directory, file_size, max_message_size: int, read_only: bool = False):
         self.queue = MappedFileQueue(directory, file_size, read_only)

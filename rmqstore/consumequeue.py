@@ -103,7 +103,7 @@ class ConsumeQueue:
         min_logic_offset (int): byte offset of the first unit still pointing at live data.
     """
 
-    __slots__ = ("topic", "queue_id", "queue", "max_physic_offset", "min_logic_offset")
+    __slots__ = ("max_physic_offset", "min_logic_offset", "queue", "queue_id", "topic")
 
     def __init__(self, root, topic: str, queue_id: int, file_size, read_only: bool = False):
         self.topic = topic

@@ -48,7 +48,7 @@ class IndexFile:
             the previous file's *end_phy_offset* / *end_timestamp* (SPEC §7.3).
     """
 
-    __slots__ = ("path", "name", "read_only", "mm", "hash_slot_num", "index_num")
+    __slots__ = ("hash_slot_num", "index_num", "mm", "name", "path", "read_only")
 
     def __init__(self, path, hash_slot_num, index_num, read_only=False, create=False, end_phy_offset=0, end_timestamp=0):
         self.path = str(path)
@@ -232,8 +232,8 @@ class IndexService:
     """
 
     __slots__ = (
-        "directory", "read_only", "files", "hash_slot_num", "index_num", "max_msgs_num_batch", "keys_added",
-        "last_full_end_timestamp", "_last_name",
+        "_last_name", "directory", "files", "hash_slot_num", "index_num", "keys_added", "last_full_end_timestamp",
+        "max_msgs_num_batch", "read_only",
     )
 
     def __init__(self, directory, hash_slot_num, index_num, read_only=False, max_msgs_num_batch=64):

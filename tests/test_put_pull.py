@@ -383,10 +383,10 @@ def test_pull_units_fields_that_repeat_and_change(k):
     stores = [TS, TS, TS + 1, TS + 1, TS, TS + 2, TS + 2, TS + 2]
     borns = [TS, TS - 3, TS + 1, TS + 1, TS, TS + 2, 0, TS + 2]  # (equal to the store time, or not)
     bodies = [b"a" * 9, b"b" * 9, b"c" * 9, b"d" * 10, b"e" * 9, b"f" * 9, b"g" * 9, b"h" * 11]
-    for i, (st, bt, body) in enumerate(zip(stores, borns, bodies)):
+    for i, (store_ts, born_ts, body) in enumerate(zip(stores, borns, bodies)):
         host = HOST6 if i in (3, 4) else HOST
         flag = 0x30 if len(host) == 20 else 0
-        size = k.write_record(seg, pos, 1, 0, 10 + i, 4096 + pos, flag, bt, host, st, host, 0, 0, body,
+        size = k.write_record(seg, pos, 1, 0, 10 + i, 4096 + pos, flag, born_ts, host, store_ts, host, 0, 0, body,
                               TOPIC.encode(), b"", False)
         k.cq_put(cq, 20 * i, 4096 + pos, size, 0)
         pos += size
