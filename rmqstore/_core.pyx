@@ -2435,18 +2435,23 @@ cdef class Appender:
         self.tags, self.keys, self.uniq = tags, keys, uniq
         return q
 
-    cdef _Queue _encode_row(self, topic, queue_id, tags, keys, uniq, Rec *r):
+    cdef object _queues_of(self, topic):
+        """self.queues[topic], None when unbound (or not a key at all: the
+        step-by-step path then raises the row's error)."""
+        cdef PyObject *o = PyDict_GetItem(self.queues, topic)
+        return None if o is NULL else <object>o
+
+    cdef _Queue _encode_row(self, object by_id, queue_id, tags, keys, uniq, Rec *r):
         """_encode for one row of put_columns: a Message(topic, body,
-        queue_id=..., tags=..., keys=..., unique_key=...) of no other field."""
+        queue_id=..., tags=..., keys=..., unique_key=...) of no other field;
+        *by_id* the topic's bound queues (self.queues[topic], looked up once
+        per call; None when it has none)."""
         cdef PyObject *o
         cdef Py_ssize_t plen = 0
         cdef _Queue q
-        if self.commit_file is None:
+        if self.commit_file is None or by_id is None:
             return None
-        o = PyDict_GetItem(self.queues, topic)
-        if o is NULL:
-            return None
-        o = PyDict_GetItem(<object>o, queue_id)
+        o = PyDict_GetItem(by_id, queue_id)
         if o is NULL:
             return None
         q = <_Queue>o
@@ -2718,8 +2723,9 @@ cdef class Appender:
         cdef Rec r
         cdef Py_ssize_t i = _idx(start), n = len(bodies)
         _check_columns(bodies, queue_ids, tags, keys, unique_keys)
+        by_id = self._queues_of(topic)
         while i < n:
-            if self._encode_row(topic, queue_ids[i], None if tags is None else tags[i],
+            if self._encode_row(by_id, queue_ids[i], None if tags is None else tags[i],
                                 None if keys is None else keys[i],
                                 None if unique_keys is None else unique_keys[i], &r) is None:
                 break
@@ -2747,6 +2753,7 @@ cdef class Appender:
         _i64(store_timestamp)  # TypeError / OverflowError before anything
         if self.commit_file is None or i >= n:
             return i
+        by_id = self._queues_of(topic)
         _init_view(&pv)
         _init_view(&sv)
         _init_view(&ov)
@@ -2763,7 +2770,7 @@ cdef class Appender:
                     body = bodies[i]
                     if not (PyBytes_CheckExact(body) or PyByteArray_CheckExact(body) or PyMemoryView_Check(body)):
                         break
-                    q = self._encode_row(topic, queue_ids[i], None if tags is None else tags[i],
+                    q = self._encode_row(by_id, queue_ids[i], None if tags is None else tags[i],
                                          None if keys is None else keys[i],
                                          None if unique_keys is None else unique_keys[i], &r)
                     if q is None:

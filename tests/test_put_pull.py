@@ -615,3 +615,15 @@ def test_columns_refuse_ragged_columns(k):
             f.ap.put_columns(TOPIC, *args, 0, TS, *out)
     with pytest.raises(ValueError):
         f.ap.put_columns(TOPIC, [b"x"] * 3, [1] * 3, None, None, None, 0, TS, *out)
+
+
+@pytest.mark.parametrize("topic", ["Other", ["not", "hashable"]], ids=["unbound", "unhashable"])
+def test_columns_of_a_topic_with_no_bound_queue_go_step_by_step(k, topic):
+    import numpy as np
+
+    f = Files(k)
+    before = f.state()
+    out = [np.zeros(2, np.int64) for _ in range(3)]
+    assert f.ap.check_columns(topic, [b"x", b"y"], [1, 1], None, None, None, 0) == 0
+    assert f.ap.put_columns(topic, [b"x", b"y"], [1, 1], None, None, None, 0, TS, *out) == 0
+    assert f.state() == before
