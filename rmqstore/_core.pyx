@@ -118,56 +118,71 @@ cdef extern from *:
         Py_INCREF(v);
         *(PyObject **)((char *)obj + off) = v;
     }
-    /* Replace a slot's value (a new reference to *v*; the old one dropped last). */
-    static inline void rmq_replace_slot(PyObject *obj, Py_ssize_t off, PyObject *v) {
-        PyObject **p = (PyObject **)((char *)obj + off);
-        PyObject *old = *p;
-        Py_INCREF(v);
-        *p = v;
-        Py_XDECREF(old);
-    }
-    /* An attribute read site's cache: obj.<name> read at the __slots__
-       offset found for obj's type, while the type is unchanged (its version
-       tag, which any change to it or to a base clears). The store objects
-       the read kernels use (MappedFile, MappedFileQueue, ConsumeQueue,
-       CommitLog, IndexService, IndexFile, ReferenceResource) are slotted;
-       anything else takes the attribute protocol, as does an unset slot. */
+    /* An attribute site's cache: obj.<name> read or written at the
+       __slots__ offset found for obj's type, while the type is unchanged
+       (its version tag, which any change to it or to a base clears). The
+       store objects the kernels use (MappedFile, MappedFileQueue,
+       ConsumeQueue, CommitLog, IndexService, IndexFile, ReferenceResource)
+       are slotted; anything else takes the attribute protocol, as does an
+       unset slot on a read. */
     typedef struct { PyTypeObject *tp; unsigned int tag; Py_ssize_t off; } rmq_attr_cache;
-    static PyObject *rmq_getattr_slow(PyObject *obj, PyObject *name, rmq_attr_cache *c) {
+    /* Fill *c* for obj's type after the protocol read or wrote obj.<name>:
+       kept only for a writable object slot of a type with the generic
+       attribute protocol. -1 with an exception set on a lookup error. */
+    static int rmq_attr_learn(PyObject *obj, PyObject *name, rmq_attr_cache *c) {
         PyTypeObject *tp = Py_TYPE(obj);
-        PyObject *v = PyObject_GetAttr(obj, name), *mro = tp->tp_mro, *d = NULL;
+        PyObject *mro = tp->tp_mro, *d = NULL;
+        PyMemberDef *m;
         Py_ssize_t i;
         c->tp = NULL;
-        if (v == NULL || tp->tp_getattro != PyObject_GenericGetAttr || mro == NULL ||
-                !PyType_HasFeature(tp, Py_TPFLAGS_VALID_VERSION_TAG))
-            return v;
+        if (tp->tp_getattro != PyObject_GenericGetAttr || tp->tp_setattro != PyObject_GenericSetAttr ||
+                mro == NULL || !PyType_HasFeature(tp, Py_TPFLAGS_VALID_VERSION_TAG))
+            return 0;
         for (i = 0; i < PyTuple_GET_SIZE(mro) && d == NULL; i++) {  /* as type lookup finds it */
             PyObject *dict = ((PyTypeObject *)PyTuple_GET_ITEM(mro, i))->tp_dict;
             if (dict != NULL)
                 d = PyDict_GetItemWithError(dict, name);
         }
-        if (d != NULL && Py_IS_TYPE(d, &PyMemberDescr_Type) &&
-                ((PyMemberDescrObject *)d)->d_member->type == T_OBJECT_EX) {
+        if (d == NULL)
+            return PyErr_Occurred() ? -1 : 0;
+        if (!Py_IS_TYPE(d, &PyMemberDescr_Type))
+            return 0;
+        m = ((PyMemberDescrObject *)d)->d_member;
+        if (m->type == T_OBJECT_EX && !(m->flags & READONLY)) {
             c->tp = tp;
             c->tag = tp->tp_version_tag;
-            c->off = ((PyMemberDescrObject *)d)->d_member->offset;
+            c->off = m->offset;
         }
-        if (PyErr_Occurred()) {
-            Py_DECREF(v);
-            return NULL;
-        }
-        return v;
+        return 0;
     }
     static inline PyObject *rmq_getattr(PyObject *obj, PyObject *name, rmq_attr_cache *c) {
         PyTypeObject *tp = Py_TYPE(obj);
+        PyObject *v;
         if (tp == c->tp && tp->tp_version_tag == c->tag) {
-            PyObject *v = *(PyObject **)((char *)obj + c->off);
+            v = *(PyObject **)((char *)obj + c->off);
             if (v != NULL) {
                 Py_INCREF(v);
                 return v;
             }
         }
-        return rmq_getattr_slow(obj, name, c);
+        v = PyObject_GetAttr(obj, name);  /* (also gives the type a version tag) */
+        if (v != NULL && rmq_attr_learn(obj, name, c) < 0)
+            Py_CLEAR(v);
+        return v;
+    }
+    static inline int rmq_setattr(PyObject *obj, PyObject *name, PyObject *v, rmq_attr_cache *c) {
+        PyTypeObject *tp = Py_TYPE(obj);
+        if (tp == c->tp && tp->tp_version_tag == c->tag) {
+            PyObject **p = (PyObject **)((char *)obj + c->off);
+            PyObject *old = *p;
+            Py_INCREF(v);
+            *p = v;
+            Py_XDECREF(old);  /* (dropped last, as the member descriptor does) */
+            return 0;
+        }
+        if (PyObject_SetAttr(obj, name, v) < 0)
+            return -1;
+        return rmq_attr_learn(obj, name, c);
     }
     /* A fresh instance of *tp*, slots unset, no __init__ run. */
     static inline PyObject *rmq_alloc(PyObject *tp) {
@@ -189,7 +204,6 @@ cdef extern from *:
     """
     Py_ssize_t rmq_slot_offset(object descr)
     void rmq_set_slot(object obj, Py_ssize_t off, object value)
-    void rmq_replace_slot(object obj, Py_ssize_t off, object value)
     object rmq_alloc(object tp)
     PyObject *rmq_slot(object obj, Py_ssize_t off)
     object rmq_tuple_as(object tp, tuple items)
@@ -198,6 +212,7 @@ cdef extern from *:
         unsigned int tag
         Py_ssize_t off
     object rmq_getattr(object obj, object name, rmq_attr_cache *c)
+    int rmq_setattr(object obj, object name, object value, rmq_attr_cache *c) except -1
 
 # Same values as rmqstore/_layout.py (checked by tests/test_kernels.py).
 cdef enum:
@@ -1520,10 +1535,10 @@ def cq_scan(buf, start, end, phy_limit=None):
     return p, max_end
 
 
-# an attribute read cache (rmq_getattr) per store attribute the read kernels use
+# an attribute cache (rmq_getattr, rmq_setattr) per store attribute the kernels use
 cdef rmq_attr_cache _AC_EXCL, _AC_CL_QUEUE, _AC_CL_MAXREC, _AC_Q_FILES, _AC_Q_SIZE
 cdef rmq_attr_cache _AC_MF_FROM, _AC_MF_WROTE, _AC_MF_MM
-cdef rmq_attr_cache _AC_CQ_QUEUE, _AC_CQ_MIN, _AC_CQ_TOPIC, _AC_CQ_QID
+cdef rmq_attr_cache _AC_CQ_QUEUE, _AC_CQ_MIN, _AC_CQ_TOPIC, _AC_CQ_QID, _AC_CQ_MAX
 cdef rmq_attr_cache _AC_IX_FILES, _AC_IX_BATCH, _AC_IF_MM, _AC_IF_HSN, _AC_IF_INUM
 
 
@@ -2082,37 +2097,10 @@ cdef int _slot_offsets(object cls, tuple names, Py_ssize_t *out) except -1:
     return 0
 
 
-cdef Py_ssize_t _member(object obj, str name):
-    """The slot offset of *obj*'s writable ``__slots__`` member *name*, -1
-    when it has none (then _get/_set go through the attribute protocol)."""
-    return rmq_slot_offset(getattr(type(obj), name, None))
-
-
-cdef inline object _get(object obj, Py_ssize_t off, str name):
-    """``obj.<name>``, read at slot offset *off* when there is one (the
-    put path's positions: CPython's own slot access, minus the lookups)."""
-    cdef PyObject *v
-    if off >= 0:
-        v = rmq_slot(obj, off)
-        if v is not NULL:
-            return <object>v
-    return getattr(obj, name)  # (AttributeError for an unset slot, as Python's)
-
-
-cdef inline int _set(object obj, Py_ssize_t off, str name, object value) except -1:
-    """``obj.<name> = value``, at slot offset *off* when there is one."""
-    if off >= 0:
-        rmq_replace_slot(obj, off, value)
-    else:
-        setattr(obj, name, value)
-    return 0
-
-
 cdef class _Queue:
     """A ConsumeQueue bound to an Appender: the queue, its last file and
     what stays fixed while that file is the last one."""
     cdef object cq, mf, mm, topic_b, key
-    cdef Py_ssize_t mf_wrote, cq_max  # slot offsets of wrote_position, max_physic_offset
     cdef long long file_from
     cdef Py_ssize_t file_size
     cdef uint32_t key_h0
@@ -2206,7 +2194,6 @@ cdef class Appender:
     cdef bint append_crc, index_enable
     cdef Py_ssize_t max_message_size
     cdef object commit_file, commit_mm
-    cdef Py_ssize_t commit_wrote  # slot offset of commit_file.wrote_position
     cdef long long commit_from
     cdef Py_ssize_t commit_size
     cdef object index_mm
@@ -2255,7 +2242,6 @@ cdef class Appender:
         self.commit_size = _idx(mapped_file.file_size)
         self.commit_mm = mapped_file.mm
         self.commit_file = mapped_file
-        self.commit_wrote = _member(mapped_file, "wrote_position")
 
     def bind_index(self, index_file):
         cdef Py_buffer v
@@ -2281,8 +2267,6 @@ cdef class Appender:
             return
         q = _Queue()
         q.cq, q.mf, q.mm, q.topic_b = consume_queue, mapped_file, mapped_file.mm, topic_bytes
-        q.mf_wrote = _member(mapped_file, "wrote_position")
-        q.cq_max = _member(consume_queue, "max_physic_offset")
         q.file_from = _i64(mapped_file.file_from_offset)
         q.file_size = _idx(mapped_file.file_size)
         q.key_h0 = _java_hash_from(0, topic + "#")
@@ -2529,7 +2513,7 @@ cdef class Appender:
         self.gen += 1
         self.touched = []
         b.ts = _i64(store_timestamp)
-        b.cl_pos = b.cl_pos0 = _idx(_get(self.commit_file, self.commit_wrote, "wrote_position"))
+        b.cl_pos = b.cl_pos0 = _idx(rmq_getattr(self.commit_file, "wrote_position", &_AC_MF_WROTE))
         try:
             if not _get_rw(self.commit_mm, &b.cl):
                 raise TypeError("a bound file is not writable")
@@ -2555,11 +2539,11 @@ cdef class Appender:
         for q in self.touched:
             PyBuffer_Release(&q.buf)
         if b.cl_pos != b.cl_pos0:
-            _set(self.commit_file, self.commit_wrote, "wrote_position", b.cl_pos)
+            rmq_setattr(self.commit_file, "wrote_position", b.cl_pos, &_AC_MF_WROTE)
         for q in self.touched:
             if q.pos != q.pos0:  # (what the call did not write stays as it was)
-                _set(q.mf, q.mf_wrote, "wrote_position", q.pos)
-                _set(q.cq, q.cq_max, "max_physic_offset", q.max_phy)
+                rmq_setattr(q.mf, "wrote_position", q.pos, &_AC_MF_WROTE)
+                rmq_setattr(q.cq, "max_physic_offset", q.max_phy, &_AC_CQ_MAX)
                 self.queue_offsets[q.key] = (q.file_from + q.pos) // CQ_STORE_UNIT_SIZE
         self.touched = None
         return 0
@@ -2581,8 +2565,8 @@ cdef class Appender:
         if self.born_default:
             r.born_timestamp = b.ts
         if q.gen != self.gen:  # the queue's first row in this call (_end releases its bytes)
-            qpos = _idx(_get(q.mf, q.mf_wrote, "wrote_position"))
-            qmax = _i64(_get(q.cq, q.cq_max, "max_physic_offset"))
+            qpos = _idx(rmq_getattr(q.mf, "wrote_position", &_AC_MF_WROTE))
+            qmax = _i64(rmq_getattr(q.cq, "max_physic_offset", &_AC_CQ_MAX))
             if not _get_rw(q.mm, &q.buf):
                 PyBuffer_Release(&q.buf)
                 raise TypeError("a bound file is not writable")
@@ -2675,6 +2659,10 @@ cdef class Appender:
             return None
         if end != NULL:
             end[0] = phy + r.size
+        return self._result(&r, phy)
+
+    cdef object _result(self, Rec *r, long long phy):
+        """The PutMessageResult of the record _row wrote at *phy*."""
         return rmq_tuple_as(self.result_type, (self.ok_status, _hex_id(self.store_host, phy), phy, r.size,
                                                r.queue_offset, r.store_timestamp))
 
@@ -2709,8 +2697,7 @@ cdef class Appender:
                 phy = self._row(&r, q, <object>rmq_slot(msg, self.off[S_BODY]), &b)
                 if phy < 0:
                     break
-                results.append(rmq_tuple_as(self.result_type, (self.ok_status, _hex_id(self.store_host, phy), phy,
-                                                               r.size, r.queue_offset, r.store_timestamp)))
+                results.append(self._result(&r, phy))
                 ts = None
                 i += 1
         finally:

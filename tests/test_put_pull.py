@@ -627,3 +627,30 @@ def test_columns_of_a_topic_with_no_bound_queue_go_step_by_step(k, topic):
     assert f.ap.check_columns(topic, [b"x", b"y"], [1, 1], None, None, None, 0) == 0
     assert f.ap.put_columns(topic, [b"x", b"y"], [1, 1], None, None, None, 0, TS, *out) == 0
     assert f.state() == before
+
+
+def test_put_follows_a_file_type_changed_under_it(k):
+    """The core reads and writes the files' positions at slot offsets it
+    caches per type; a property put over the slot afterwards must take over
+    both, as the attribute protocol does."""
+
+    class Slotted:
+        __slots__ = ("file_from_offset", "file_size", "mm", "wrote_position")
+
+        def __init__(self, ns):
+            for name in self.__slots__:
+                setattr(self, name, getattr(ns, name))
+
+    f, ref = Files(k), Files(k)
+    f.commit, f.cq_file = Slotted(f.commit), Slotted(f.cq_file)
+    f.ap.bind_commit_log(f.commit)
+    f.ap.bind_queue(TOPIC, 1, TOPIC.encode(), f.cq, f.cq_file)
+    msgs = [Message(TOPIC, b"m%d" % i, queue_id=1) for i in range(3)]
+    want = [ref.ap.put(m, TS + i) for i, m in enumerate(msgs)]  # (first: puts on other types reset the cache)
+    assert f.ap.put(msgs[0], TS) == want[0]  # the offsets are cached now
+    kept = {id(x): x.wrote_position for x in (f.commit, f.cq_file)}
+    Slotted.wrote_position = property(lambda self: kept[id(self)], lambda self, v: kept.__setitem__(id(self), v))
+    for i, m in enumerate(msgs[1:], 1):
+        assert f.ap.put(m, TS + i) == want[i]
+    assert [kept[id(f.commit)], kept[id(f.cq_file)]] == [ref.commit.wrote_position, ref.cq_file.wrote_position]
+    assert bytes(f.commit.mm) == bytes(ref.commit.mm) and bytes(f.cq_file.mm) == bytes(ref.cq_file.mm)
