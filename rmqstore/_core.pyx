@@ -188,17 +188,23 @@ cdef extern from *:
     static inline PyObject *rmq_alloc(PyObject *tp) {
         return ((PyTypeObject *)tp)->tp_alloc((PyTypeObject *)tp, 0);
     }
-    /* An instance of the tuple subclass *tp* holding the items of *items*,
-       without calling its Python-level __new__. */
-    static PyObject *rmq_tuple_as(PyObject *tp, PyObject *items) {
-        Py_ssize_t i, n = PyTuple_GET_SIZE(items);
-        PyObject *r = ((PyTypeObject *)tp)->tp_alloc((PyTypeObject *)tp, n);
+    /* An instance of the 6-tuple subclass *tp* of items a..f, without
+       calling its Python-level __new__. With *untrack* the GC stops tracking
+       it: a tuple of immutable fields in a type with no __dict__ can join no
+       cycle worth collecting, and a batch's results would otherwise be
+       traversed by every young collection while the batch runs. */
+    static PyObject *rmq_tuple6(PyObject *tp, int untrack, PyObject *a, PyObject *b, PyObject *c,
+                                PyObject *d, PyObject *e, PyObject *f) {
+        PyObject *items[6] = {a, b, c, d, e, f};
+        PyObject *r = ((PyTypeObject *)tp)->tp_alloc((PyTypeObject *)tp, 6);
+        int i;
         if (r == NULL) return NULL;
-        for (i = 0; i < n; i++) {
-            PyObject *v = PyTuple_GET_ITEM(items, i);
-            Py_INCREF(v);
-            PyTuple_SET_ITEM(r, i, v);
+        for (i = 0; i < 6; i++) {
+            Py_INCREF(items[i]);
+            PyTuple_SET_ITEM(r, i, items[i]);
         }
+        if (untrack && PyObject_GC_IsTracked(r))
+            PyObject_GC_UnTrack(r);
         return r;
     }
     """
@@ -206,7 +212,7 @@ cdef extern from *:
     void rmq_set_slot(object obj, Py_ssize_t off, object value)
     object rmq_alloc(object tp)
     PyObject *rmq_slot(object obj, Py_ssize_t off)
-    object rmq_tuple_as(object tp, tuple items)
+    object rmq_tuple6(object tp, int untrack, object a, object b, object c, object d, object e, object f)
     ctypedef struct rmq_attr_cache:
         void *tp
         unsigned int tag
@@ -2191,7 +2197,7 @@ cdef class Appender:
     # Docstrings: see _pure.Appender (the semantics), as for every kernel.
     cdef object message_type, result_type, ok_status, store_host, queue_offsets
     cdef dict queues
-    cdef bint append_crc, index_enable
+    cdef bint append_crc, index_enable, untrack_results
     cdef Py_ssize_t max_message_size
     cdef object commit_file, commit_mm
     cdef long long commit_from
@@ -2225,6 +2231,9 @@ cdef class Appender:
         _slot_offsets(message_type, _SLOTS, self.off)
         self.message_type = message_type
         self.result_type = result_type
+        # results of a type without __dict__ hold ints, the msgId and the one
+        # shared status: nothing a cycle can pass through (see rmq_tuple6)
+        self.untrack_results = result_type.__basicsize__ == tuple.__basicsize__ and result_type.__dictoffset__ == 0
         self.ok_status = ok_status
         self.store_host = store_host
         self.append_crc = append_crc
@@ -2663,8 +2672,8 @@ cdef class Appender:
 
     cdef object _result(self, Rec *r, long long phy):
         """The PutMessageResult of the record _row wrote at *phy*."""
-        return rmq_tuple_as(self.result_type, (self.ok_status, _hex_id(self.store_host, phy), phy, r.size,
-                                               r.queue_offset, r.store_timestamp))
+        return rmq_tuple6(self.result_type, self.untrack_results, self.ok_status, _hex_id(self.store_host, phy),
+                          phy, r.size, r.queue_offset, r.store_timestamp)
 
     def put_batch(self, msgs, start, clock, list results not None):
         cdef Rec r
