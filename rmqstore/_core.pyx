@@ -17,7 +17,7 @@ written: TypeError unless an int, OverflowError outside the field's width.
 cimport cython
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.limits cimport LLONG_MAX, LLONG_MIN
-from libc.stdlib cimport free, malloc, realloc
+from libc.stdlib cimport calloc, free, malloc, realloc
 from libc.string cimport memchr, memcmp, memcpy, memmove, memset
 from posix.time cimport CLOCK_REALTIME, clock_gettime, timespec
 from cpython.buffer cimport PyBUF_SIMPLE, PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
@@ -29,7 +29,9 @@ from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython.number cimport PyNumber_Index
 from cpython.dict cimport PyDict_CheckExact, PyDict_GetItem, PyDict_GetItemWithError, PyDict_Next
 from cpython.object cimport PyObject_IsTrue
-from cpython.ref cimport PyObject
+from cpython.ref cimport Py_INCREF, Py_XDECREF, PyObject
+from cpython.long cimport PyLong_CheckExact
+from cpython.tuple cimport PyTuple_GET_ITEM
 from cpython.unicode cimport PyUnicode_AsUTF8AndSize, PyUnicode_CheckExact
 
 import weakref
@@ -2110,6 +2112,7 @@ cdef class _Queue:
     cdef long long file_from
     cdef Py_ssize_t file_size
     cdef uint32_t key_h0
+    cdef bint dead  # rebound or unbound since: encodings made for it are stale
     # within one put call (gen == the Appender's): the file's bytes, its write
     # position and max physical offset, written back when the call ends
     cdef long long gen, max_phy
@@ -2128,6 +2131,84 @@ cdef struct _Batch:
     Py_buffer cl, ix
     Py_ssize_t cl_pos, cl_pos0
     long long ts
+
+
+cdef struct _Enc:
+    # one message as Appender.check_all encoded it (q NULL: refused); the
+    # objects are strong references, so the message may change meanwhile
+    PyObject *q
+    PyObject *tags
+    PyObject *keys
+    PyObject *uniq
+    PyObject *body
+    long long prepared, born_timestamp
+    Py_ssize_t props_at, props_len  # the property blob, in _Encoded.blobs
+    int sys_flag, queue_id, flag, reconsume_times
+    bint born_default
+
+
+@cython.final
+@cython.auto_pickle(False)
+cdef class _Encoded:
+    """What Appender.check_all encoded of one list of messages, for
+    put_batch on the same list: a batch's messages are encoded once."""
+    cdef tuple msgs  # the list's items as checked
+    cdef _Enc *e
+    cdef Py_ssize_t n
+    cdef unsigned char *blobs  # the property blobs, back to back
+    cdef Py_ssize_t blobs_len, blobs_cap
+
+    def __dealloc__(self):
+        cdef Py_ssize_t i
+        if self.e != NULL:
+            for i in range(self.n):
+                Py_XDECREF(self.e[i].q)
+                Py_XDECREF(self.e[i].tags)
+                Py_XDECREF(self.e[i].keys)
+                Py_XDECREF(self.e[i].uniq)
+                Py_XDECREF(self.e[i].body)
+        free(self.e)
+        free(self.blobs)
+
+    cdef int _start(self, list msgs) except -1:
+        self.msgs = tuple(msgs)
+        self.e = <_Enc *>calloc(len(self.msgs) + 1, sizeof(_Enc))
+        self.blobs_cap = 256
+        self.blobs = <unsigned char *>malloc(self.blobs_cap)
+        if self.e == NULL or self.blobs == NULL:
+            raise MemoryError()
+        self.n = len(self.msgs)
+        return 0
+
+    cdef int _keep(self, Py_ssize_t i, Rec *r, bint born_default, _Queue q, tags, keys, uniq, body) except -1:
+        """Entry *i*: _encode's fields in *r*, its blob copied here."""
+        cdef _Enc *e = &self.e[i]
+        cdef Py_ssize_t cap = self.blobs_cap
+        cdef unsigned char *p
+        if self.blobs_len + r.props_len > cap:
+            while self.blobs_len + r.props_len > cap:
+                cap *= 2
+            p = <unsigned char *>realloc(self.blobs, cap)
+            if p == NULL:
+                raise MemoryError()
+            self.blobs, self.blobs_cap = p, cap
+        memcpy(self.blobs + self.blobs_len, r.props, r.props_len)
+        e.props_at, e.props_len = self.blobs_len, r.props_len
+        self.blobs_len += r.props_len
+        e.sys_flag, e.queue_id, e.flag, e.reconsume_times = r.sys_flag, r.queue_id, r.flag, r.reconsume_times
+        e.prepared, e.born_timestamp, e.born_default = r.prepared, r.born_timestamp, born_default
+        Py_INCREF(q)
+        Py_INCREF(tags)
+        Py_INCREF(keys)
+        Py_INCREF(uniq)
+        Py_INCREF(body)
+        e.q, e.tags, e.keys, e.uniq, e.body = <PyObject *>q, <PyObject *>tags, <PyObject *>keys, \
+            <PyObject *>uniq, <PyObject *>body
+        return 0
+
+
+cdef inline bint _str_or_none(PyObject *o) noexcept:
+    return o == <PyObject *>None or PyUnicode_CheckExact(<object>o)
 
 
 cdef inline bint _is(const char *p, Py_ssize_t n, const char *name, Py_ssize_t m) noexcept:
@@ -2271,8 +2352,10 @@ cdef class Appender:
         if not PyBytes_CheckExact(topic_bytes):
             raise TypeError("topic_bytes must be bytes")
         by_id = self.queues.setdefault(topic, {})
+        old = by_id.pop(queue_id, None)
+        if old is not None:
+            (<_Queue>old).dead = True
         if mapped_file is None:
-            by_id.pop(queue_id, None)
             return
         q = _Queue()
         q.cq, q.mf, q.mm, q.topic_b = consume_queue, mapped_file, mapped_file.mm, topic_bytes
@@ -2283,6 +2366,9 @@ cdef class Appender:
         by_id[queue_id] = q
 
     def unbind(self):
+        for by_id in self.queues.values():
+            for old in by_id.values():
+                (<_Queue>old).dead = True
         self.queues.clear()
         self.commit_file = self.commit_mm = self.index_mm = None
 
@@ -2337,6 +2423,15 @@ cdef class Appender:
             v[i] = rmq_slot(msg, self.off[i])
             if v[i] is NULL:
                 return None
+        # v[] is borrowed: exact types only below, so that no Python code
+        # (a __hash__, __index__ or __ne__) can run and replace a slot
+        if not PyUnicode_CheckExact(<object>v[S_TOPIC]) or not PyLong_CheckExact(<object>v[S_QUEUE_ID]) or \
+                not PyLong_CheckExact(<object>v[S_SYS_FLAG]) or not PyLong_CheckExact(<object>v[S_FLAG]) or \
+                not PyLong_CheckExact(<object>v[S_RECONSUME]) or not PyLong_CheckExact(<object>v[S_PREPARED]) or \
+                not (<object>v[S_BORN_TS] is None or PyLong_CheckExact(<object>v[S_BORN_TS])):
+            return None
+        if not (_str_or_none(v[S_TAGS]) and _str_or_none(v[S_KEYS]) and _str_or_none(v[S_UNIQ])):
+            return None
         o = PyDict_GetItem(self.queues, <object>v[S_TOPIC])
         if o is NULL:
             return None
@@ -2404,13 +2499,14 @@ cdef class Appender:
                 plen = self._pair(plen, "UNIQ_KEY", uniq)
         except (UnicodeError, TypeError):
             return None
-        return None if plen < 0 else self._finish(r, plen, q, tags, keys, uniq)
+        return None if plen < 0 else self._finish(r, self.scratch, plen, q, tags, keys, uniq)
 
-    cdef _Queue _finish(self, Rec *r, Py_ssize_t plen, _Queue q, object tags, object keys, object uniq):
-        """The Rec fields both encoders share, once the property blob of
-        *plen* bytes is in scratch, and the tags, keys and unique key kept
-        for _row: *q*, or None where the step-by-step path must go."""
-        r.props = self.scratch
+    cdef _Queue _finish(self, Rec *r, const unsigned char *props, Py_ssize_t plen, _Queue q, object tags,
+                        object keys, object uniq):
+        """The Rec fields every encoding shares, given the property blob of
+        *plen* bytes at *props*, and the tags, keys and unique key kept for
+        _row: *q*, or None where the step-by-step path must go."""
+        r.props = props
         r.props_len = r.props_field = plen
         r.append_crc = self.append_crc
         r.sep = r.append_crc and plen > 0 and r.props[plen - 1] != 2
@@ -2477,7 +2573,7 @@ cdef class Appender:
                 plen = self._pair(plen, "UNIQ_KEY", uniq, True)
         except UnicodeError:
             return None
-        return None if plen < 0 else self._finish(r, plen, q, tags, keys, uniq)
+        return None if plen < 0 else self._finish(r, self.scratch, plen, q, tags, keys, uniq)
 
     cdef inline Py_ssize_t _size(self, Rec *r) noexcept:
         return 68 + r.bw + r.sw + 4 + r.body_len + (2 if r.v2 else 1) + r.topic_len + 2 + r.props_field
@@ -2495,12 +2591,25 @@ cdef class Appender:
     def check_all(self, msgs):
         cdef list refused = []
         cdef Py_ssize_t i
+        cdef Rec r
+        cdef _Queue q
+        cdef _Encoded enc = _Encoded.__new__(_Encoded)
         if not PyList_CheckExact(msgs):
             raise TypeError("msgs must be a list")
-        for i in range(PyList_GET_SIZE(msgs)):
-            if not self._check(msgs[i]):
+        enc._start(msgs)
+        for i in range(enc.n):
+            msg = enc.msgs[i]
+            q = self._encode(msg, &r)
+            if q is not None:
+                body = <object>rmq_slot(msg, self.off[S_BODY])
+                if self._fits(&r, body):
+                    enc._keep(i, &r, self.born_default, q, self.tags, self.keys, self.uniq, body)
+                else:
+                    q = None
+            self.tags = self.keys = self.uniq = None
+            if q is None:
                 refused.append(i)
-        return refused
+        return refused, enc
 
     cdef bint _fits(self, Rec *r, object body) except -1:
         """Whether the encoded record with *body* is one a put may take: a
@@ -2675,16 +2784,24 @@ cdef class Appender:
         return rmq_tuple6(self.result_type, self.untrack_results, self.ok_status, _hex_id(self.store_host, phy),
                           phy, r.size, r.queue_offset, r.store_timestamp)
 
-    def put_batch(self, msgs, start, clock, list results not None):
+    def put_batch(self, msgs, start, clock, list results not None, encoded=None):
         cdef Rec r
         cdef _Batch b
         cdef _Queue q
+        cdef _Enc *e
+        cdef _Encoded enc = None
         cdef Py_ssize_t i = _idx(start), n
         cdef long long phy, t
         cdef bint began = False
         if not PyList_CheckExact(msgs):
             raise TypeError("msgs must be a list")
+        if encoded is not None:
+            if type(encoded) is not _Encoded:
+                raise TypeError("encoded must be what check_all returned")
+            enc = encoded
         n = PyList_GET_SIZE(msgs)
+        if enc is not None and enc.n != n:
+            enc = None  # (another list's)
         if self.commit_file is None or i >= n:
             return i, None
         ts = None
@@ -2692,7 +2809,19 @@ cdef class Appender:
             while i < n:
                 msg = msgs[i]
                 ts = _wall_ms() if clock is None else clock()
-                q = self._encode(msg, &r)
+                # check_all's encoding while it holds: the same message, its
+                # queue still bound to the same files; else encoded afresh
+                e = NULL if enc is None or <PyObject *>msg != PyTuple_GET_ITEM(enc.msgs, i) else &enc.e[i]
+                if e != NULL and e.q != NULL and not (<_Queue>e.q).dead:
+                    r.sys_flag, r.queue_id, r.flag, r.reconsume_times = e.sys_flag, e.queue_id, e.flag, \
+                        e.reconsume_times
+                    r.prepared, r.born_timestamp, self.born_default = e.prepared, e.born_timestamp, e.born_default
+                    q = self._finish(&r, enc.blobs + e.props_at, e.props_len, <_Queue>e.q, <object>e.tags,
+                                     <object>e.keys, <object>e.uniq)
+                    body = <object>e.body
+                else:
+                    q = self._encode(msg, &r)
+                    body = None if q is None else <object>rmq_slot(msg, self.off[S_BODY])
                 if q is None:
                     break
                 try:
@@ -2703,7 +2832,7 @@ cdef class Appender:
                     self._begin(&b, t)
                     began = True
                 b.ts = t
-                phy = self._row(&r, q, <object>rmq_slot(msg, self.off[S_BODY]), &b)
+                phy = self._row(&r, q, body, &b)
                 if phy < 0:
                     break
                 results.append(self._result(&r, phy))

@@ -1097,6 +1097,16 @@ def _int(value, bits: int) -> int:
 # the Message slots the put path reads (Message.__slots__ names)
 _SLOTS = ("topic", "body", "queue_id", "flag", "tags", "keys", "unique_key", "properties", "born_timestamp",
           "born_host", "store_host", "reconsume_times", "sys_flag", "prepared_transaction_offset")
+_INT_SLOTS = ("queue_id", "flag", "reconsume_times", "sys_flag", "prepared_transaction_offset")
+
+
+class _Encoded:
+    """What Appender.check_all encoded of one list of messages."""
+
+    __slots__ = ("msgs", "encodings")
+
+    def __init__(self, msgs: tuple, encodings: list):
+        self.msgs, self.encodings = msgs, encodings
 
 
 class Appender:
@@ -1237,18 +1247,24 @@ class Appender:
 
     def _encode(self, msg: Any):
         """What a put takes from the message alone, or None when it is not
-        for this path: (key, topic_b, cq, cmf, fields, blob, props_field,
-        tags, index_keys, body_len)."""
+        for this path: (key, bound, sys_flag, fields, blob, tags,
+        index_keys, body, body_len, size), *bound* the queue's binding."""
         if self._commit is None or type(msg) is not self._message_type:
             return None  # (subclasses may redefine attributes: step by step)
         try:
-            key = (msg.topic, msg.queue_id)
-            bound = self._queues.get(key)
-            if bound is None or msg.born_host is not None or msg.store_host is not None:
-                return None
             for name in _SLOTS:
                 getattr(msg, name)
         except AttributeError:  # a slot never set
+            return None
+        # exact types only (the core reads the slots without a reference
+        # of its own, so no user code may run mid-encode); others go step by step
+        if type(msg.topic) is not str or any(type(getattr(msg, n)) is not int for n in _INT_SLOTS) or \
+                not (msg.born_timestamp is None or type(msg.born_timestamp) is int) or \
+                any(v is not None and type(v) is not str for v in (msg.tags, msg.keys, msg.unique_key)):
+            return None
+        key = (msg.topic, msg.queue_id)
+        bound = self._queues.get(key)
+        if bound is None or msg.born_host is not None or msg.store_host is not None:
             return None
         try:
             sys_flag = _int(msg.sys_flag, 32) & ~(BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG)
@@ -1278,29 +1294,38 @@ class Appender:
                 index_keys.append(uniq)
             if keys:
                 index_keys += [x for x in keys.split(" ") if x]
+        body = msg.body
         try:
-            body_len = memoryview(msg.body).nbytes
+            body_len = memoryview(body).nbytes
         except (TypeError, BufferError):
             return None
-        topic_b, cq, cmf = bound
+        topic_b = bound[0]
         size = record_size(sys_flag, body_len, len(topic_b), props_field, len(topic_b) > MAX_TOPIC_LENGTH_V1)
-        return key, topic_b, cq, cmf, sys_flag, fields, blob, tags, index_keys, body_len, size
+        return key, bound, sys_flag, fields, blob, tags, index_keys, body, body_len, size
+
+    def _checked(self, msg: Any):
+        """_encode's tuple for a message :meth:`check` takes, else None."""
+        e = self._encode(msg)
+        return e if e is not None and e[8] <= self._max_message_size and e[9] + 8 <= self._commit.file_size else None
 
     def check(self, msg: Any) -> bool:
         """True when ``put`` takes *msg* wherever the files stand, that is:
         the message is valid and fits in an empty CommitLog file (for
         callers that validate a batch before writing any of it)."""
-        e = self._encode(msg)
-        return e is not None and e[9] <= self._max_message_size and e[10] + 8 <= self._commit.file_size
+        return self._checked(msg) is not None
 
-    def check_all(self, msgs) -> list:
-        """The indices of the messages of the list *msgs* that :meth:`check`
-        refuses, in order (TypeError unless a list)."""
+    def check_all(self, msgs) -> tuple:
+        """:meth:`check` of each message of the list *msgs* (TypeError unless
+        a list): ``(the indices it refuses, in order, what it encoded)``.
+        Pass the second to :meth:`put_batch` on the same list, which then
+        encodes each message no second time: a message is read once, when
+        checked."""
         if type(msgs) is not list:
             raise TypeError("msgs must be a list")
-        return [i for i, m in enumerate(msgs) if not self.check(m)]
+        enc = _Encoded(tuple(msgs), [self._checked(m) for m in msgs])
+        return [i for i, e in enumerate(enc.encodings) if e is None], enc
 
-    def put_batch(self, msgs, start, clock, results: list):
+    def put_batch(self, msgs, start, clock, results: list, encoded=None):
         """:meth:`put` of ``msgs[start:]`` (a list) in order, each stamped by
         one reading of *clock* (None: the wall clock, ms since the epoch)
         taken before its put, each result appended to *results*. Stops at
@@ -1308,15 +1333,27 @@ class Appender:
         reading it got)`` for the step-by-step path to use;
         ``(len(msgs), None)`` when none declines, ``(start, None)`` with no
         bound CommitLog file. One put call's semantics per message: the
-        core holds the files' bytes once for the whole batch."""
+        core holds the files' bytes once for the whole batch.
+
+        *encoded* (None, or :meth:`check_all`'s second result for this
+        list): a message still at its index whose queue is bound as it was
+        when checked is written as it was encoded then; any other is
+        encoded afresh. TypeError for anything else."""
         if type(msgs) is not list:
             raise TypeError("msgs must be a list")
+        if encoded is not None and type(encoded) is not _Encoded:
+            raise TypeError("encoded must be what check_all returned")
+        enc = encoded if encoded is not None and len(encoded.msgs) == len(msgs) else None
         i = operator.index(start)
         if self._commit is None or i >= len(msgs):
             return i, None
         while i < len(msgs):
             ts = _wall_ms() if clock is None else clock()
-            r = self.put(msgs[i], ts)
+            msg = msgs[i]
+            e = enc.encodings[i] if enc is not None and msg is enc.msgs[i] else None
+            if e is None or self._queues.get(e[0]) is not e[1]:
+                e = self._encode(msg)
+            r = None if e is None else self._write(e, ts)
             if r is None:
                 return i, ts
             results.append(r)
@@ -1325,9 +1362,13 @@ class Appender:
 
     def put(self, msg: Any, store_timestamp):
         e = self._encode(msg)
-        if e is None:
+        return None if e is None else self._write(e, store_timestamp)
+
+    def _write(self, e: tuple, store_timestamp):
+        """put of what _encode made of a message."""
+        key, (topic_b, cq, cmf), sys_flag, fields, blob, tags, index_keys, body, body_len, size = e
+        if self._index_enable and self._index is None:
             return None
-        key, topic_b, cq, cmf, sys_flag, fields, blob, tags, index_keys, body_len, size = e
         queue_id, flag, reconsume, prepared, born_ts = fields
         try:
             store_ts = _int(store_timestamp, 64)
@@ -1356,7 +1397,7 @@ class Appender:
         host = self._store_host
         wrote = append_dispatch(
             mf.mm, pos, queue_id, flag, qo, phy, sys_flag, born_ts, host, store_ts, host, reconsume, prepared,
-            msg.body, topic_b, blob, self._append_crc, cmf.mm, cq_pos, java_hash(tags) if tags else 0,
+            body, topic_b, blob, self._append_crc, cmf.mm, cq_pos, java_hash(tags) if tags else 0,
             None if index is None else index.mm, 0 if index is None else index.hash_slot_num,
             0 if index is None else index.index_num, key[0] + "#", index_keys,
         )

@@ -1215,10 +1215,12 @@ class MessageStore:
             self._refuse_if_disk_full()
         fast = self._fast
         msgs = list(msgs)
-        # validated first: the Appender vouches for what it encodes itself,
-        # _prepare checks (and encodes) the rest
+        # validated first: the Appender vouches for what it encodes itself
+        # (and keeps the encoding for put_batch), _prepare checks and encodes
+        # the rest
+        refused, encoded = (range(len(msgs)), None) if fast is None else fast.check_all(msgs)
         prepared: list = [None] * len(msgs)
-        for i in range(len(msgs)) if fast is None else fast.check_all(msgs):
+        for i in refused:
             prepared[i] = self._prepare(msgs[i])
         with self._lock:
             self._ensure_open()
@@ -1226,7 +1228,7 @@ class MessageStore:
             w0 = self._written_end
             try:
                 if fast is not None and not self._pending:
-                    results = self._append_batch(fast, msgs, prepared)
+                    results = self._append_batch(fast, msgs, prepared, encoded)
                 else:
                     results = [self._append(p or self._prepare(m)) for m, p in zip(msgs, prepared)]
             except DiskFullError as e:
@@ -1241,17 +1243,18 @@ class MessageStore:
             self._commit(results[-1].wrote_offset + results[-1].wrote_bytes)
         return results
 
-    def _append_batch(self, fast, msgs, prepared) -> list:
+    def _append_batch(self, fast, msgs, prepared, encoded) -> list:
         """put_messages' appends under ASYNC_FLUSH (append lock held): the
-        Appender's put_batch as far as it goes, step by step where it
-        declines (then dispatched at once and the Appender rebound, as in
-        put_message), one clock reading per message either way."""
+        Appender's put_batch as far as it goes (with check_all's
+        *encoded*), step by step where it declines (then dispatched at once
+        and the Appender rebound, as in put_message), one clock reading per
+        message either way."""
         results: list = []
         clock = self._kernel_clock
         i = 0
         while True:
             done = len(results)
-            i, store_ts = fast.put_batch(msgs, i, clock, results)  # as far as the Appender goes
+            i, store_ts = fast.put_batch(msgs, i, clock, results, encoded)  # as far as the Appender goes
             if len(results) > done:  # (the Appender dispatches what it writes)
                 self._last_logics_ts = results[-1][5]
             if i >= len(msgs):

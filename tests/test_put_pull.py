@@ -131,8 +131,9 @@ def test_put_batch_writes_what_puts_write(k, index):
     assert next(readings) == TS + len(MESSAGES)  # one reading per message
 
 
+@pytest.mark.parametrize("checked", [False, True], ids=["", "checked"])
 @pytest.mark.parametrize("why", ["declined", "file full", "bad clock", "no index file"])
-def test_put_batch_stops_where_put_declines(k, why):
+def test_put_batch_stops_where_put_declines(k, why, checked):
     """Stops at the first message put declines, handing back its index and
     the clock reading it took; what came before is written, nothing after."""
     f, ref = Files(k), Files(k)
@@ -150,11 +151,13 @@ def test_put_batch_stops_where_put_declines(k, why):
         readings[stop] = "not a time"
     clock = iter(readings)
     results: list = []
-    assert f.ap.put_batch(msgs, 0, lambda: next(clock), results) == (stop, readings[stop])
+    enc = f.ap.check_all(msgs)[1] if checked else None
+    assert f.ap.put_batch(msgs, 0, lambda: next(clock), results, enc) == (stop, readings[stop])
     assert results == [ref.ap.put(m, TS + i) for i, m in enumerate(msgs[:stop])]
     assert f.state() == ref.state()
     if why != "no index file":
-        assert f.ap.put_batch(msgs, stop + 1, lambda: next(clock), results)[0] == (stop + 1 if why == "file full" else 8)
+        got = f.ap.put_batch(msgs, stop + 1, lambda: next(clock), results, enc)[0]
+        assert got == (stop + 1 if why == "file full" else 8)
 
 
 def test_put_batch_reads_the_wall_clock_and_refuses_bad_arguments(k):
@@ -173,6 +176,78 @@ def test_put_batch_reads_the_wall_clock_and_refuses_bad_arguments(k):
     f.ap.unbind()
     assert f.ap.put_batch(MESSAGES, 0, None, results) == (0, None)  # no CommitLog file: no reading either
     assert len(results) == 2
+
+
+@pytest.mark.parametrize("host", [HOST, HOST6], ids=["v4", "v6"])
+@pytest.mark.parametrize("append_crc", [False, True], ids=["", "crc"])
+@pytest.mark.parametrize("index", [True, False], ids=["index", "no-index"])
+def test_put_batch_writes_what_check_all_encoded(k, host, append_crc, index):
+    """Given check_all's encodings, put_batch writes what one put per
+    message writes, without encoding a message twice."""
+    fast, slow = Files(k, host, append_crc, index), Files(k, host, append_crc, index)
+    msgs = list(MESSAGES)
+    refused, enc = fast.ap.check_all(msgs)
+    assert refused == []
+    readings = iter(range(TS, TS + 100))
+    results: list = []
+    assert fast.ap.put_batch(msgs, 0, lambda: next(readings), results, enc) == (len(msgs), None)
+    assert results == [slow.ap.put(m, TS + i) for i, m in enumerate(msgs)]
+    assert fast.state() == slow.state()
+
+
+def test_a_checked_message_is_written_as_checked(k):
+    """With check_all's encodings each message is read once, when checked:
+    changing it afterwards changes nothing written, and a message put in
+    its place in the list is encoded afresh."""
+    f, ref = Files(k), Files(k)
+    msgs = [Message(TOPIC, b"one", queue_id=1, tags="A", keys="k1 k2"), Message(TOPIC, b"two", queue_id=1),
+            Message(TOPIC, b"three", queue_id=1)]
+    expected = [Message(TOPIC, b"one", queue_id=1, tags="A", keys="k1 k2"), msgs[1],
+                Message(TOPIC, b"other", queue_id=1, unique_key="U")]
+    _, enc = f.ap.check_all(msgs)
+    msgs[0].tags, msgs[0].keys, msgs[0].body, msgs[0].flag = "changed", None, b"a longer body", 9
+    msgs[2] = expected[2]
+    results: list = []
+    assert f.ap.put_batch(msgs, 0, lambda: TS, results, enc) == (3, None)
+    assert results == [ref.ap.put(m, TS) for m in expected]
+    assert f.state() == ref.state()
+
+
+@pytest.mark.parametrize("change", ["queue rebound", "queue unbound", "index unbound", "other list"])
+def test_check_all_encodings_follow_the_bindings(k, change):
+    """An encoding made for a queue since rebound is made afresh (and goes
+    where the new binding says); one for a list of another length is not
+    used at all."""
+    f = Files(k)
+    msgs = [Message(TOPIC, b"m%d" % i, queue_id=1, keys=f"k{i}") for i in range(3)]
+    _, enc = f.ap.check_all(msgs[:2] if change == "other list" else msgs)
+    last = SimpleNamespace(mm=bytearray(CQ_SIZE), file_from_offset=CQ_SIZE, file_size=CQ_SIZE, wrote_position=20)
+    if change == "queue rebound":  # a new last file, at queue offset 11
+        f.ap.bind_queue(TOPIC, 1, TOPIC.encode(), f.cq, last)
+    elif change == "queue unbound":
+        f.ap.bind_queue(TOPIC, 1, TOPIC.encode(), f.cq, None)
+    elif change == "index unbound":
+        f.ap.bind_index(None)
+    before = f.state()
+    results: list = []
+    got = f.ap.put_batch(msgs, 0, lambda: TS, results, enc)
+    if change in ("queue unbound", "index unbound"):
+        assert got == (0, TS) and f.state() == before
+        return
+    assert got == (3, None)
+    if change == "queue rebound":
+        assert [r.queue_offset for r in results] == [11, 12, 13]
+        assert (last.wrote_position, f.cq_file.wrote_position) == (80, 60)
+    else:
+        assert [r.queue_offset for r in results] == [3, 4, 5]
+
+
+def test_put_batch_refuses_foreign_encodings(k):
+    f = Files(k)
+    for wrong in (object(), ([], None), [None] * len(MESSAGES)):
+        with pytest.raises(TypeError):
+            f.ap.put_batch(list(MESSAGES), 0, None, [], wrong)
+    assert f.commit.wrote_position == 100
 
 
 def test_core_results_leave_the_gc_alone_unless_their_type_has_a_dict():
@@ -208,12 +283,14 @@ def test_check_all_lists_what_check_refuses(k):
     f = Files(k, max_message_size=100)
     msgs = [Message(TOPIC, b"ok", queue_id=1), Message(TOPIC, bytes(101), queue_id=1),
             Message(TOPIC, b"ok", queue_id=2), Message(TOPIC, b"ok", queue_id=1)]
-    assert f.ap.check_all(msgs) == [i for i, m in enumerate(msgs) if not f.ap.check(m)] == [1, 2]
+    refused, _ = f.ap.check_all(msgs)
+    assert refused == [i for i, m in enumerate(msgs) if not f.ap.check(m)] == [1, 2]
 
 
 @pytest.mark.parametrize("case", [
     "not a message", "subclass", "unset slot", "unbound queue", "born host", "store host", "prepared", "rollback", "tags twice",
     "non-str property", "property dict subclass", "too large", "properties too long", "int field", "body type",
+    "int subclass field", "str subclass tags",
 ])
 def test_declines_for_the_step_by_step_path(k, case):
     f = Files(k)
@@ -248,6 +325,10 @@ def test_declines_for_the_step_by_step_path(k, case):
         msg.flag = 1 << 31
     elif case == "body type":
         msg.body = "text"
+    elif case == "int subclass field":  # (exact types only: no user code runs mid-encode)
+        msg.flag = type("I", (int,), {})(1)
+    elif case == "str subclass tags":
+        msg.tags = type("S", (str,), {})("T")
     before = f.state()
     assert not f.ap.check(msg)
     assert f.ap.put(msg, TS) is None
