@@ -245,7 +245,8 @@ class Appender:
         keys: list[str | None] | None,
         unique_keys: list[str | None] | None,
         start: int,
-    ) -> int: ...
+        encoded: object = None,
+    ) -> tuple[int, object]: ...
     def put_columns(
         self,
         topic: str,
@@ -259,6 +260,7 @@ class Appender:
         physical_offsets: WriteableBuffer,
         sizes: WriteableBuffer,
         queue_offsets: WriteableBuffer,
+        encoded: object = None,
     ) -> int: ...
 
 

@@ -2150,9 +2150,11 @@ cdef struct _Enc:
 @cython.final
 @cython.auto_pickle(False)
 cdef class _Encoded:
-    """What Appender.check_all encoded of one list of messages, for
-    put_batch on the same list: a batch's messages are encoded once."""
-    cdef tuple msgs  # the list's items as checked
+    """What Appender.check_all encoded of one list of messages (or
+    check_columns of one set of columns), for put_batch (put_columns) on the
+    same: a batch's messages are encoded once."""
+    cdef object of  # the list's items as checked (a tuple), or the bodies column
+    cdef object topic  # the columns' topic
     cdef _Enc *e
     cdef Py_ssize_t n
     cdef unsigned char *blobs  # the property blobs, back to back
@@ -2170,18 +2172,19 @@ cdef class _Encoded:
         free(self.e)
         free(self.blobs)
 
-    cdef int _start(self, list msgs) except -1:
-        self.msgs = tuple(msgs)
-        self.e = <_Enc *>calloc(len(self.msgs) + 1, sizeof(_Enc))
+    cdef int _start(self, object of, Py_ssize_t n, object topic) except -1:
+        self.of, self.topic = of, topic
+        self.e = <_Enc *>calloc(n + 1, sizeof(_Enc))
         self.blobs_cap = 256
         self.blobs = <unsigned char *>malloc(self.blobs_cap)
         if self.e == NULL or self.blobs == NULL:
             raise MemoryError()
-        self.n = len(self.msgs)
+        self.n = n
         return 0
 
     cdef int _keep(self, Py_ssize_t i, Rec *r, bint born_default, _Queue q, tags, keys, uniq, body) except -1:
-        """Entry *i*: _encode's fields in *r*, its blob copied here."""
+        """Entry *i* (not kept before): _encode's fields in *r*, its blob
+        copied here."""
         cdef _Enc *e = &self.e[i]
         cdef Py_ssize_t cap = self.blobs_cap
         cdef unsigned char *p
@@ -2205,6 +2208,17 @@ cdef class _Encoded:
         e.q, e.tags, e.keys, e.uniq, e.body = <PyObject *>q, <PyObject *>tags, <PyObject *>keys, \
             <PyObject *>uniq, <PyObject *>body
         return 0
+
+
+cdef _Encoded _encoded(object encoded):
+    if type(encoded) is not _Encoded:
+        raise TypeError("encoded must be what check_all or check_columns returned")
+    return <_Encoded>encoded
+
+
+cdef inline bint _for_columns(_Encoded enc, object topic, object bodies, Py_ssize_t n) noexcept:
+    """Whether check_columns made *enc* for this topic and bodies column (of *n* rows)."""
+    return enc.topic is not None and enc.topic is topic and enc.of is bodies and enc.n == n
 
 
 cdef inline bint _str_or_none(PyObject *o) noexcept:
@@ -2578,6 +2592,17 @@ cdef class Appender:
     cdef inline Py_ssize_t _size(self, Rec *r) noexcept:
         return 68 + r.bw + r.sw + 4 + r.body_len + (2 if r.v2 else 1) + r.topic_len + 2 + r.props_field
 
+    cdef _Queue _cached(self, _Encoded enc, Py_ssize_t i, Rec *r):
+        """_encode from *enc*'s entry *i*, or None when it has none or its
+        queue has been rebound since (the caller then encodes afresh)."""
+        cdef _Enc *e = &enc.e[i]
+        if e.q == NULL or (<_Queue>e.q).dead:
+            return None
+        r.sys_flag, r.queue_id, r.flag, r.reconsume_times = e.sys_flag, e.queue_id, e.flag, e.reconsume_times
+        r.prepared, r.born_timestamp, self.born_default = e.prepared, e.born_timestamp, e.born_default
+        return self._finish(r, enc.blobs + e.props_at, e.props_len, <_Queue>e.q, <object>e.tags, <object>e.keys,
+                            <object>e.uniq)
+
     def check(self, msg):
         return self._check(msg)
 
@@ -2596,9 +2621,9 @@ cdef class Appender:
         cdef _Encoded enc = _Encoded.__new__(_Encoded)
         if not PyList_CheckExact(msgs):
             raise TypeError("msgs must be a list")
-        enc._start(msgs)
+        enc._start(tuple(msgs), PyList_GET_SIZE(msgs), None)
         for i in range(enc.n):
-            msg = enc.msgs[i]
+            msg = enc.of[i]
             q = self._encode(msg, &r)
             if q is not None:
                 body = <object>rmq_slot(msg, self.off[S_BODY])
@@ -2796,11 +2821,9 @@ cdef class Appender:
         if not PyList_CheckExact(msgs):
             raise TypeError("msgs must be a list")
         if encoded is not None:
-            if type(encoded) is not _Encoded:
-                raise TypeError("encoded must be what check_all returned")
-            enc = encoded
+            enc = _encoded(encoded)
         n = PyList_GET_SIZE(msgs)
-        if enc is not None and enc.n != n:
+        if enc is not None and (enc.topic is not None or enc.n != n):
             enc = None  # (another list's)
         if self.commit_file is None or i >= n:
             return i, None
@@ -2809,16 +2832,12 @@ cdef class Appender:
             while i < n:
                 msg = msgs[i]
                 ts = _wall_ms() if clock is None else clock()
-                # check_all's encoding while it holds: the same message, its
-                # queue still bound to the same files; else encoded afresh
-                e = NULL if enc is None or <PyObject *>msg != PyTuple_GET_ITEM(enc.msgs, i) else &enc.e[i]
-                if e != NULL and e.q != NULL and not (<_Queue>e.q).dead:
-                    r.sys_flag, r.queue_id, r.flag, r.reconsume_times = e.sys_flag, e.queue_id, e.flag, \
-                        e.reconsume_times
-                    r.prepared, r.born_timestamp, self.born_default = e.prepared, e.born_timestamp, e.born_default
-                    q = self._finish(&r, enc.blobs + e.props_at, e.props_len, <_Queue>e.q, <object>e.tags,
-                                     <object>e.keys, <object>e.uniq)
-                    body = <object>e.body
+                # check_all's encoding of the message still at this index
+                q = None
+                if enc is not None and <PyObject *>msg == PyTuple_GET_ITEM(enc.of, i):
+                    q = self._cached(enc, i, &r)
+                if q is not None:
+                    body = <object>enc.e[i].body
                 else:
                     q = self._encode(msg, &r)
                     body = None if q is None else <object>rmq_slot(msg, self.off[S_BODY])
@@ -2844,30 +2863,39 @@ cdef class Appender:
                 self._end(&b)
         return i, ts
 
-    def check_columns(self, topic, bodies, queue_ids, tags, keys, unique_keys, start):
+    def check_columns(self, topic, bodies, queue_ids, tags, keys, unique_keys, start, encoded=None):
         cdef Rec r
+        cdef _Queue q
         cdef Py_ssize_t i = _idx(start), n = len(bodies)
+        cdef _Encoded enc = None if encoded is None else _encoded(encoded)
         _check_columns(bodies, queue_ids, tags, keys, unique_keys)
+        if enc is None or not _for_columns(enc, topic, bodies, n):
+            enc = _Encoded.__new__(_Encoded)
+            enc._start(bodies, n, topic)
         by_id = self._queues_of(topic)
         while i < n:
-            if self._encode_row(by_id, queue_ids[i], None if tags is None else tags[i],
-                                None if keys is None else keys[i],
-                                None if unique_keys is None else unique_keys[i], &r) is None:
-                break
-            self.tags = self.keys = self.uniq = None
+            q = self._encode_row(by_id, queue_ids[i], None if tags is None else tags[i],
+                                 None if keys is None else keys[i],
+                                 None if unique_keys is None else unique_keys[i], &r)
             body = bodies[i]
-            if not (PyBytes_CheckExact(body) or PyByteArray_CheckExact(body) or PyMemoryView_Check(body)):
-                break  # Message takes these (and refuses the rest)
-            if not self._fits(&r, body):
+            if q is not None and (PyBytes_CheckExact(body) or PyByteArray_CheckExact(body) or
+                                  PyMemoryView_Check(body)) and self._fits(&r, body):  # (what Message takes)
+                if enc.e[i].q == NULL:
+                    enc._keep(i, &r, self.born_default, q, self.tags, self.keys, self.uniq, body)
+            else:
+                q = None
+            self.tags = self.keys = self.uniq = None
+            if q is None:
                 break
             i += 1
-        return i
+        return i, enc
 
     def put_columns(self, topic, bodies, queue_ids, tags, keys, unique_keys, start, store_timestamp,
-                    physical_offsets, sizes, queue_offsets):
+                    physical_offsets, sizes, queue_offsets, encoded=None):
         cdef Rec r
         cdef _Batch b
         cdef _Queue q
+        cdef _Encoded enc = None if encoded is None else _encoded(encoded)
         cdef Py_ssize_t i = _idx(start), n = len(bodies)
         cdef long long phy
         cdef Py_buffer pv, sv, ov
@@ -2878,6 +2906,8 @@ cdef class Appender:
         _i64(store_timestamp)  # TypeError / OverflowError before anything
         if self.commit_file is None or i >= n:
             return i
+        if enc is not None and not _for_columns(enc, topic, bodies, n):
+            enc = None
         by_id = self._queues_of(topic)
         _init_view(&pv)
         _init_view(&sv)
@@ -2892,14 +2922,19 @@ cdef class Appender:
             self._begin(&b, store_timestamp)
             try:
                 while i < n:
-                    body = bodies[i]
-                    if not (PyBytes_CheckExact(body) or PyByteArray_CheckExact(body) or PyMemoryView_Check(body)):
-                        break
-                    q = self._encode_row(by_id, queue_ids[i], None if tags is None else tags[i],
-                                         None if keys is None else keys[i],
-                                         None if unique_keys is None else unique_keys[i], &r)
-                    if q is None:
-                        break
+                    q = None if enc is None else self._cached(enc, i, &r)  # check_columns' encoding
+                    if q is not None:
+                        body = <object>enc.e[i].body
+                    else:
+                        body = bodies[i]
+                        if not (PyBytes_CheckExact(body) or PyByteArray_CheckExact(body) or
+                                PyMemoryView_Check(body)):
+                            break
+                        q = self._encode_row(by_id, queue_ids[i], None if tags is None else tags[i],
+                                             None if keys is None else keys[i],
+                                             None if unique_keys is None else unique_keys[i], &r)
+                        if q is None:
+                            break
                     phy = self._row(&r, q, body, &b)
                     if phy < 0:
                         break

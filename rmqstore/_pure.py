@@ -1100,13 +1100,26 @@ _SLOTS = ("topic", "body", "queue_id", "flag", "tags", "keys", "unique_key", "pr
 _INT_SLOTS = ("queue_id", "flag", "reconsume_times", "sys_flag", "prepared_transaction_offset")
 
 
+def _encoded(encoded) -> "_Encoded | None":
+    if encoded is not None and type(encoded) is not _Encoded:
+        raise TypeError("encoded must be what check_all or check_columns returned")
+    return encoded
+
+
+def _for_columns(enc: "_Encoded", topic, bodies) -> bool:
+    """Whether check_columns made *enc* for this topic and bodies column."""
+    return enc.topic is not None and enc.topic is topic and enc.of is bodies and len(enc.encodings) == len(bodies)
+
+
 class _Encoded:
-    """What Appender.check_all encoded of one list of messages."""
+    """What Appender.check_all encoded of one list of messages (*of*, its
+    items as a tuple), or check_columns of one set of columns (*of* the
+    bodies list, *topic* theirs): _encode's tuple per item, None where none."""
 
-    __slots__ = ("msgs", "encodings")
+    __slots__ = ("of", "encodings", "topic")
 
-    def __init__(self, msgs: tuple, encodings: list):
-        self.msgs, self.encodings = msgs, encodings
+    def __init__(self, of, encodings: list, topic=None):
+        self.of, self.encodings, self.topic = of, encodings, topic
 
 
 class Appender:
@@ -1325,6 +1338,11 @@ class Appender:
         enc = _Encoded(tuple(msgs), [self._checked(m) for m in msgs])
         return [i for i, e in enumerate(enc.encodings) if e is None], enc
 
+    def _bound(self, e):
+        """*e* (an encoding kept by check_all / check_columns) while its
+        queue is bound as when it was made, else None."""
+        return e if e is not None and self._queues.get(e[0]) is e[1] else None
+
     def put_batch(self, msgs, start, clock, results: list, encoded=None):
         """:meth:`put` of ``msgs[start:]`` (a list) in order, each stamped by
         one reading of *clock* (None: the wall clock, ms since the epoch)
@@ -1341,17 +1359,17 @@ class Appender:
         encoded afresh. TypeError for anything else."""
         if type(msgs) is not list:
             raise TypeError("msgs must be a list")
-        if encoded is not None and type(encoded) is not _Encoded:
-            raise TypeError("encoded must be what check_all returned")
-        enc = encoded if encoded is not None and len(encoded.msgs) == len(msgs) else None
+        enc = _encoded(encoded)
+        if enc is not None and (enc.topic is not None or len(enc.of) != len(msgs)):
+            enc = None  # (another list's)
         i = operator.index(start)
         if self._commit is None or i >= len(msgs):
             return i, None
         while i < len(msgs):
             ts = _wall_ms() if clock is None else clock()
             msg = msgs[i]
-            e = enc.encodings[i] if enc is not None and msg is enc.msgs[i] else None
-            if e is None or self._queues.get(e[0]) is not e[1]:
+            e = self._bound(enc.encodings[i]) if enc is not None and msg is enc.of[i] else None
+            if e is None:
                 e = self._encode(msg)
             r = None if e is None else self._write(e, ts)
             if r is None:
@@ -1426,30 +1444,44 @@ class Appender:
         except (TypeError, ValueError):  # the typed errors Message raises derive from these
             return None
 
-    def check_columns(self, topic, bodies, queue_ids, tags, keys, unique_keys, start) -> int:
+    def check_columns(self, topic, bodies, queue_ids, tags, keys, unique_keys, start, encoded=None) -> tuple:
         """:meth:`check` over rows ``start..`` of columns (lists of one length:
         *bodies* bytes-like, *queue_ids* ints, *tags*/*keys*/*unique_keys*
         None or lists of str/None), each row the Message of those fields:
-        returns the index of the first row ``check`` refuses (len(bodies)
-        when none). TypeError for columns that are not such lists."""
+        returns ``(the index of the first row check refuses, or len(bodies)
+        when none; what it encoded)``. Pass the second back to go on after
+        a refused row (*encoded*: this call adds to it), and then to
+        :meth:`put_columns`, which encodes no row twice. TypeError for
+        columns that are not such lists."""
         _check_columns(bodies, queue_ids, tags, keys, unique_keys)
+        enc = _encoded(encoded)
+        if enc is None or not _for_columns(enc, topic, bodies):
+            enc = _Encoded(bodies, [None] * len(bodies), topic)
         i = operator.index(start)
         while i < len(bodies):
             m = self._row(topic, bodies, queue_ids, tags, keys, unique_keys, i)
-            if m is None or not self.check(m):
+            e = None if m is None else self._checked(m)
+            if e is None:
                 break
+            if enc.encodings[i] is None:
+                enc.encodings[i] = e
             i += 1
-        return i
+        return i, enc
 
     def put_columns(self, topic, bodies, queue_ids, tags, keys, unique_keys, start, store_timestamp,
-                    physical_offsets, sizes, queue_offsets) -> int:
+                    physical_offsets, sizes, queue_offsets, encoded=None) -> int:
         """:meth:`put` of rows ``start..`` of columns (see :meth:`check_columns`),
         all with *store_timestamp* (RocketMQ stamps a batch once), each
         result's physical offset, size and queue offset stored at its row of
         the three int64 arrays; stops at the first row ``put`` declines and
         returns its index (len(bodies) when none). ValueError for output
-        arrays shorter than the columns."""
+        arrays shorter than the columns. *encoded*: check_columns' for these
+        columns (rows it kept are written as encoded then, while their queue
+        is bound as it was), or None."""
         _check_columns(bodies, queue_ids, tags, keys, unique_keys)
+        enc = _encoded(encoded)
+        if enc is not None and not _for_columns(enc, topic, bodies):
+            enc = None
         n = len(bodies)
         outs = [memoryview(a).cast("B") for a in (physical_offsets, sizes, queue_offsets)]
         if any(len(o) < n * 8 for o in outs):
@@ -1457,8 +1489,11 @@ class Appender:
         po, so, oo = (o.cast("q") for o in outs)
         i = operator.index(start)
         while i < n:
-            m = self._row(topic, bodies, queue_ids, tags, keys, unique_keys, i)
-            r = None if m is None else self.put(m, store_timestamp)
+            e = None if enc is None else self._bound(enc.encodings[i])
+            if e is None:
+                m = self._row(topic, bodies, queue_ids, tags, keys, unique_keys, i)
+                e = None if m is None else self._encode(m)
+            r = None if e is None else self._write(e, store_timestamp)
             if r is None:
                 break
             po[i], so[i], oo[i] = r[2], r[3], r[4]

@@ -1327,9 +1327,9 @@ class MessageStore:
         self._ensure_writable()
         # validated first: the kernel vouches for the rows it encodes itself,
         # the rest are checked as the Message they stand for
-        i = 0
-        while i < n:
-            i = fast.check_columns(topic, bodies, qids, tags_c, keys_c, uniq_c, i)
+        i, encoded = 0, None
+        while i < n:  # (the kernel keeps its encodings for put_columns)
+            i, encoded = fast.check_columns(topic, bodies, qids, tags_c, keys_c, uniq_c, i, encoded)
             if i < n:
                 self._prepare(message(i))
                 i += 1
@@ -1341,7 +1341,8 @@ class MessageStore:
             i = 0
             try:
                 while i < n:
-                    i = fast.put_columns(topic, bodies, qids, tags_c, keys_c, uniq_c, i, ts, phys, sizes, qoffs)
+                    i = fast.put_columns(topic, bodies, qids, tags_c, keys_c, uniq_c, i, ts, phys, sizes, qoffs,
+                                         encoded)
                     if i < n:  # a new file or queue: this row step by step, then on in one call
                         r = self._append_dispatched(self._prepare(message(i)), ts)
                         phys[i], sizes[i], qoffs[i] = r.wrote_offset, r.wrote_bytes, r.queue_offset

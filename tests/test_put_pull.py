@@ -216,18 +216,22 @@ def test_a_checked_message_is_written_as_checked(k):
 @pytest.mark.parametrize("change", ["queue rebound", "queue unbound", "index unbound", "other list"])
 def test_check_all_encodings_follow_the_bindings(k, change):
     """An encoding made for a queue since rebound is made afresh (and goes
-    where the new binding says); one for a list of another length is not
-    used at all."""
-    f = Files(k)
+    where the new binding says); encodings for a list of another length are
+    not used at all: the messages are read again (here: changed since)."""
+    f, ref = Files(k), Files(k)
     msgs = [Message(TOPIC, b"m%d" % i, queue_id=1, keys=f"k{i}") for i in range(3)]
     _, enc = f.ap.check_all(msgs[:2] if change == "other list" else msgs)
-    last = SimpleNamespace(mm=bytearray(CQ_SIZE), file_from_offset=CQ_SIZE, file_size=CQ_SIZE, wrote_position=20)
-    if change == "queue rebound":  # a new last file, at queue offset 11
-        f.ap.bind_queue(TOPIC, 1, TOPIC.encode(), f.cq, last)
-    elif change == "queue unbound":
-        f.ap.bind_queue(TOPIC, 1, TOPIC.encode(), f.cq, None)
-    elif change == "index unbound":
-        f.ap.bind_index(None)
+    for m in msgs:
+        m.body = m.body.upper()
+    for g in (f, ref):
+        if change == "queue rebound":  # a new last file, at queue offset 11
+            g.last = SimpleNamespace(mm=bytearray(CQ_SIZE), file_from_offset=CQ_SIZE, file_size=CQ_SIZE,
+                                     wrote_position=20)
+            g.ap.bind_queue(TOPIC, 1, TOPIC.encode(), g.cq, g.last)
+        elif change == "queue unbound":
+            g.ap.bind_queue(TOPIC, 1, TOPIC.encode(), g.cq, None)
+        elif change == "index unbound":
+            g.ap.bind_index(None)
     before = f.state()
     results: list = []
     got = f.ap.put_batch(msgs, 0, lambda: TS, results, enc)
@@ -235,11 +239,11 @@ def test_check_all_encodings_follow_the_bindings(k, change):
         assert got == (0, TS) and f.state() == before
         return
     assert got == (3, None)
+    assert results == [ref.ap.put(m, TS) for m in msgs]
+    assert [r.queue_offset for r in results] == ([11, 12, 13] if change == "queue rebound" else [3, 4, 5])
+    assert f.state() == ref.state()
     if change == "queue rebound":
-        assert [r.queue_offset for r in results] == [11, 12, 13]
-        assert (last.wrote_position, f.cq_file.wrote_position) == (80, 60)
-    else:
-        assert [r.queue_offset for r in results] == [3, 4, 5]
+        assert (f.last.wrote_position, f.cq_file.wrote_position) == (80, 60)
 
 
 def test_put_batch_refuses_foreign_encodings(k):
@@ -660,9 +664,11 @@ def test_read_keyed_refuses_bad_arguments(k):
 # --- put_columns / check_columns ------------------------------------------------
 
 
-def test_put_columns_writes_what_put_writes(k):
+@pytest.mark.parametrize("checked", [False, True], ids=["", "checked"])
+def test_put_columns_writes_what_put_writes(k, checked):
     """Rows of columns are the Messages of those fields: the same bytes as
-    put() of each, with one store timestamp, their offsets in the arrays."""
+    put() of each, with one store timestamp, their offsets in the arrays
+    (from check_columns' encodings, or encoded afresh)."""
     import numpy as np
 
     rows = [(b"a" * 40, 1, "TagA", "k1 k2", "U1"), (bytearray(b"b"), 1, None, None, None),
@@ -670,9 +676,12 @@ def test_put_columns_writes_what_put_writes(k):
     bodies, qids, tags, keys, uniqs = (list(c) for c in zip(*rows))
     fast, slow = Files(k), Files(k)
     n = len(rows)
-    assert fast.ap.check_columns(TOPIC, bodies, qids, tags, keys, uniqs, 0) == n
+    stop, enc = fast.ap.check_columns(TOPIC, bodies, qids, tags, keys, uniqs, 0)
+    assert stop == n
     phys, sizes, qoffs = np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n, np.int64)
-    assert fast.ap.put_columns(TOPIC, bodies, qids, tags, keys, uniqs, 0, TS, phys, sizes, qoffs) == n
+    got = fast.ap.put_columns(TOPIC, bodies, qids, tags, keys, uniqs, 0, TS, phys, sizes, qoffs,
+                              enc if checked else None)
+    assert got == n
     for i, (body, qid, tag, key, uniq) in enumerate(rows):
         want = slow.ap.put(Message(TOPIC, body, queue_id=qid, tags=tag, keys=key, unique_key=uniq), TS)
         assert (phys[i], sizes[i], qoffs[i]) == (want.wrote_offset, want.wrote_bytes, want.queue_offset)
@@ -704,12 +713,86 @@ def test_columns_stop_at_the_row_put_declines(k, case):
     elif case == "file full":  # room for exactly one record
         f.commit.wrote_position = CL_SIZE - 8 - k.record_size(0, 1, len(TOPIC), len(b"TAGS\x01a\x02"), False)
     out = [np.zeros(3, np.int64) for _ in range(3)]
-    assert f.ap.check_columns(TOPIC, bodies, qids, tags, None, None, 0) == (3 if case == "file full" else 1)
-    assert f.ap.put_columns(TOPIC, bodies, qids, tags, None, None, 0, TS, *out) == 1
+    stop, enc = f.ap.check_columns(TOPIC, bodies, qids, tags, None, None, 0)
+    assert stop == (3 if case == "file full" else 1)
+    if stop < 3:  # on past the refused row, adding to the same encodings
+        assert f.ap.check_columns(TOPIC, bodies, qids, tags, None, None, 2, enc) == (3, enc)
+    assert f.ap.put_columns(TOPIC, bodies, qids, tags, None, None, 0, TS, *out, enc) == 1
     after_one = f.state()
-    assert f.ap.put_columns(TOPIC, bodies, qids, tags, None, None, 1, TS, *out) == 1  # nothing of row 1
+    assert f.ap.put_columns(TOPIC, bodies, qids, tags, None, None, 1, TS, *out, enc) == 1  # nothing of row 1
     assert f.state() == after_one
-    assert f.ap.put_columns(TOPIC, bodies, qids, tags, None, None, 2, TS, *out) == (2 if case == "file full" else 3)
+    got = f.ap.put_columns(TOPIC, bodies, qids, tags, None, None, 2, TS, *out, enc)
+    assert got == (2 if case == "file full" else 3)
+
+
+def test_a_checked_row_is_written_as_checked(k):
+    """With check_columns' encodings each row is read once, when checked:
+    changing the columns afterwards changes nothing written."""
+    import numpy as np
+
+    f, ref = Files(k), Files(k)
+    bodies, qids, tags, keys = [b"one", b"two"], [1, 1], ["A", None], ["k1 k2", "k3"]
+    _, enc = f.ap.check_columns(TOPIC, bodies, qids, tags, keys, None, 0)
+    bodies[0], tags[0], keys[1] = b"a longer body", "changed", None
+    out = [np.zeros(2, np.int64) for _ in range(3)]
+    assert f.ap.put_columns(TOPIC, bodies, qids, tags, keys, None, 0, TS, *out, enc) == 2
+    ref.ap.put(Message(TOPIC, b"one", queue_id=1, tags="A", keys="k1 k2"), TS)
+    ref.ap.put(Message(TOPIC, b"two", queue_id=1, keys="k3"), TS)
+    assert f.state() == ref.state()
+
+
+@pytest.mark.parametrize("change", ["queue rebound", "queue unbound", "other columns", "other topic"])
+def test_check_columns_encodings_follow_the_bindings(k, change):
+    """As check_all's: an encoding for a queue since rebound is made afresh,
+    and encodings for other columns (or another topic object) are not used
+    at all: the rows are read again (here: changed since the check)."""
+    import numpy as np
+
+    f, ref = Files(k), Files(k)
+    bodies, qids, keys = [b"x", b"y", b"z"], [1, 1, 1], ["k0", "k1", "k2"]
+    _, enc = f.ap.check_columns(TOPIC, list(bodies) if change == "other columns" else bodies, qids, None, keys,
+                                None, 0)
+    bodies[:] = [b"X", b"Y", b"Z"]
+    for g in (f, ref):
+        if change == "queue rebound":  # a new last file, at queue offset 11
+            g.last = SimpleNamespace(mm=bytearray(CQ_SIZE), file_from_offset=CQ_SIZE, file_size=CQ_SIZE,
+                                     wrote_position=20)
+            g.ap.bind_queue(TOPIC, 1, TOPIC.encode(), g.cq, g.last)
+        elif change == "queue unbound":
+            g.ap.bind_queue(TOPIC, 1, TOPIC.encode(), g.cq, None)
+    before = f.state()
+    out = [np.zeros(3, np.int64) for _ in range(3)]
+    topic = "".join(["Topic", "Test"]) if change == "other topic" else TOPIC  # (equal, not the same object)
+    got = f.ap.put_columns(topic, bodies, qids, None, keys, None, 0, TS, *out, enc)
+    if change == "queue unbound":
+        assert got == 0 and f.state() == before
+        return
+    assert got == 3
+    want = [ref.ap.put(Message(TOPIC, b, queue_id=1, keys=key), TS) for b, key in zip(bodies, keys)]
+    assert list(out[2]) == [r.queue_offset for r in want] == ([11, 12, 13] if change == "queue rebound" else [3, 4, 5])
+    assert f.state() == ref.state()
+    if change == "queue rebound":
+        assert (f.last.wrote_position, f.cq_file.wrote_position) == (80, 60)
+
+
+def test_columns_refuse_foreign_encodings(k):
+    import numpy as np
+
+    f = Files(k)
+    _, from_messages = f.ap.check_all([Message(TOPIC, b"x", queue_id=1)])
+    out = [np.zeros(1, np.int64) for _ in range(3)]
+    for wrong in (object(), (1, None)):
+        with pytest.raises(TypeError):
+            f.ap.check_columns(TOPIC, [b"x"], [1], None, None, None, 0, wrong)
+        with pytest.raises(TypeError):
+            f.ap.put_columns(TOPIC, [b"x"], [1], None, None, None, 0, TS, *out, wrong)
+    # check_all's are for its list only (and the other way round)
+    _, enc = f.ap.check_columns(TOPIC, [b"x"], [1], None, None, None, 0, from_messages)
+    assert enc is not from_messages
+    results: list = []
+    assert f.ap.put_batch([Message(TOPIC, b"y", queue_id=1)], 0, None, results, enc) == (1, None)
+    assert f.ap.put_columns(TOPIC, [b"z"], [1], None, None, None, 0, TS, *out, from_messages) == 1
+    assert f.commit.wrote_position > 100
 
 
 def test_columns_refuse_ragged_columns(k):
@@ -734,7 +817,7 @@ def test_columns_of_a_topic_with_no_bound_queue_go_step_by_step(k, topic):
     f = Files(k)
     before = f.state()
     out = [np.zeros(2, np.int64) for _ in range(3)]
-    assert f.ap.check_columns(topic, [b"x", b"y"], [1, 1], None, None, None, 0) == 0
+    assert f.ap.check_columns(topic, [b"x", b"y"], [1, 1], None, None, None, 0)[0] == 0
     assert f.ap.put_columns(topic, [b"x", b"y"], [1, 1], None, None, None, 0, TS, *out) == 0
     assert f.state() == before
 
