@@ -172,6 +172,21 @@ cdef extern from *:
             Py_CLEAR(v);
         return v;
     }
+    /* The truth of obj.<name> read as rmq_getattr does; 1 when obj has no
+       such attribute, -1 with an exception set on any other error. */
+    static int rmq_flag(PyObject *obj, PyObject *name, rmq_attr_cache *c) {
+        PyObject *v = rmq_getattr(obj, name, c);
+        int r;
+        if (v == NULL) {
+            if (!PyErr_ExceptionMatches(PyExc_AttributeError))
+                return -1;
+            PyErr_Clear();
+            return 1;
+        }
+        r = PyObject_IsTrue(v);
+        Py_DECREF(v);
+        return r;
+    }
     static inline int rmq_setattr(PyObject *obj, PyObject *name, PyObject *v, rmq_attr_cache *c) {
         PyTypeObject *tp = Py_TYPE(obj);
         if (tp == c->tp && tp->tp_version_tag == c->tag) {
@@ -220,6 +235,7 @@ cdef extern from *:
         unsigned int tag
         Py_ssize_t off
     object rmq_getattr(object obj, object name, rmq_attr_cache *c)
+    int rmq_flag(object obj, object name, rmq_attr_cache *c) except -1
     int rmq_setattr(object obj, object name, object value, rmq_attr_cache *c) except -1
 
 # Same values as rmqstore/_layout.py (checked by tests/test_kernels.py).
@@ -2956,19 +2972,18 @@ cdef inline long long _wall_ms() noexcept:
     return <long long>t.tv_sec * 1000 + t.tv_nsec // 1000000
 
 
+cdef rmq_attr_cache _AC_S_DISK_FULL, _AC_S_WRITE_ERROR, _AC_S_CLOSED, _AC_S_PENDING, _AC_S_WAITING
+cdef rmq_attr_cache _AC_S_WRITTEN_END, _AC_S_LAST_STORE, _AC_S_LAST_LOGICS
+
+
 @cython.auto_pickle(False)  # (a store's gate is not data)
 cdef class PutGate:
     # Docstrings: see _pure.PutGate (the semantics). The store's attributes
-    # are read and written in its __dict__ (interned keys, cached hashes).
-    cdef dict state
+    # are read and written at their slot offsets (rmq_getattr / rmq_setattr).
     cdef object store, lock_acquire, lock_release, clock
     cdef Appender appender
 
     def __init__(self, store, Appender appender, clock):
-        state = vars(store)
-        if not PyDict_CheckExact(state):
-            raise TypeError("the store's __dict__ must be a dict")
-        self.state = state
         self.store = weakref.ref(store)
         self.lock_acquire, self.lock_release = store._lock.acquire, store._lock.release
         self.appender = appender
@@ -2976,44 +2991,46 @@ cdef class PutGate:
 
     def detach(self):
         self.appender = None
-        self.state = self.lock_acquire = self.lock_release = None
-
-    cdef inline int _flag(self, dict d, str name) except -1:
-        """The truth of the store attribute *name* (1 when missing: the
-        careful path then decides)."""
-        cdef PyObject *o = PyDict_GetItemWithError(d, name)
-        return 1 if o is NULL else PyObject_IsTrue(<object>o)
+        self.lock_acquire = self.lock_release = None
 
     def put(self, msg):
         """``MessageStore.put_message(msg)`` (see there)."""
         # taken at once: detach (close, in another thread) may clear them
         cdef Appender fast = self.appender
-        cdef dict d = self.state
-        cdef PyObject *o
         cdef long long end = 0
         acquire, release = self.lock_acquire, self.lock_release
         store = self.store()
         if store is None:  # only a kept bound method outlives its store, which closed as it went
             from .exceptions import StoreClosedError
             raise StoreClosedError("the store of this put_message is gone (closed)")
-        if fast is not None and not self._flag(d, "_disk_full"):
+        # (a missing attribute reads as set: the careful path then decides)
+        if fast is not None and not rmq_flag(store, "_disk_full", &_AC_S_DISK_FULL):
             acquire()
             try:
-                o = PyDict_GetItemWithError(d, "_write_error")
-                if not self._flag(d, "_closed") and not self._flag(d, "_pending") and o is not NULL and \
-                        <object>o is None:
+                if not rmq_flag(store, "_closed", &_AC_S_CLOSED) and not rmq_flag(store, "_pending", &_AC_S_PENDING) \
+                        and _is_none(store, "_write_error", &_AC_S_WRITE_ERROR):
                     store_ts = _wall_ms() if self.clock is None else self.clock()
                     result = fast._put(msg, store_ts, &end)
                     if result is None:  # not for the one-call path: step by step
                         return store._put_one(msg, store_ts)
-                    d["_written_end"] = end
-                    d["_last_store_ts"] = d["_last_logics_ts"] = store_ts
-                    if self._flag(d, "_waiting"):  # read after the unit is in: a waiter that missed it sees it
+                    rmq_setattr(store, "_written_end", end, &_AC_S_WRITTEN_END)
+                    rmq_setattr(store, "_last_store_ts", store_ts, &_AC_S_LAST_STORE)
+                    rmq_setattr(store, "_last_logics_ts", store_ts, &_AC_S_LAST_LOGICS)
+                    # read after the unit is in: a waiter that missed it sees it
+                    if rmq_flag(store, "_waiting", &_AC_S_WAITING):
                         store._wake_waiters()
                     return result
             finally:
                 release()
         return store._put_one(msg)
+
+
+cdef bint _is_none(object obj, str name, rmq_attr_cache *c) except -1:
+    """Whether obj.<name> is None (False when obj has no such attribute)."""
+    try:
+        return rmq_getattr(obj, name, c) is None
+    except AttributeError:
+        return False
 
 
 cdef int _check_columns(object bodies, object queue_ids, object tags, object keys, object unique_keys) except -1:

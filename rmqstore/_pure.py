@@ -1508,9 +1508,11 @@ class PutGate:
     its instance's ``put_message`` (the core's then runs no Python code on a
     put). What the gate reads and writes are the store's own attributes
     (``_disk_full``, ``_closed``, ``_pending``, ``_write_error``, ``_waiting``;
-    ``_written_end``, ``_last_store_ts``, ``_last_logics_ts``), through its
-    ``__dict__``; what it declines goes to ``store._put_one``, as
-    ``put_message`` did it step by step.
+    ``_written_end``, ``_last_store_ts``, ``_last_logics_ts``: slots of
+    ``MessageStore``, which the core reads and writes at their offsets; a
+    missing one reads as set, so the careful path decides); what it
+    declines goes to ``store._put_one``, as ``put_message`` did it step by
+    step.
 
     *clock*: None for the store's default, ``time.time_ns() // 1_000_000``
     (ms since the epoch, read in C by the core), else a callable returning
@@ -1521,34 +1523,34 @@ class PutGate:
     StoreClosedError (as the gate does once the store is gone)."""
 
     def __init__(self, store, appender, clock) -> None:
-        self._state = vars(store)
         self._store = weakref.ref(store)
         self._lock = store._lock
         self._appender = appender
         self._clock = _wall_ms if clock is None else clock
 
     def detach(self) -> None:
-        self._appender = self._state = self._lock = None
+        self._appender = self._lock = None
 
     def put(self, msg):
         """``MessageStore.put_message(msg)``: the :class:`PutMessageResult`;
         raises what the step-by-step path raises."""
-        fast, d, lock = self._appender, self._state, self._lock  # at once: detach may clear them
+        fast, lock = self._appender, self._lock  # at once: detach may clear them
         store = self._store()
         if store is None:  # only a kept bound method outlives its store, which closed as it went
             from .exceptions import StoreClosedError
 
             raise StoreClosedError("the store of this put_message is gone (closed)")
-        if fast is not None and not d["_disk_full"]:
+        if fast is not None and not getattr(store, "_disk_full", True):
             with lock:
-                if not d["_closed"] and not d["_pending"] and d["_write_error"] is None:
+                if not getattr(store, "_closed", True) and not getattr(store, "_pending", True) and \
+                        getattr(store, "_write_error", True) is None:
                     store_ts = self._clock()
                     result = fast.put(msg, store_ts)
                     if result is None:  # not for the one-call path: step by step
                         return store._put_one(msg, store_ts)
-                    d["_written_end"] = result[2] + result[3]
-                    d["_last_store_ts"] = d["_last_logics_ts"] = store_ts
-                    if d["_waiting"]:  # read after the unit is in: a waiter that missed it sees it
+                    store._written_end = result[2] + result[3]
+                    store._last_store_ts = store._last_logics_ts = store_ts
+                    if getattr(store, "_waiting", True):  # read after the unit is in: a waiter that missed it sees it
                         store._wake_waiters()
                     return result
         return store._put_one(msg)

@@ -183,6 +183,11 @@ class MessageStore:
     ``abort`` (while open for writing), ``lock``.
     """
 
+    # the state the put gate reads and writes on every put, in slots: the
+    # core reaches them at their offsets (the rest lives in __dict__)
+    __slots__ = ("__dict__", "__weakref__", "_closed", "_disk_full", "_last_logics_ts", "_last_store_ts", "_pending",
+                 "_waiting", "_write_error", "_written_end")
+
     def __init__(self, root_dir, config: StoreConfig, store_host, clock, read_only: bool, disk_usage=None):
         self.root_dir = os.path.abspath(os.fspath(root_dir))
         self.config = config

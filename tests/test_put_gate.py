@@ -139,6 +139,34 @@ def test_a_subclass_put_message_is_its_own(tmp_path, impl):
         assert [m.body for m in s.get_messages("T", 0, 0).messages] == seen
 
 
+def test_the_gate_reads_the_state_of_the_store_it_has(tmp_path, impl):
+    """The core reads the store's state at the slot offsets it learnt for
+    the store's type; a subclass that puts a property over one of them must
+    be read through it (here: every put wakes the waiters)."""
+    woken = []
+
+    class Watched(MessageStore):
+        __slots__ = ()
+
+        @property
+        def _waiting(self):
+            return True
+
+        @_waiting.setter
+        def _waiting(self, value):
+            pass
+
+        def _wake_waiters(self):
+            woken.append(self._written_end)
+
+    with _open(tmp_path / "plain", impl) as plain, Watched.open(tmp_path / "s", CFG) as s:
+        for i in range(3):  # plain stores first, at the same read sites: their slot offsets are learnt
+            plain.put_message(Message("T", b"p%d" % i))
+            r = s.put_message(Message("T", b"w%d" % i))
+            assert woken[-1] == r.wrote_offset + r.wrote_bytes == s._written_end
+        assert len(woken) == 3 and s._last_store_ts == r.store_timestamp
+
+
 @pytest.mark.parametrize("mode", ["sync", "read-only"])
 def test_stores_without_the_one_call_path_have_no_gate(tmp_path, impl, mode):
     MessageStore.open(tmp_path / "s", CFG).close()
