@@ -2237,6 +2237,11 @@ cdef inline bint _for_columns(_Encoded enc, object topic, object bodies, Py_ssiz
     return enc.topic is not None and enc.topic is topic and enc.of is bodies and enc.n == n
 
 
+cdef inline bint _nonempty(object s) noexcept:
+    """Truth of *s*, None or an exact str (what the encoders keep)."""
+    return s is not None and PyUnicode_GET_LENGTH(s) > 0
+
+
 cdef inline bint _str_or_none(PyObject *o) noexcept:
     return o == <PyObject *>None or PyUnicode_CheckExact(<object>o)
 
@@ -2734,12 +2739,12 @@ cdef class Appender:
                 raise ValueError("a bound file is smaller than its file size")
             q.pos, q.pos0, q.max_phy, q.gen = qpos, qpos, qmax, self.gen
             self.touched.append(q)
-        if tags:
+        if _nonempty(tags):
             tags_code = _java_hash(tags)
         if self.index_enable:
-            if uniq:
+            if _nonempty(uniq):
                 n_keys = 1
-            if keys:
+            if _nonempty(keys):
                 n_keys += _each_key(keys, 0, NULL, 0, 0, 0, 0)
         _init_view(&bv)
         try:
@@ -2782,10 +2787,10 @@ cdef class Appender:
             st32(u + 8, <uint32_t>r.size)  # size last: a torn unit is invalid
             if self.index_enable:
                 u = <unsigned char *>b.ix.buf
-                if uniq:
+                if _nonempty(uniq):
                     _index_put(u, self.hsn, self.inum, _abs_hash(_java_hash_from(q.key_h0, uniq)),
                                phy, r.store_timestamp)
-                if keys:
+                if _nonempty(keys):
                     _each_key(keys, q.key_h0, u, self.hsn, self.inum, phy, r.store_timestamp)
         finally:
             PyBuffer_Release(&bv)
