@@ -1513,7 +1513,8 @@ class MessageStore:
                 return result
 
     def _pull(self, topic, queue_id, offset, max_count, tags) -> GetMessageResult:
-        self._ensure_open()
+        if self._closed:  # (inline: a call per pull is measurable)
+            self._ensure_open()
         if tags is None and type(offset) is int and type(max_count) is int:
             # every message: one kernel call (no reader reference, see pull_messages)
             cq = self._cqs.get((topic, queue_id))
@@ -1781,7 +1782,8 @@ class MessageStore:
         are still stored, whose topic is *topic* and whose UNIQ_KEY or one of
         whose KEYS is *key* (fixes RocketMQ #3613 hash collisions, P-1/P-16);
         each record once (P-6), in the order of :meth:`query_offsets`."""
-        self._ensure_open()
+        if self._closed:  # (inline: a call per lookup is measurable)
+            self._ensure_open()
         if not isinstance(key, str) or not isinstance(topic, str):
             raise MessageTypeError("topic and key must be str")
         out: list = []
@@ -1810,11 +1812,14 @@ class MessageStore:
         queue's [min, max] offsets; 0 for an unknown queue.
 
         Raises ValueError for any other *boundary*."""
-        self._ensure_open()
-        try:
-            upper = _BOUNDARIES[boundary.lower()]
-        except (KeyError, AttributeError):
-            raise ValueError(f"boundary must be 'lower' or 'upper', got {boundary!r}") from None
+        if self._closed:  # (inline: a call per lookup is measurable)
+            self._ensure_open()
+        upper = _BOUNDARIES.get(boundary) if type(boundary) is str else None  # (as given: no lower() per lookup)
+        if upper is None:
+            try:
+                upper = _BOUNDARIES[boundary.lower()]
+            except (KeyError, AttributeError):
+                raise ValueError(f"boundary must be 'lower' or 'upper', got {boundary!r}") from None
         cq = self._cqs.get((topic, queue_id))
         if cq is None:
             return 0

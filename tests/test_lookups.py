@@ -81,6 +81,20 @@ def test_time_lookup_hands_odd_timestamps_to_the_held_path(store):
             assert core.time_lookup(cq, s.commitlog, ts, upper, None) == want, ts
 
 
+def test_the_boundary_is_lower_or_upper_in_any_case(store):
+    """get_offset_in_queue_by_time takes "lower" and "upper" as RocketMQ's
+    BoundaryType names them, in any case; anything else is a ValueError."""
+    s, times = store
+    ts = times[1]  # the second group: three messages at one time
+    lower, upper = (s.get_offset_in_queue_by_time("T", 0, ts, b) for b in ("lower", "upper"))
+    assert (lower, upper) == (1, 3)
+    for b, want in (("LOWER", lower), ("Upper", upper), ("uPPER", upper)):
+        assert s.get_offset_in_queue_by_time("T", 0, ts, b) == want, b
+    for bad in ("middle", "", None, 1, b"lower"):
+        with pytest.raises(ValueError, match="boundary"):
+            s.get_offset_in_queue_by_time("T", 0, ts, bad)
+
+
 def test_time_lookup_on_an_empty_queue_and_an_emptied_commitlog(tmp_path):
     core = _need_core()
     with MessageStore.open(tmp_path, TINY, clock=ListClock([T0, T0 + 1])) as s:
