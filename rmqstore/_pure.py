@@ -1097,7 +1097,6 @@ def _int(value, bits: int) -> int:
 # the Message slots the put path reads (Message.__slots__ names)
 _SLOTS = ("topic", "body", "queue_id", "flag", "tags", "keys", "unique_key", "properties", "born_timestamp",
           "born_host", "store_host", "reconsume_times", "sys_flag", "prepared_transaction_offset")
-_INT_SLOTS = ("queue_id", "flag", "reconsume_times", "sys_flag", "prepared_transaction_offset")
 
 
 def _encoded(encoded) -> "_Encoded | None":
@@ -1271,9 +1270,12 @@ class Appender:
             return None
         # exact types only (the core reads the slots without a reference
         # of its own, so no user code may run mid-encode); others go step by step
-        if type(msg.topic) is not str or any(type(getattr(msg, n)) is not int for n in _INT_SLOTS) or \
-                not (msg.born_timestamp is None or type(msg.born_timestamp) is int) or \
-                any(v is not None and type(v) is not str for v in (msg.tags, msg.keys, msg.unique_key)):
+        if not (type(msg.topic) is str and type(msg.queue_id) is int and type(msg.flag) is int and
+                type(msg.reconsume_times) is int and type(msg.sys_flag) is int and
+                type(msg.prepared_transaction_offset) is int and
+                (msg.born_timestamp is None or type(msg.born_timestamp) is int) and
+                (msg.tags is None or type(msg.tags) is str) and (msg.keys is None or type(msg.keys) is str) and
+                (msg.unique_key is None or type(msg.unique_key) is str)):
             return None
         key = (msg.topic, msg.queue_id)
         bound = self._queues.get(key)
