@@ -2326,6 +2326,7 @@ cdef class Appender:
     cdef bint born_default
     cdef Py_ssize_t off[14]  # the message type's slot offsets, in _SLOTS order
     cdef long long gen  # put calls so far
+    cdef bint busy  # within a put call (_begin to _end)
     cdef list touched  # the queues the current call wrote
 
     def __cinit__(self):
@@ -2672,6 +2673,9 @@ cdef class Appender:
     cdef int _begin(self, _Batch *b, object store_timestamp) except -1:
         """Start a put call: the CommitLog and index bytes, the write
         position. _end must follow (it writes the positions back)."""
+        if self.busy:  # its positions are in C until _end: a nested call would write over them
+            raise RuntimeError("a put re-entered the Appender within a put call (a clock or attribute "
+                               "of the store's files that writes to the same store)")
         _init_view(&b.cl)
         _init_view(&b.ix)
         self.gen += 1
@@ -2692,12 +2696,14 @@ cdef class Appender:
             PyBuffer_Release(&b.ix)
             PyBuffer_Release(&b.cl)
             raise
+        self.busy = True
         return 0
 
     cdef int _end(self, _Batch *b) except -1:
         """End a put call: release the bytes, write every position back into
         the store's objects (the Python layer's view stays exact)."""
         cdef _Queue q
+        self.busy = False
         PyBuffer_Release(&b.ix)
         PyBuffer_Release(&b.cl)
         for q in self.touched:
@@ -2838,7 +2844,7 @@ cdef class Appender:
         cdef _Encoded enc = None
         cdef Py_ssize_t i = _idx(start), n
         cdef long long phy, t
-        cdef bint began = False
+        cdef bint began = False, gc_was
         if not PyList_CheckExact(msgs):
             raise TypeError("msgs must be a list")
         if encoded is not None:
@@ -2849,6 +2855,9 @@ cdef class Appender:
         if self.commit_file is None or i >= n:
             return i, None
         ts = None
+        # the results are made within the call: no collection may run a
+        # finalizer there (it could put to this store), nor traverse them
+        gc_was = PyGC_Disable()
         try:
             while i < n:
                 msg = msgs[i]
@@ -2879,6 +2888,8 @@ cdef class Appender:
                 ts = None
                 i += 1
         finally:
+            if gc_was:
+                PyGC_Enable()
             self.tags = self.keys = self.uniq = None
             if began:
                 self._end(&b)

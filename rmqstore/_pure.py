@@ -1157,7 +1157,10 @@ class Appender:
 
     Not thread-safe: its callers serialize their calls (the store's append
     lock). The core keeps a call's file bytes and positions in C and writes
-    the positions back when the call ends.
+    the positions back when the call ends; a put made from within a call
+    (by *clock*, or a property of a bound file, writing to the same store)
+    gets a RuntimeError from the core, and no collection runs within
+    ``put_batch`` there (a finalizer could be such a put).
 
     Args (constructor):
         message_type (type): the Message class; its ``__slots__`` are read

@@ -254,6 +254,32 @@ def test_put_batch_refuses_foreign_encodings(k):
     assert f.commit.wrote_position == 100
 
 
+def test_the_core_refuses_a_put_re_entering_a_put_call():
+    """The core keeps a call's positions in C until the call ends, so a put
+    made from inside one (here by the clock) is refused with a RuntimeError
+    rather than written over; what the call wrote before is written back
+    exactly, and the Appender goes on afterwards. (The twin keeps no state
+    within a call and takes such a put.)"""
+    core = _need_core()
+    f, ref = Files(core), Files(core)
+    msgs = [Message(TOPIC, b"m%d" % i, queue_id=1, keys=f"k{i}") for i in range(4)]
+    readings = iter(range(TS, TS + 10))
+
+    def clock():
+        t = next(readings)
+        if t == TS + 2:  # the third reading: rows 0 and 1 are written, the files held
+            f.ap.put(Message(TOPIC, b"nested", queue_id=1), t)
+        return t
+
+    results: list = []
+    with pytest.raises(RuntimeError, match="re-entered"):
+        f.ap.put_batch(msgs, 0, clock, results)
+    assert results == [ref.ap.put(m, TS + i) for i, m in enumerate(msgs[:2])]
+    assert f.state() == ref.state()
+    assert f.ap.put(msgs[2], TS + 5) == ref.ap.put(msgs[2], TS + 5)
+    assert f.state() == ref.state()
+
+
 def test_core_results_leave_the_gc_alone_unless_their_type_has_a_dict():
     """A batch's PutMessageResults are not traversed by the young
     collections that run while it is put: the core hands them out untracked
