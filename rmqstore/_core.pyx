@@ -78,7 +78,12 @@ cdef extern from *:
     static inline void rmq_st16(unsigned char *p, uint32_t v) { p[0] = (unsigned char)(v >> 8); p[1] = (unsigned char)v; }
     /* 128-bit sums: file offsets plus positions, and index times, can pass 2**63 */
     typedef __int128 rmq_i128;
-    static inline long long rmq_jdiv(long long a, long long b, long long u) { return (long long)(((rmq_i128)a + b) / u); }
+    static inline long long rmq_jdiv(long long a, long long b, long long u) {
+        long long sum;
+        if (!__builtin_add_overflow(a, b, &sum))
+            return sum / u;  /* (the common case: no 128-bit division call) */
+        return (long long)(((rmq_i128)a + b) / u);
+    }
     /* a hint, never a fault: records are read in address order */
     #if defined(__GNUC__) || defined(__clang__)
     #  define rmq_prefetch(p) __builtin_prefetch(p)
@@ -1680,6 +1685,7 @@ cdef struct _Search:
     bint c_mode  # a view and an i64 timestamp: every probe and comparison in C
     int64_t ts
     Py_ssize_t seg  # the segment held in view (-1: none)
+    long long seg_from  # its first physical offset
     Py_buffer view
 
 
@@ -1689,15 +1695,17 @@ cdef int64_t _probe_c(_Search *s, object bufs, int64_t phy, int32_t size) except
     cdef const unsigned char *b
     if phy < s.tv.lo or <rmq_i128>phy + size > s.tv.hi or phy < s.tv.base:
         return -1
-    i = <Py_ssize_t>((phy - s.tv.base) // s.tv.fs)
-    if i >= s.tv.n:
-        return -1
-    if i != s.seg:
+    if s.seg >= 0 and phy >= s.seg_from and phy - s.seg_from < s.tv.fs:
+        i = s.seg  # (most probes: no 64-bit division)
+    else:
+        i = <Py_ssize_t>((phy - s.tv.base) // s.tv.fs)
+        if i >= s.tv.n:
+            return -1
         PyBuffer_Release(&s.view)
         s.seg = -1
         PyObject_GetBuffer(_segment(bufs, i, s.tv.files), &s.view, PyBUF_SIMPLE)
-        s.seg = i
-    pos = <Py_ssize_t>(phy - s.tv.base - <long long>i * s.tv.fs)
+        s.seg, s.seg_from = i, s.tv.base + <long long>i * s.tv.fs
+    pos = <Py_ssize_t>(phy - s.seg_from)
     b = <const unsigned char *>s.view.buf
     if pos <= s.view.len - 40:
         i = pos + 48 + (20 if ld32(b + pos + 36) & BORNHOST_V6_FLAG else 8)
