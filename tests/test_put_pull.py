@@ -213,6 +213,19 @@ def test_a_checked_message_is_written_as_checked(k):
     assert f.state() == ref.state()
 
 
+def _rebind(f, change):
+    """Bindings changed after a check: "queue rebound" binds a new last
+    queue file (f.last, at queue offset 11), "queue unbound" and "index
+    unbound" unbind; anything else changes nothing."""
+    if change == "queue rebound":
+        f.last = SimpleNamespace(mm=bytearray(CQ_SIZE), file_from_offset=CQ_SIZE, file_size=CQ_SIZE, wrote_position=20)
+        f.ap.bind_queue(TOPIC, 1, TOPIC.encode(), f.cq, f.last)
+    elif change == "queue unbound":
+        f.ap.bind_queue(TOPIC, 1, TOPIC.encode(), f.cq, None)
+    elif change == "index unbound":
+        f.ap.bind_index(None)
+
+
 @pytest.mark.parametrize("change", ["queue rebound", "queue unbound", "index unbound", "other list"])
 def test_check_all_encodings_follow_the_bindings(k, change):
     """An encoding made for a queue since rebound is made afresh (and goes
@@ -224,14 +237,7 @@ def test_check_all_encodings_follow_the_bindings(k, change):
     for m in msgs:
         m.body = m.body.upper()
     for g in (f, ref):
-        if change == "queue rebound":  # a new last file, at queue offset 11
-            g.last = SimpleNamespace(mm=bytearray(CQ_SIZE), file_from_offset=CQ_SIZE, file_size=CQ_SIZE,
-                                     wrote_position=20)
-            g.ap.bind_queue(TOPIC, 1, TOPIC.encode(), g.cq, g.last)
-        elif change == "queue unbound":
-            g.ap.bind_queue(TOPIC, 1, TOPIC.encode(), g.cq, None)
-        elif change == "index unbound":
-            g.ap.bind_index(None)
+        _rebind(g, change)
     before = f.state()
     results: list = []
     got = f.ap.put_batch(msgs, 0, lambda: TS, results, enc)
@@ -780,15 +786,10 @@ def test_check_columns_encodings_follow_the_bindings(k, change):
                                 None, 0)
     bodies[:] = [b"X", b"Y", b"Z"]
     for g in (f, ref):
-        if change == "queue rebound":  # a new last file, at queue offset 11
-            g.last = SimpleNamespace(mm=bytearray(CQ_SIZE), file_from_offset=CQ_SIZE, file_size=CQ_SIZE,
-                                     wrote_position=20)
-            g.ap.bind_queue(TOPIC, 1, TOPIC.encode(), g.cq, g.last)
-        elif change == "queue unbound":
-            g.ap.bind_queue(TOPIC, 1, TOPIC.encode(), g.cq, None)
+        _rebind(g, change)
     before = f.state()
     out = [np.zeros(3, np.int64) for _ in range(3)]
-    topic = "".join(["Topic", "Test"]) if change == "other topic" else TOPIC  # (equal, not the same object)
+    topic = "".join(["Topic", "Test"]) if change == "other topic" else TOPIC  # noqa: FLY002 (equal, not the same object)
     got = f.ap.put_columns(topic, bodies, qids, None, keys, None, 0, TS, *out, enc)
     if change == "queue unbound":
         assert got == 0 and f.state() == before
