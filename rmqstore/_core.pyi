@@ -13,7 +13,7 @@ at run time, so they add no dependency.
 """
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, final
 
 from _typeshed import ReadableBuffer, WriteableBuffer
 from typing_extensions import disjoint_base
@@ -43,6 +43,7 @@ __all__ = [
     "index_put_keys",
     "index_select",
     "Appender",
+    "AppendLock",
     "PutGate",
     "pull_units",
     "read_keyed",
@@ -263,6 +264,13 @@ class Appender:
         encoded: object = None,
     ) -> int: ...
 
+
+@final
+class AppendLock:
+    def acquire(self, blocking: bool = True) -> bool: ...
+    def release(self) -> None: ...
+    def __enter__(self) -> bool: ...
+    def __exit__(self, *exc: object) -> None: ...
 
 @disjoint_base
 class PutGate:

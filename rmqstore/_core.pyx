@@ -28,6 +28,7 @@ from cpython.list cimport PyList_Append, PyList_CheckExact, PyList_GET_SIZE
 from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython.number cimport PyNumber_Index
 from cpython.dict cimport PyDict_CheckExact, PyDict_GetItem, PyDict_GetItemWithError, PyDict_Next
+from cpython.exc cimport PyErr_CheckSignals
 from cpython.object cimport PyObject_IsTrue
 from cpython.ref cimport Py_INCREF, Py_XDECREF, PyObject
 from cpython.long cimport PyLong_CheckExact
@@ -50,6 +51,18 @@ cdef extern from "Python.h":
     unsigned char *PyUnicode_1BYTE_DATA(object o)
     int PyGC_Disable()
     int PyGC_Enable()
+
+cdef extern from "pythread.h":
+    ctypedef void *rmq_lock_t "PyThread_type_lock"
+    ctypedef enum rmq_lock_status "PyLockStatus":
+        RMQ_LOCK_ACQUIRED "PY_LOCK_ACQUIRED"
+        RMQ_LOCK_INTR "PY_LOCK_INTR"
+    rmq_lock_t rmq_lock_new "PyThread_allocate_lock"()
+    void rmq_lock_free "PyThread_free_lock"(rmq_lock_t)
+    rmq_lock_status rmq_lock_take "PyThread_acquire_lock_timed"(rmq_lock_t, long long microseconds,
+                                                                  int intr_flag) nogil
+    void rmq_lock_give "PyThread_release_lock"(rmq_lock_t) nogil
+    unsigned long rmq_thread_id "PyThread_get_thread_ident"()
 
 cdef extern from "zlib.h" nogil:
     unsigned long crc32(unsigned long crc, const unsigned char *buf, unsigned int len)
@@ -326,6 +339,7 @@ __all__ = [
     "index_put_keys",
     "index_select",
     "Appender",
+    "AppendLock",
     "PutGate",
     "pull_units",
     "read_keyed",
@@ -2996,6 +3010,64 @@ cdef inline long long _wall_ms() noexcept:
     return <long long>t.tv_sec * 1000 + t.tv_nsec // 1000000
 
 
+@cython.final
+@cython.auto_pickle(False)  # (a lock is not data)
+cdef class AppendLock:
+    # Docstrings: see _pure.AppendLock (the semantics).
+    cdef rmq_lock_t lock
+    cdef unsigned long owner
+    cdef Py_ssize_t count  # the owner's acquisitions not yet released (0: free)
+
+    def __cinit__(self):
+        self.lock = rmq_lock_new()
+        if self.lock == NULL:
+            raise MemoryError()
+
+    def __dealloc__(self):
+        if self.lock != NULL:
+            rmq_lock_free(self.lock)
+
+    cdef int _acquire(self, bint blocking=True) except -1:
+        """1 when taken (again, by its owner), 0 when not (*blocking* False)."""
+        cdef unsigned long me = rmq_thread_id()
+        cdef rmq_lock_status r
+        if self.count and self.owner == me:
+            self.count += 1
+            return 1
+        r = rmq_lock_take(self.lock, 0, 0)
+        while r != RMQ_LOCK_ACQUIRED:
+            if not blocking:
+                return 0
+            with nogil:  # the owner needs the GIL to get on and release it
+                r = rmq_lock_take(self.lock, -1, 1)
+            if r == RMQ_LOCK_INTR:
+                PyErr_CheckSignals()  # (a signal handler's exception, e.g. KeyboardInterrupt, ends the wait)
+        self.owner, self.count = me, 1
+        return 1
+
+    cdef int _release(self) except -1:
+        if not self.count or self.owner != rmq_thread_id():
+            raise RuntimeError("cannot release un-acquired lock")
+        self.count -= 1
+        if not self.count:
+            self.owner = 0
+            rmq_lock_give(self.lock)
+        return 0
+
+    def acquire(self, bint blocking=True):
+        return self._acquire(blocking) == 1
+
+    def release(self):
+        self._release()
+
+    def __enter__(self):
+        self._acquire()
+        return True
+
+    def __exit__(self, *exc):
+        self._release()
+
+
 cdef rmq_attr_cache _AC_S_DISK_FULL, _AC_S_WRITE_ERROR, _AC_S_CLOSED, _AC_S_PENDING, _AC_S_WAITING
 cdef rmq_attr_cache _AC_S_WRITTEN_END, _AC_S_LAST_STORE, _AC_S_LAST_LOGICS
 
@@ -3005,22 +3077,28 @@ cdef class PutGate:
     # Docstrings: see _pure.PutGate (the semantics). The store's attributes
     # are read and written at their slot offsets (rmq_getattr / rmq_setattr).
     cdef object store, lock_acquire, lock_release, clock
+    cdef AppendLock alock  # the store's lock when it is the core's (else its Python-level methods)
     cdef Appender appender
 
     def __init__(self, store, Appender appender, clock):
         self.store = weakref.ref(store)
-        self.lock_acquire, self.lock_release = store._lock.acquire, store._lock.release
+        lock = store._lock
+        if type(lock) is AppendLock:
+            self.alock = lock
+        else:
+            self.lock_acquire, self.lock_release = lock.acquire, lock.release
         self.appender = appender
         self.clock = clock
 
     def detach(self):
-        self.appender = None
+        self.appender = self.alock = None
         self.lock_acquire = self.lock_release = None
 
     def put(self, msg):
         """``MessageStore.put_message(msg)`` (see there)."""
         # taken at once: detach (close, in another thread) may clear them
         cdef Appender fast = self.appender
+        cdef AppendLock alock = self.alock
         cdef long long end = 0
         acquire, release = self.lock_acquire, self.lock_release
         store = self.store()
@@ -3029,7 +3107,10 @@ cdef class PutGate:
             raise StoreClosedError("the store of this put_message is gone (closed)")
         # (a missing attribute reads as set: the careful path then decides)
         if fast is not None and not rmq_flag(store, "_disk_full", &_AC_S_DISK_FULL):
-            acquire()
+            if alock is not None:
+                alock._acquire()
+            else:
+                acquire()
             try:
                 if not rmq_flag(store, "_closed", &_AC_S_CLOSED) and not rmq_flag(store, "_pending", &_AC_S_PENDING) \
                         and _is_none(store, "_write_error", &_AC_S_WRITE_ERROR):
@@ -3045,7 +3126,10 @@ cdef class PutGate:
                         store._wake_waiters()
                     return result
             finally:
-                release()
+                if alock is not None:
+                    alock._release()
+                else:
+                    release()
         return store._put_one(msg)
 
 

@@ -42,7 +42,7 @@ KERNELS = (
     "java_hash", "index_key_hash", "masked_crc32", "parse_properties", "record_size", "write_record",
     "append_dispatch", "encode_record", "check_record", "decode_record", "decode_columns", "decode_columns_at",
     "scan_records", "read_record", "read_store_timestamp", "cq_put", "cq_get", "cq_units", "cq_scan",
-    "cq_search_time", "index_put", "index_put_keys", "index_select", "Appender", "PutGate", "pull_units",
+    "cq_search_time", "index_put", "index_put_keys", "index_select", "Appender", "AppendLock", "PutGate", "pull_units",
     "read_keyed", "time_lookup", "query_keyed", "pull_views", "pull_messages",
 )
 
@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     # time, with the signatures of rmqstore/_core.pyi (_pure has the same ones).
     from ._core import (
         Appender,
+        AppendLock,
         PutGate,
         append_dispatch,
         check_record,
@@ -98,8 +99,9 @@ def select(implementation: str) -> str:
     """Switch every kernel to ``"cython"`` or ``"python"`` at run time and return
     the previous choice. For benchmarks and tests that compare both in one
     process; stores opened before keep working, their put path (the
-    ``Appender`` and ``PutGate`` a store makes when it opens) staying the one
-    it was opened with, every other kernel switching (they are stateless).
+    ``Appender``, ``PutGate`` and ``AppendLock`` a store makes when it
+    opens) staying the one it was opened with, every other kernel switching
+    (they are stateless).
     Raises ImportError when the Cython core is not built."""
     global IMPLEMENTATION
     module: ModuleType

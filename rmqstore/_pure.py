@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import operator
 import struct
+import threading
 import time
 import types
 import weakref
@@ -74,6 +75,7 @@ __all__ = [
     "index_put_keys",
     "index_select",
     "Appender",
+    "AppendLock",
     "PutGate",
     "pull_units",
     "read_keyed",
@@ -1504,6 +1506,33 @@ class Appender:
             po[i], so[i], oo[i] = r[2], r[3], r[4]
             i += 1
         return i
+
+
+class AppendLock:
+    """The store's append lock (RocketMQ's ``PutMessageReentrantLock``):
+    reentrant, with ``acquire(blocking=True)``, ``release()`` and the
+    context manager protocol; ``release`` by a thread that does not hold it
+    raises RuntimeError. The twin wraps ``threading.RLock``. The core's is
+    its own, so that its ``PutGate`` takes it in C (``RLock.acquire`` parses
+    its arguments on every call); a thread waiting for it releases the GIL
+    and runs signal handlers, as ``RLock`` waiters do."""
+
+    __slots__ = ("_lock",)
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+
+    def acquire(self, blocking=True) -> bool:
+        return self._lock.acquire(blocking)
+
+    def release(self) -> None:
+        self._lock.release()
+
+    def __enter__(self) -> bool:
+        return self._lock.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self._lock.release()
 
 
 class PutGate:

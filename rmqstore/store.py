@@ -194,7 +194,7 @@ class MessageStore:
         self.read_only = read_only
         self._store_host_raw = encode_host(store_host)
         self._clock = clock or _now_ms
-        self._lock = threading.RLock()
+        self._lock = k.AppendLock()  # reentrant (RocketMQ's PutMessageReentrantLock)
         self._closed = False
         self._store_lock: StoreLock | None = None  # the writer lock (SPEC §8.3)
         self._cqs: dict = {}

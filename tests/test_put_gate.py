@@ -13,6 +13,7 @@ from __future__ import annotations
 import collections
 import gc
 import itertools
+import signal
 import threading
 import time
 import weakref
@@ -224,3 +225,125 @@ def test_threads_share_the_gate(tmp_path, impl):
         spans = sorted((r.wrote_offset, r.wrote_bytes) for r in results)
         assert all(a + n_ == b for (a, n_), (b, _) in itertools.pairwise(spans))
         assert s._written_end == spans[-1][0] + spans[-1][1]
+
+
+# --- the append lock ---------------------------------------------------------------------
+
+
+def test_the_append_lock_is_reentrant_and_owned(impl):
+    """AppendLock (the core's own, so that the gate takes it in C; the twin's
+    is threading.RLock): its owner takes it again, others neither take nor
+    release it, and it is free once released as often as taken."""
+    lock = _kernels.AppendLock()
+    seen: list = []
+
+    def elsewhere(action):
+        t = threading.Thread(target=lambda: seen.append(action()))
+        t.start()
+        t.join(10)
+
+    def release():
+        try:
+            lock.release()
+        except RuntimeError:
+            return "refused"
+        return "released"
+
+    assert lock.acquire() and lock.acquire()
+    with lock as entered:
+        assert entered
+    elsewhere(lambda: lock.acquire(False))
+    elsewhere(release)
+    assert seen == [False, "refused"]
+    lock.release()
+    elsewhere(lambda: lock.acquire(False))  # still held once
+    lock.release()
+    with pytest.raises(RuntimeError):
+        lock.release()
+
+    def take_and_give():
+        got = lock.acquire(False)
+        lock.release()
+        return got
+
+    elsewhere(take_and_give)
+    assert seen == [False, "refused", False, True]
+
+
+def test_a_waiter_gets_the_append_lock_once_released(impl):
+    lock = _kernels.AppendLock()
+    order: list = []
+    lock.acquire()
+
+    def waiter():
+        with lock:
+            order.append("waiter")
+
+    t = threading.Thread(target=waiter)
+    t.start()
+    time.sleep(0.05)  # it waits meanwhile: nothing else lets it in
+    order.append("owner")
+    lock.release()
+    t.join(10)
+    assert order == ["owner", "waiter"]
+
+
+@pytest.mark.skipif(not hasattr(signal, "pthread_kill"), reason="needs signal.pthread_kill")
+def test_a_signal_ends_a_wait_for_the_append_lock(impl):
+    """A thread waiting for the lock runs signal handlers, as RLock waiters
+    do: a handler's exception (here as KeyboardInterrupt would) ends the
+    wait, and the lock is not left taken by it."""
+
+    class Interrupted(Exception):
+        pass
+
+    lock = _kernels.AppendLock()
+    waiting, held, done = threading.Event(), threading.Event(), threading.Event()
+
+    def handler(signum, frame):
+        if waiting.is_set():  # (a signal before the wait began is ignored; the sender repeats)
+            raise Interrupted
+
+    def holder():
+        with lock:
+            held.set()
+            done.wait(10)
+
+    def sender(main):
+        while not done.is_set():
+            signal.pthread_kill(main, signal.SIGUSR1)
+            time.sleep(0.05)
+
+    previous = signal.signal(signal.SIGUSR1, handler)
+    t = threading.Thread(target=holder)
+    t.start()
+    held.wait(10)
+    s = threading.Thread(target=sender, args=(threading.get_ident(),))
+    try:
+        s.start()
+        with pytest.raises(Interrupted):
+            waiting.set()
+            lock.acquire()
+        waiting.clear()
+        with pytest.raises(RuntimeError):  # the wait ended without the lock: the holder has it still
+            lock.release()
+        assert held.is_set() and not done.is_set()
+    finally:
+        done.set()
+        s.join(10)
+        t.join(10)
+        signal.signal(signal.SIGUSR1, previous)
+    assert lock.acquire(False)
+    lock.release()
+
+
+def test_a_store_puts_under_the_kernels_append_lock(tmp_path, impl):
+    with _open(tmp_path / "s", impl) as s:
+        assert type(s._lock) is type(_kernels.AppendLock())
+        with s._lock:  # held here: another thread's put waits for it
+            t = threading.Thread(target=lambda: s.put_message(Message("T", b"waits")))
+            t.start()
+            time.sleep(0.05)
+            assert s.get_max_offset_in_queue("T", 0) == 0
+        t.join(10)
+        assert s.get_max_offset_in_queue("T", 0) == 1
