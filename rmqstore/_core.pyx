@@ -1703,7 +1703,7 @@ cdef struct _Search:
     Py_buffer view
 
 
-cdef int64_t _probe_c(_Search *s, object bufs, int64_t phy, int32_t size) except? -2:
+cdef inline int64_t _probe_c(_Search *s, object bufs, int64_t phy, int32_t size) except? -2:
     """_probe's view read with the segment buffer kept across probes."""
     cdef Py_ssize_t i, pos
     cdef const unsigned char *b
@@ -1735,15 +1735,19 @@ cdef enum:  # how a probed time relates to the timestamp (_pure's comparisons, i
     T_NEG = 8  # the probe failed (time < 0)
 
 
+cdef inline int _relate_c(_Search *s, const unsigned char *b, Py_ssize_t p, object bufs) except -1:
+    """_relate in c_mode: small enough to be inlined in the search loop."""
+    cdef int64_t t = _probe_c(s, bufs, ld64(b + p), ld32(b + p + 8))
+    return (T_NEG if t < 0 else 0) | (T_LT if t < s.ts else (T_EQ if t == s.ts else T_GT))
+
+
 cdef int _relate(_Search *s, const unsigned char *b, Py_ssize_t p, object time_at, object bufs,
                  object timestamp) except -1:
     """The relations of the time of the unit at b + p to the timestamp, as
     bits: each comparison _pure makes, made in C when c_mode."""
-    cdef int64_t t
     cdef int r = 0
     if s.c_mode:
-        t = _probe_c(s, bufs, ld64(b + p), ld32(b + p + 8))
-        return (T_NEG if t < 0 else 0) | (T_LT if t < s.ts else (T_EQ if t == s.ts else T_GT))
+        return _relate_c(s, b, p, bufs)
     o = _probe(time_at, bufs, &s.tv, ld64(b + p), ld32(b + p + 8))
     if o < 0:
         r |= T_NEG
@@ -1824,7 +1828,7 @@ cdef object _search_time(_Search *s, const unsigned char *b, Py_ssize_t blen, lo
             lo = mid + CQ_STORE_UNIT_SIZE
             left = mid
             continue
-        rel = _relate(s, b, mid, time_at, bufs, timestamp)
+        rel = _relate_c(s, b, mid, bufs) if s.c_mode else _relate(s, b, mid, time_at, bufs, timestamp)
         if rel & T_NEG:
             return 0
         if rel & T_EQ:
