@@ -25,13 +25,11 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_FromSt
 from cpython.bytearray cimport PyByteArray_CheckExact
 from cpython.memoryview cimport PyMemoryView_Check
 from cpython.list cimport PyList_Append, PyList_CheckExact, PyList_GET_SIZE
-from cpython.long cimport PyLong_AsLongLongAndOverflow
+from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_CheckExact
 from cpython.number cimport PyNumber_Index
-from cpython.dict cimport PyDict_CheckExact, PyDict_GetItem, PyDict_GetItemWithError, PyDict_Next
+from cpython.dict cimport PyDict_CheckExact, PyDict_GetItem, PyDict_Next
 from cpython.exc cimport PyErr_CheckSignals
-from cpython.object cimport PyObject_IsTrue
 from cpython.ref cimport Py_INCREF, Py_XDECREF, PyObject
-from cpython.long cimport PyLong_CheckExact
 from cpython.tuple cimport PyTuple_GET_ITEM
 from cpython.unicode cimport PyUnicode_AsUTF8AndSize, PyUnicode_CheckExact
 
@@ -1741,13 +1739,20 @@ cdef inline int _relate_c(_Search *s, const unsigned char *b, Py_ssize_t p, obje
     return (T_NEG if t < 0 else 0) | (T_LT if t < s.ts else (T_EQ if t == s.ts else T_GT))
 
 
-cdef int _relate(_Search *s, const unsigned char *b, Py_ssize_t p, object time_at, object bufs,
-                 object timestamp) except -1:
+cdef inline int _relate(_Search *s, const unsigned char *b, Py_ssize_t p, object time_at, object bufs,
+                        object timestamp) except -1:
     """The relations of the time of the unit at b + p to the timestamp, as
-    bits: each comparison _pure makes, made in C when c_mode."""
-    cdef int r = 0
+    bits: each comparison _pure makes, made in C when c_mode (inlined; the
+    object comparisons stay out of line)."""
     if s.c_mode:
         return _relate_c(s, b, p, bufs)
+    return _relate_objects(s, b, p, time_at, bufs, timestamp)
+
+
+cdef int _relate_objects(_Search *s, const unsigned char *b, Py_ssize_t p, object time_at, object bufs,
+                         object timestamp) except -1:
+    """_relate outside c_mode: the probe and comparisons as Python objects."""
+    cdef int r = 0
     o = _probe(time_at, bufs, &s.tv, ld64(b + p), ld32(b + p + 8))
     if o < 0:
         r |= T_NEG
@@ -1828,7 +1833,7 @@ cdef object _search_time(_Search *s, const unsigned char *b, Py_ssize_t blen, lo
             lo = mid + CQ_STORE_UNIT_SIZE
             left = mid
             continue
-        rel = _relate_c(s, b, mid, bufs) if s.c_mode else _relate(s, b, mid, time_at, bufs, timestamp)
+        rel = _relate(s, b, mid, time_at, bufs, timestamp)
         if rel & T_NEG:
             return 0
         if rel & T_EQ:
@@ -2268,6 +2273,11 @@ cdef inline bint _nonempty(object s) noexcept:
     return s is not None and PyUnicode_GET_LENGTH(s) > 0
 
 
+cdef inline bint _message_body(object body) noexcept:
+    """Whether *body* is of a type Message takes (bytes, bytearray, memoryview)."""
+    return PyBytes_CheckExact(body) or PyByteArray_CheckExact(body) or PyMemoryView_Check(body)
+
+
 cdef inline bint _str_or_none(PyObject *o) noexcept:
     return o == <PyObject *>None or PyUnicode_CheckExact(<object>o)
 
@@ -2651,15 +2661,19 @@ cdef class Appender:
         return self._finish(r, enc.blobs + e.props_at, e.props_len, <_Queue>e.q, <object>e.tags, <object>e.keys,
                             <object>e.uniq)
 
-    def check(self, msg):
-        return self._check(msg)
+    cdef _Queue _checked(self, msg, Rec *r):
+        """_encode of a message check takes (its body fits), else None;
+        the caller clears self.tags/keys/uniq."""
+        cdef _Queue q = self._encode(msg, r)
+        if q is None or not self._fits(r, <object>rmq_slot(msg, self.off[S_BODY])):
+            return None
+        return q
 
-    cdef bint _check(self, msg) except -1:
+    def check(self, msg):
         cdef Rec r
-        if self._encode(msg, &r) is None:
-            return False
+        ok = self._checked(msg, &r) is not None
         self.tags = self.keys = self.uniq = None
-        return self._fits(&r, <object>rmq_slot(msg, self.off[S_BODY]))
+        return ok
 
     def check_all(self, msgs):
         cdef list refused = []
@@ -2672,16 +2686,13 @@ cdef class Appender:
         enc._start(tuple(msgs), PyList_GET_SIZE(msgs), None)
         for i in range(enc.n):
             msg = enc.of[i]
-            q = self._encode(msg, &r)
-            if q is not None:
-                body = <object>rmq_slot(msg, self.off[S_BODY])
-                if self._fits(&r, body):
-                    enc._keep(i, &r, self.born_default, q, self.tags, self.keys, self.uniq, body)
-                else:
-                    q = None
-            self.tags = self.keys = self.uniq = None
+            q = self._checked(msg, &r)
             if q is None:
                 refused.append(i)
+            else:
+                enc._keep(i, &r, self.born_default, q, self.tags, self.keys, self.uniq,
+                          <object>rmq_slot(msg, self.off[S_BODY]))
+            self.tags = self.keys = self.uniq = None
         return refused, enc
 
     cdef bint _fits(self, Rec *r, object body) except -1:
@@ -2866,7 +2877,6 @@ cdef class Appender:
         cdef Rec r
         cdef _Batch b
         cdef _Queue q
-        cdef _Enc *e
         cdef _Encoded enc = None
         cdef Py_ssize_t i = _idx(start), n
         cdef long long phy, t
@@ -2936,8 +2946,7 @@ cdef class Appender:
                                  None if keys is None else keys[i],
                                  None if unique_keys is None else unique_keys[i], &r)
             body = bodies[i]
-            if q is not None and (PyBytes_CheckExact(body) or PyByteArray_CheckExact(body) or
-                                  PyMemoryView_Check(body)) and self._fits(&r, body):  # (what Message takes)
+            if q is not None and _message_body(body) and self._fits(&r, body):
                 if enc.e[i].q == NULL:
                     enc._keep(i, &r, self.born_default, q, self.tags, self.keys, self.uniq, body)
             else:
@@ -2985,8 +2994,7 @@ cdef class Appender:
                         body = <object>enc.e[i].body
                     else:
                         body = bodies[i]
-                        if not (PyBytes_CheckExact(body) or PyByteArray_CheckExact(body) or
-                                PyMemoryView_Check(body)):
+                        if not _message_body(body):
                             break
                         q = self._encode_row(by_id, queue_ids[i], None if tags is None else tags[i],
                                              None if keys is None else keys[i],
