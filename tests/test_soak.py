@@ -26,6 +26,7 @@ REPO = HERE.parent
 SOAK_SECONDS = float(os.environ.get("RMQSTORE_SOAK_SECONDS", "30"))
 TOPIC = "SoakTopic"
 QUEUES = 4
+MAX_LIVE_FILES = 200  # CommitLog files (each with ~4 queue files): far below the open-files limit
 
 CFG = StoreConfig(
     mapped_file_size_commit_log=64 * 1024,
@@ -68,6 +69,11 @@ def test_soak_writer_readers_reader_process_and_cleanup(tmp_path):
         i = 0
         try:
             while not stop.is_set():
+                # the clean-up deletes at most delete_file_batch_max files a round: a
+                # writer that outruns it would grow the files (and handles) without bound
+                if len(store.commitlog.queue.files) > MAX_LIVE_FILES:
+                    time.sleep(0.005)
+                    continue
                 batch = [Message(TOPIC, body_of(j), queue_id=j % QUEUES, keys=str(j)) for j in range(i, i + 8)]
                 if i % 16:
                     store.put_messages(batch)
