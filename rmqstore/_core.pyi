@@ -12,7 +12,7 @@ Buffers: every kernel takes any object with the buffer protocol (``mmap``,
 at run time, so they add no dependency.
 """
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, final
 
 from _typeshed import ReadableBuffer, WriteableBuffer
@@ -45,6 +45,7 @@ __all__ = [
     "Appender",
     "AppendLock",
     "PutGate",
+    "ReadGate",
     "pull_units",
     "read_keyed",
     "time_lookup",
@@ -277,6 +278,20 @@ class PutGate:
     def __init__(self, store: Any, appender: Appender, clock: Callable[[], int] | None) -> None: ...
     def detach(self) -> None: ...
     def put(self, msg: Any) -> Any: ...
+
+@disjoint_base
+class ReadGate:
+    def __init__(
+        self, store: Any, message_type: type, result_type: type, statuses: Mapping[str, Any], min_units: int
+    ) -> None: ...
+    def detach(self) -> None: ...
+    def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp: int, boundary: str = "lower") -> int: ...
+    def query_messages(
+        self, topic: str, key: str, max_count: int = 64, begin: int = 0, end: int = 9223372036854775807
+    ) -> list[Any]: ...
+    def get_messages(
+        self, topic: str, queue_id: int, offset: int, max_count: int = 32, tags: Any = None, wait_ms: int = 0
+    ) -> Any: ...
 
 def pull_units(
     cq_buf: ReadableBuffer,

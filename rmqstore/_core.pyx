@@ -32,6 +32,7 @@ from cpython.exc cimport PyErr_CheckSignals
 from cpython.ref cimport Py_INCREF, Py_XDECREF, PyObject
 from cpython.tuple cimport PyTuple_GET_ITEM
 from cpython.unicode cimport PyUnicode_AsUTF8AndSize, PyUnicode_CheckExact
+from cpython.weakref cimport PyWeakref_GetObject
 
 import weakref
 
@@ -221,18 +222,16 @@ cdef extern from *:
     static inline PyObject *rmq_alloc(PyObject *tp) {
         return ((PyTypeObject *)tp)->tp_alloc((PyTypeObject *)tp, 0);
     }
-    /* An instance of the 6-tuple subclass *tp* of items a..f, without
-       calling its Python-level __new__. With *untrack* the GC stops tracking
-       it: a tuple of immutable fields in a type with no __dict__ can join no
+    /* An instance of the n-tuple subclass *tp* of *items*, without calling
+       its Python-level __new__. With *untrack* the GC stops tracking it: a
+       tuple of immutable fields in a type with no __dict__ can join no
        cycle worth collecting, and a batch's results would otherwise be
        traversed by every young collection while the batch runs. */
-    static PyObject *rmq_tuple6(PyObject *tp, int untrack, PyObject *a, PyObject *b, PyObject *c,
-                                PyObject *d, PyObject *e, PyObject *f) {
-        PyObject *items[6] = {a, b, c, d, e, f};
-        PyObject *r = ((PyTypeObject *)tp)->tp_alloc((PyTypeObject *)tp, 6);
-        int i;
+    static PyObject *rmq_tuple_n(PyObject *tp, int untrack, Py_ssize_t n, PyObject **items) {
+        PyObject *r = ((PyTypeObject *)tp)->tp_alloc((PyTypeObject *)tp, n);
+        Py_ssize_t i;
         if (r == NULL) return NULL;
-        for (i = 0; i < 6; i++) {
+        for (i = 0; i < n; i++) {
             Py_INCREF(items[i]);
             PyTuple_SET_ITEM(r, i, items[i]);
         }
@@ -240,12 +239,22 @@ cdef extern from *:
             PyObject_GC_UnTrack(r);
         return r;
     }
+    static PyObject *rmq_tuple6(PyObject *tp, int untrack, PyObject *a, PyObject *b, PyObject *c,
+                                PyObject *d, PyObject *e, PyObject *f) {
+        PyObject *items[6] = {a, b, c, d, e, f};
+        return rmq_tuple_n(tp, untrack, 6, items);
+    }
+    static PyObject *rmq_tuple5(PyObject *tp, PyObject *a, PyObject *b, PyObject *c, PyObject *d, PyObject *e) {
+        PyObject *items[5] = {a, b, c, d, e};
+        return rmq_tuple_n(tp, 0, 5, items);
+    }
     """
     Py_ssize_t rmq_slot_offset(object descr)
     void rmq_set_slot(object obj, Py_ssize_t off, object value)
     object rmq_alloc(object tp)
     PyObject *rmq_slot(object obj, Py_ssize_t off)
     object rmq_tuple6(object tp, int untrack, object a, object b, object c, object d, object e, object f)
+    object rmq_tuple5(object tp, object a, object b, object c, object d, object e)
     ctypedef struct rmq_attr_cache:
         void *tp
         unsigned int tag
@@ -339,6 +348,7 @@ __all__ = [
     "Appender",
     "AppendLock",
     "PutGate",
+    "ReadGate",
     "pull_units",
     "read_keyed",
     "time_lookup",
@@ -1888,6 +1898,10 @@ cdef int64_t _unit_time(_Search *s, object bufs, object mf, Py_ssize_t pos) exce
 
 
 def time_lookup(cq, commitlog, timestamp, bint upper, refs):
+    return _time_lookup(cq, commitlog, timestamp, upper, refs)
+
+
+cdef object _time_lookup(cq, commitlog, timestamp, bint upper, refs):
     # ConsumeQueue.offset_by_time(timestamp, upper, commitlog.segment_view())
     # in one call: the file choice, the search and the clamp
     cdef int ovf = 1
@@ -3145,6 +3159,93 @@ cdef class PutGate:
         return store._put_one(msg)
 
 
+@cython.auto_pickle(False)  # (a store's gate is not data)
+cdef class ReadGate:
+    # Docstrings: see _pure.ReadGate (the semantics). Each method is the
+    # common case of the store method of its name, in C; whatever else
+    # comes goes to that method of the store's class.
+    cdef object store  # a weak reference
+    cdef dict cqs, statuses
+    cdef object commitlog, index, refs, message_type, result_type, min_units
+    cdef bint read_only
+
+    def __init__(self, store, message_type, result_type, statuses, min_units):
+        cqs = store._cqs
+        if not PyDict_CheckExact(cqs):
+            raise TypeError("a store's _cqs must be a dict")
+        self.store = weakref.ref(store)
+        self.cqs = cqs
+        self.commitlog, self.index, self.refs = store.commitlog, store.index, store._refs
+        self.read_only = store.read_only
+        self.message_type, self.result_type = message_type, result_type
+        self.statuses = dict(statuses)
+        self.min_units = _idx(min_units)
+
+    def detach(self):
+        self.cqs = None
+        self.commitlog = self.index = self.refs = None
+
+    cdef object _store(self):
+        """The store, or StoreClosedError once it is gone."""
+        store = <object>PyWeakref_GetObject(self.store)
+        if store is None:  # only a kept bound method outlives its store, which closed as it went
+            from .exceptions import StoreClosedError
+            raise StoreClosedError("the store of this method is gone (closed)")
+        return store
+
+    def get_offset_in_queue_by_time(self, topic, queue_id, timestamp, boundary="lower"):
+        """``MessageStore.get_offset_in_queue_by_time`` (see there)."""
+        cdef dict cqs = self.cqs  # taken at once: detach (close, in another thread) may clear them
+        cdef int upper = -1
+        commitlog, refs = self.commitlog, self.refs
+        store = self._store()
+        if PyUnicode_CheckExact(boundary):  # as given, any other spelling: the store's method
+            if <str>boundary == "lower":
+                upper = 0
+            elif <str>boundary == "upper":
+                upper = 1
+        if upper >= 0 and cqs is not None and not rmq_flag(store, "_closed", &_AC_S_CLOSED):
+            cq = cqs.get((topic, queue_id))
+            if cq is not None:
+                found = _time_lookup(cq, commitlog, timestamp, upper, refs)
+                if found is not None:
+                    return found
+        return type(store).get_offset_in_queue_by_time(store, topic, queue_id, timestamp, boundary)
+
+    def query_messages(self, topic, key, max_count=64, begin=0, end=0x7FFFFFFFFFFFFFFF):
+        """``MessageStore.query_messages`` (see there)."""
+        cqs, index, commitlog, refs = self.cqs, self.index, self.commitlog, self.refs
+        store = self._store()
+        cdef list out
+        if cqs is not None and PyUnicode_CheckExact(topic) and PyUnicode_CheckExact(key) \
+                and not rmq_flag(store, "_closed", &_AC_S_CLOSED):
+            out = []
+            if _query_keyed(index, commitlog, topic, key, max_count, begin, end, self.message_type, out,
+                            refs) is not None:
+                return out
+        return type(store).query_messages(store, topic, key, max_count, begin, end)
+
+    def get_messages(self, topic, queue_id, offset, max_count=32, tags=None, wait_ms=0):
+        """``MessageStore.get_messages`` (see there)."""
+        cdef dict cqs = self.cqs
+        cdef list out
+        commitlog, refs = self.commitlog, self.refs
+        store = self._store()
+        if cqs is not None and tags is None and PyLong_CheckExact(offset) and PyLong_CheckExact(max_count) \
+                and not rmq_flag(store, "_closed", &_AC_S_CLOSED):
+            cq = cqs.get((topic, queue_id))
+            if cq is not None:
+                out = []
+                found = _pull_messages(cq, commitlog, offset, max_count,
+                                       max_count if max_count > self.min_units else self.min_units,
+                                       self.message_type, out, refs)
+                # what the store's method would do next: a careful read, a follow or a wait
+                if found is not None and found[0] != "STOPPED" and \
+                        (out or (not self.read_only and PyLong_CheckExact(wait_ms) and wait_ms <= 0)):
+                    return rmq_tuple5(self.result_type, self.statuses[found[0]], out, found[1], found[2], found[3])
+        return type(store).get_messages(store, topic, queue_id, offset, max_count, tags, wait_ms)
+
+
 cdef bint _is_none(object obj, str name, rmq_attr_cache *c) except -1:
     """Whether obj.<name> is None (False when obj has no such attribute)."""
     try:
@@ -3439,6 +3540,10 @@ cdef int _read_keyed(_View *v, object bufs, const int64_t *offsets, Py_ssize_t n
 
 
 def query_keyed(index, commitlog, topic, key, max_num, begin, end, message_type, list out, refs):
+    return _query_keyed(index, commitlog, topic, key, max_num, begin, end, message_type, out, refs)
+
+
+cdef object _query_keyed(index, commitlog, topic, key, max_num, begin, end, message_type, list out, refs):
     # IndexService.queryOffset over index's files, then read_keyed, in one call
     cdef Py_ssize_t i, n, hsn = 0, idx = 0, limit
     cdef int32_t key_hash
@@ -3510,6 +3615,10 @@ def pull_views(cq, commitlog, queue_offset, max_count, max_units, refs):
 
 
 def pull_messages(cq, commitlog, queue_offset, max_count, max_units, message_type, list out not None, refs):
+    return _pull_messages(cq, commitlog, queue_offset, max_count, max_units, message_type, out, refs)
+
+
+cdef object _pull_messages(cq, commitlog, queue_offset, max_count, max_units, message_type, list out, refs):
     cdef bint gc_was
     if not _may_read(refs):
         return None

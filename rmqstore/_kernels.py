@@ -42,7 +42,8 @@ KERNELS = (
     "java_hash", "index_key_hash", "masked_crc32", "parse_properties", "record_size", "write_record",
     "append_dispatch", "encode_record", "check_record", "decode_record", "decode_columns", "decode_columns_at",
     "scan_records", "read_record", "read_store_timestamp", "cq_put", "cq_get", "cq_units", "cq_scan",
-    "cq_search_time", "index_put", "index_put_keys", "index_select", "Appender", "AppendLock", "PutGate", "pull_units",
+    "cq_search_time", "index_put", "index_put_keys", "index_select", "Appender", "AppendLock", "PutGate", "ReadGate",
+    "pull_units",
     "read_keyed", "time_lookup", "query_keyed", "pull_views", "pull_messages",
 )
 
@@ -54,6 +55,7 @@ if TYPE_CHECKING:
         Appender,
         AppendLock,
         PutGate,
+        ReadGate,
         append_dispatch,
         check_record,
         cq_get,
@@ -100,8 +102,8 @@ def select(implementation: str) -> str:
     the previous choice. For benchmarks and tests that compare both in one
     process; stores opened before keep working, their put path (the
     ``Appender``, ``PutGate`` and ``AppendLock`` a store makes when it
-    opens) staying the one it was opened with, every other kernel switching
-    (they are stateless).
+    opens) and its lookups and pulls (its ``ReadGate``) staying the ones it
+    was opened with, every other kernel switching (they are stateless).
     Raises ImportError when the Cython core is not built."""
     global IMPLEMENTATION
     module: ModuleType

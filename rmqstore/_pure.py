@@ -77,6 +77,7 @@ __all__ = [
     "Appender",
     "AppendLock",
     "PutGate",
+    "ReadGate",
     "pull_units",
     "read_keyed",
     "time_lookup",
@@ -1588,6 +1589,102 @@ class PutGate:
                         store._wake_waiters()
                     return result
         return store._put_one(msg)
+
+
+class ReadGate:
+    """The common case of the store's lookups and pulls in one call each:
+    ``get_offset_in_queue_by_time``, ``query_messages`` and ``get_messages``
+    (same names, arguments and defaults as the ``MessageStore`` methods,
+    whose docstrings hold). The store installs each as its instance's
+    method of that name (unless a subclass has its own), so the core's runs
+    no Python code on an open store's lookup or pull. Each method:
+
+    - checks the store is open (``store._closed``) and the gate attached;
+    - for the common case (an exact ``"lower"``/``"upper"`` boundary; str
+      topic and key; an int offset and count, no tag filter) calls the
+      whole-operation kernel (:func:`time_lookup`, :func:`query_keyed`,
+      :func:`pull_messages`) with the store's reader references;
+    - hands anything else to the store class's method of its name, which
+      decides (errors, an unknown queue, a clean-up holding the references,
+      a careful read, a follow or a wait included): a pull only when
+      ``get_messages`` would return its result unchanged.
+
+    Args:
+        store (MessageStore): held weakly (the store's dict holds the gate);
+            its ``_cqs`` dict, ``commitlog``, ``index``, ``_refs`` and
+            ``read_only`` are read once, here.
+        message_type (type): what a message is made as (``MessageExt``).
+        result_type (type): ``GetMessageResult``, a 5-tuple type.
+        statuses (Mapping[str, GetMessageStatus]): by name.
+        min_units (int): a pull visits at least this many units
+            (``store._MAX_FILTER_UNITS``).
+
+    ``detach()`` (on close) drops what the gate holds of the store; the
+    methods then go to the store's, which raise StoreClosedError, as they
+    do once the store is gone."""
+
+    def __init__(self, store, message_type, result_type, statuses, min_units) -> None:
+        if type(store._cqs) is not dict:
+            raise TypeError("a store's _cqs must be a dict")
+        self._store_ref = weakref.ref(store)
+        self._cqs: dict | None = store._cqs
+        self._commitlog, self._index, self._refs = store.commitlog, store.index, store._refs
+        self._read_only = bool(store.read_only)
+        self._message_type, self._result_type = message_type, result_type
+        self._statuses = dict(statuses)
+        self._min_units = operator.index(min_units)
+
+    def detach(self) -> None:
+        self._cqs = self._commitlog = self._index = self._refs = None
+
+    def _store(self):
+        store = self._store_ref()
+        if store is None:  # only a kept bound method outlives its store, which closed as it went
+            from .exceptions import StoreClosedError
+
+            raise StoreClosedError("the store of this method is gone (closed)")
+        return store
+
+    def get_offset_in_queue_by_time(self, topic, queue_id, timestamp, boundary="lower"):
+        cqs, commitlog, refs = self._cqs, self._commitlog, self._refs  # at once: detach may clear them
+        store = self._store()
+        upper = _BOUNDARY.get(boundary) if type(boundary) is str else None
+        if upper is not None and cqs is not None and not getattr(store, "_closed", True):
+            cq = cqs.get((topic, queue_id))
+            if cq is not None:
+                found = time_lookup(cq, commitlog, timestamp, upper, refs)
+                if found is not None:
+                    return found
+        return type(store).get_offset_in_queue_by_time(store, topic, queue_id, timestamp, boundary)
+
+    def query_messages(self, topic, key, max_count=64, begin=0, end=(1 << 63) - 1):
+        cqs, index, commitlog, refs = self._cqs, self._index, self._commitlog, self._refs
+        store = self._store()
+        if cqs is not None and type(topic) is str and type(key) is str and not getattr(store, "_closed", True):
+            out: list = []
+            if query_keyed(index, commitlog, topic, key, max_count, begin, end, self._message_type, out,
+                           refs) is not None:
+                return out
+        return type(store).query_messages(store, topic, key, max_count, begin, end)
+
+    def get_messages(self, topic, queue_id, offset, max_count=32, tags=None, wait_ms=0):
+        cqs, commitlog, refs = self._cqs, self._commitlog, self._refs
+        store = self._store()
+        if cqs is not None and tags is None and type(offset) is int and type(max_count) is int \
+                and not getattr(store, "_closed", True):
+            cq = cqs.get((topic, queue_id))
+            if cq is not None:
+                out: list = []
+                found = pull_messages(cq, commitlog, offset, max_count, max(max_count, self._min_units),
+                                      self._message_type, out, refs)
+                # what the store's method would do next: a careful read, a follow or a wait
+                if found is not None and found[0] != "STOPPED" and \
+                        (out or (not self._read_only and type(wait_ms) is int and wait_ms <= 0)):
+                    return tuple.__new__(self._result_type, (self._statuses[found[0]], out, *found[1:]))
+        return type(store).get_messages(store, topic, queue_id, offset, max_count, tags, wait_ms)
+
+
+_BOUNDARY = {"lower": False, "upper": True}
 
 
 def _wall_ms() -> int:

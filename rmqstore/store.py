@@ -142,6 +142,8 @@ class StoreLock:
 
 
 _new_tuple = tuple.__new__
+#: the methods an open store's instance takes from its k.ReadGate
+_READ_GATED = ("get_offset_in_queue_by_time", "query_messages", "get_messages")
 _STATUS_BY_NAME = GetMessageStatus.__members__
 
 
@@ -202,6 +204,7 @@ class MessageStore:
         self._topics: dict = {}  # validated topic -> UTF-8 bytes
         self._fast: Any = None  # k.Appender: the ASYNC_FLUSH put path, bound in _start
         self._put_gate: Any = None  # k.PutGate: put_message's checks and bookkeeping around _fast
+        self._read_gate: Any = None  # k.ReadGate: the common case of lookups and pulls, bound in _start
         self._kernel_clock: Any = None  # the store clock as kernels take it (None: their own wall clock)
         self._append_crc = config.enabled_append_prop_crc
         self._sync_flush = config.flush_disk_type == SYNC_FLUSH
@@ -347,6 +350,12 @@ class MessageStore:
                 self._cleaner.start()
         else:
             self._next_full_refresh = time.monotonic() + 1.0
+        # lookups and pulls in one kernel call each: the instance's methods
+        # are the gate's (unless a subclass has its own); close drops them
+        self._read_gate = k.ReadGate(self, MessageExt, GetMessageResult, _STATUS_BY_NAME, _MAX_FILTER_UNITS)
+        for name in _READ_GATED:
+            if getattr(type(self), name) is getattr(MessageStore, name):
+                setattr(self, name, getattr(self._read_gate, name))
 
     def _take_lock(self) -> None:
         self._store_lock = StoreLock(self.root_dir).acquire()
@@ -568,6 +577,11 @@ class MessageStore:
                     self._put_gate.detach()
                     self._put_gate = None
                     self.__dict__.pop("put_message", None)
+                if self._read_gate is not None:
+                    self._read_gate.detach()
+                    self._read_gate = None
+                    for name in _READ_GATED:
+                        self.__dict__.pop(name, None)
                 self._release()
 
     def _crash(self) -> None:
