@@ -111,6 +111,31 @@ def test_consume(benchmark, impl, filled_store):
         benchmark.pedantic(run, rounds=ROUNDS)
 
 
+@pytest.mark.parametrize("tags", ["Tag0", "Tag0 || Tag1"])
+def test_consume_tags(benchmark, impl, filled_store, tags):
+    """get_messages with a tag filter (benchdata tags each message Tag0..Tag3
+    in turn: a quarter or a half is kept); ops are the messages kept."""
+    kept = N // 4 * tags.count("Tag")
+    benchmark.group = f"consume-tags-{tags.count('Tag')}-of-4"
+    benchmark.extra_info["ops"] = kept
+    path, _ = filled_store
+    with MessageStore.open(path, read_only=True) as s:
+
+        def run():
+            n = 0
+            for q in range(QUEUES):
+                off = 0
+                while True:
+                    r = s.get_messages(TOPIC, q, off, 32, tags)
+                    n += len(r.messages)
+                    if r.next_begin_offset == off or r.status.name == "OFFSET_OVERFLOW_ONE":
+                        break
+                    off = r.next_begin_offset
+            assert n == kept
+
+        benchmark.pedantic(run, rounds=ROUNDS)
+
+
 _BULK_PULLS = {  # kind: (store method, messages in its result)
     "columns": ("get_message_columns", lambda r: len(r.columns["queue_id"])),  # bodies included
     "views": ("get_message_views", lambda r: len(r.units)),  # zero-copy: positions in the mapped segment

@@ -340,5 +340,6 @@ def pull_messages(
     max_units: int,
     message_type: type,
     out: list[Any],
+    tags: tuple[set[int] | frozenset[int], set[str] | frozenset[str]] | None,
     refs: Any,
 ) -> tuple[str, int, int, int] | None: ...

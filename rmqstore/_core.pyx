@@ -33,6 +33,7 @@ from cpython.ref cimport Py_INCREF, Py_XDECREF, PyObject
 from cpython.tuple cimport PyTuple_GET_ITEM
 from cpython.unicode cimport PyUnicode_AsUTF8AndSize, PyUnicode_CheckExact
 from cpython.weakref cimport PyWeakref_GetObject
+from cpython.set cimport PyAnySet_CheckExact, PySet_Contains
 
 import weakref
 
@@ -3238,7 +3239,7 @@ cdef class ReadGate:
                 out = []
                 found = _pull_messages(cq, commitlog, offset, max_count,
                                        max_count if max_count > self.min_units else self.min_units,
-                                       self.message_type, out, refs)
+                                       self.message_type, out, None, refs)
                 # what the store's method would do next: a careful read, a follow or a wait
                 if found is not None and found[0] != "STOPPED" and \
                         (out or (not self.read_only and PyLong_CheckExact(wait_ms) and wait_ms <= 0)):
@@ -3611,14 +3612,14 @@ cdef packed struct _ViewUnit:  # _pure.VIEW_UNIT ("=qqqqqii"), native byte order
 def pull_views(cq, commitlog, queue_offset, max_count, max_units, refs):
     if not _may_read(refs):
         return None
-    return _pull_queue(cq, commitlog, queue_offset, max_count, max_units, None, None)
+    return _pull_queue(cq, commitlog, queue_offset, max_count, max_units, None, None, None)
 
 
-def pull_messages(cq, commitlog, queue_offset, max_count, max_units, message_type, list out not None, refs):
-    return _pull_messages(cq, commitlog, queue_offset, max_count, max_units, message_type, out, refs)
+def pull_messages(cq, commitlog, queue_offset, max_count, max_units, message_type, list out not None, tags, refs):
+    return _pull_messages(cq, commitlog, queue_offset, max_count, max_units, message_type, out, tags, refs)
 
 
-cdef object _pull_messages(cq, commitlog, queue_offset, max_count, max_units, message_type, list out, refs):
+cdef object _pull_messages(cq, commitlog, queue_offset, max_count, max_units, message_type, list out, tags, refs):
     cdef bint gc_was
     if not _may_read(refs):
         return None
@@ -3627,16 +3628,96 @@ cdef object _pull_messages(cq, commitlog, queue_offset, max_count, max_units, me
     # may run Python code (finalizers) and let clean-up in (as query_keyed)
     gc_was = PyGC_Disable()
     try:
-        return _pull_queue(cq, commitlog, queue_offset, max_count, max_units, message_type, out)[:4]
+        return _pull_queue(cq, commitlog, queue_offset, max_count, max_units, message_type, out, tags)[:4]
     finally:
         if gc_was:
             PyGC_Enable()
 
 
-cdef tuple _pull_queue(cq, commitlog, queue_offset, max_count, max_units, object message_type, list out):
+cdef Py_ssize_t _tag_codes(object tags, long long **codes) except -2:
+    """The tags codes of a pull's filter ``(codes, names)`` into a malloc'd
+    *codes* array: their count, or -1 when the filter is not what the core
+    vouches for (sets of exact ints within int64 and of exact strs: no
+    Python code may run while no reader reference is held)."""
+    cdef Py_ssize_t n = 0
+    cdef int ovf = 0
+    if type(tags) is not tuple or len(tags) != 2:
+        return -1
+    code_set, names = tags
+    if not PyAnySet_CheckExact(code_set) or not PyAnySet_CheckExact(names):
+        return -1
+    for name in names:
+        if not PyUnicode_CheckExact(name):
+            return -1
+    codes[0] = <long long *>malloc(sizeof(long long) * (len(code_set) + 1))
+    if codes[0] == NULL:
+        raise MemoryError()
+    for c in code_set:
+        if not PyLong_CheckExact(c):
+            return -1
+        codes[0][n] = PyLong_AsLongLongAndOverflow(c, &ovf)
+        if ovf:
+            return -1
+        n += 1
+    return n
+
+
+cdef inline bint _code_in(const long long *codes, Py_ssize_t n, long long code) noexcept:
+    cdef Py_ssize_t i
+    for i in range(n):
+        if codes[i] == code:
+            return True
+    return False
+
+
+cdef bint _tags_in(const unsigned char *b, Py_ssize_t p0, object names, _Col *tmp) except -1:
+    """Whether the TAGS of the valid record at b + p0, as MessageExt.tags
+    reads it (parse_properties: the last non-empty one, decoded with
+    "replace"), is one of *names* (a set of exact strs)."""
+    cdef Py_ssize_t pn, i, count
+    cdef const unsigned char *props = _props_of(b, p0, &pn)
+    cdef _Pair *pairs
+    count = _pairs(props, pn, tmp)
+    pairs = <_Pair *>tmp.p
+    for i in range(count):  # (one TAGS at most: _pairs merged duplicates)
+        if _is_name(props, &pairs[i], "TAGS", 4):
+            return PySet_Contains(names, PyUnicode_DecodeUTF8(<const char *>props + pairs[i].v, pairs[i].vn,
+                                                              "replace")) == 1
+    return False
+
+
+cdef tuple _pull_queue(cq, commitlog, queue_offset, max_count, max_units, object message_type, list out,
+                       object tag_filter):
     """pull_views (*message_type* None: packed units of one segment) or
     pull_messages (*message_type* objects appended to *out*, across
-    segments; STOPPED at any unit the careful path must read)."""
+    segments; STOPPED at any unit the careful path must read), the latter
+    with *tag_filter* None or ``(codes, names)`` (store._tag_filter's:
+    kept are units whose tags code is in *codes* and then records whose
+    TAGS is in *names*; a ConsumeQueue file's units are then read
+    *max_count* at a time, as the careful path does)."""
+    cdef bint views = message_type is None
+    cdef long long *codes = NULL
+    cdef Py_ssize_t ncodes = -1
+    cdef _Col tmp
+    cdef char tmp_buf[512]
+    names = None
+    _on_stack(&tmp, tmp_buf, sizeof(tmp_buf))
+    try:
+        if tag_filter is not None:
+            ncodes = _tag_codes(tag_filter, &codes)
+            if ncodes < 0:
+                return "STOPPED", 0, 0, 0, None, b""
+            names = tag_filter[1]
+        return _pull_units_of(cq, commitlog, queue_offset, max_count, max_units, message_type, out, codes, ncodes,
+                              names, &tmp)
+    finally:
+        free(codes)
+        _free(&tmp)
+
+
+cdef tuple _pull_units_of(cq, commitlog, queue_offset, max_count, max_units, object message_type, list out,
+                          const long long *codes, Py_ssize_t ncodes, object names, _Col *tmp):
+    """_pull_queue with its filter ready (*ncodes* -1: none)."""
     cdef bint views = message_type is None
     cdef _Repeats repeats = None if views else _Repeats.__new__(_Repeats)
     cdef rmq_i128 wq = _wide(queue_offset)
@@ -3647,6 +3728,7 @@ cdef tuple _pull_queue(cq, commitlog, queue_offset, max_count, max_units, object
     cdef Py_ssize_t p0, tl, msize, seg = -1
     cdef int32_t size, qid, sys_flag
     cdef int bw, sw
+    cdef bint kept
     cdef const unsigned char *u
     cdef const unsigned char *b
     cdef const char *tb
@@ -3686,7 +3768,7 @@ cdef tuple _pull_queue(cq, commitlog, queue_offset, max_count, max_units, object
     _init_view(&cv)
     try:
         while q < mx and n < mc and visited < mu:
-            # ConsumeQueue.unit_range(q, min(max_count - n, max - q))
+            # ConsumeQueue.unit_range(q, min(max_count - n, max - q)); filtered, max_count for max_count - n
             off = q * CQ_STORE_UNIT_SIZE
             if off < min_logic or cq_fs <= 0:
                 break
@@ -3696,7 +3778,7 @@ cdef tuple _pull_queue(cq, commitlog, queue_offset, max_count, max_units, object
             mf = files[fi]
             pos = <Py_ssize_t>(off - _i64(rmq_getattr(mf, "file_from_offset", &_AC_MF_FROM)))
             end = min(_idx(rmq_getattr(mf, "wrote_position", &_AC_MF_WROTE)),
-                      pos + min(mc - n, mx - q) * CQ_STORE_UNIT_SIZE)
+                      pos + min(mc if ncodes >= 0 else mc - n, mx - q) * CQ_STORE_UNIT_SIZE)
             if end <= pos:
                 break
             PyObject_GetBuffer(rmq_getattr(mf, "mm", &_AC_MF_MM), &cv, PyBUF_SIMPLE)
@@ -3707,7 +3789,9 @@ cdef tuple _pull_queue(cq, commitlog, queue_offset, max_count, max_units, object
                 phy = ld64(u)
                 size = ld32(u + 8)
                 tags = ld64(u + 12)
-                if not (size == PRE_BLANK_SIZE and phy == 0 and tags == 0):  # else a placeholder
+                # (a placeholder, or another tags code than the filter's: skipped)
+                if not (size == PRE_BLANK_SIZE and phy == 0 and tags == 0) and \
+                        (ncodes < 0 or _code_in(codes, ncodes, tags)):
                     if phy < v.lo:
                         status = "MESSAGE_WAS_REMOVING"  # cleaned up
                     else:
@@ -3716,8 +3800,11 @@ cdef tuple _pull_queue(cq, commitlog, queue_offset, max_count, max_units, object
                             if n and views:
                                 return status, q, mn, mx, _segment(bufs, seg, v.files), units.p[:units.n]
                             return "STOPPED", q, mn, mx, None, b""
+                        kept = True
                         if not views:
-                            PyList_Append(out, _ext_at(message_type, b, p0, topic, repeats))
+                            kept = names is None or _tags_in(b, p0, names, tmp)  # (a tags code's collision)
+                            if kept:
+                                PyList_Append(out, _ext_at(message_type, b, p0, topic, repeats))
                         else:
                             if seg != -1 and v.seg != seg:  # the next segment: the next pull
                                 return status, q, mn, mx, _segment(bufs, seg, v.files), units.p[:units.n]
@@ -3736,8 +3823,9 @@ cdef tuple _pull_queue(cq, commitlog, queue_offset, max_count, max_units, object
                             w.body_length = ld32(b + p0 + 48 + bw + 20 + sw)
                             w.store_size = size
                             units.n += sizeof(_ViewUnit)
-                        n += 1
-                        status = "FOUND"
+                        if kept:
+                            n += 1
+                            status = "FOUND"
                 q += 1
                 visited += 1
                 if n >= mc:

@@ -1676,7 +1676,7 @@ class ReadGate:
             if cq is not None:
                 out: list = []
                 found = pull_messages(cq, commitlog, offset, max_count, max(max_count, self._min_units),
-                                      self._message_type, out, refs)
+                                      self._message_type, out, None, refs)
                 # what the store's method would do next: a careful read, a follow or a wait
                 if found is not None and found[0] != "STOPPED" and \
                         (out or (not self._read_only and type(wait_ms) is int and wait_ms <= 0)):
@@ -1896,13 +1896,23 @@ def pull_views(cq, commitlog, queue_offset: int, max_count: int, max_units: int,
     found before it); *segment* the ``mmap`` of the segment holding the
     records (None when none); *units* ``VIEW_UNIT`` entries, one per message.
     """
-    return _held(refs, lambda: _pull_queue(cq, commitlog, queue_offset, max_count, max_units, None, None))
+    return _held(refs, lambda: _pull_queue(cq, commitlog, queue_offset, max_count, max_units, None, None, None))
 
 
-def pull_messages(cq, commitlog, queue_offset: int, max_count: int, max_units: int, message_type, out: list, refs):
-    """``get_messages`` without a filter in one call: :func:`pull_views`'
-    statuses, offsets and checks, with the messages made as *message_type*
-    (``MessageExt``) and appended to *out*, across CommitLog segments.
+def pull_messages(cq, commitlog, queue_offset: int, max_count: int, max_units: int, message_type, out: list, tags,
+                  refs):
+    """``get_messages`` in one call: :func:`pull_views`' statuses, offsets
+    and checks, with the messages made as *message_type* (``MessageExt``)
+    and appended to *out*, across CommitLog segments.
+
+    *tags*: None for every message, else a tag filter ``(codes, names)``
+    (a set of tags codes, a set of tag names; ``store._tag_filter``'s): a
+    unit is read only when its tags code is one of *codes* (RocketMQ's
+    ConsumeQueue filter), and its message kept only when its ``tags`` is
+    one of *names* (the client's check, fixing hash collisions); a
+    ConsumeQueue file's units are then read *max_count* at a time, as the
+    store's careful path reads them. The core answers ``"STOPPED"`` for a
+    filter that is not sets of exact ints and strs.
 
     Returns None (as :func:`pull_views`), or ``(status, next_queue_offset,
     min_offset, max_offset)``; *status* is ``"STOPPED"`` at any unit the
@@ -1912,12 +1922,13 @@ def pull_messages(cq, commitlog, queue_offset: int, max_count: int, max_units: i
     if type(out) is not list:
         raise TypeError("out must be a list")
     return _held(refs, lambda: _pull_queue(cq, commitlog, queue_offset, max_count, max_units, message_type,
-                                           out)[:4])
+                                           out, tags)[:4])
 
 
-def _pull_queue(cq, commitlog, q: int, max_count: int, max_units: int, message_type, out) -> tuple:
-    """pull_views (*message_type* None) or pull_messages."""
+def _pull_queue(cq, commitlog, q: int, max_count: int, max_units: int, message_type, out, tags) -> tuple:
+    """pull_views (*message_type* None) or pull_messages (with *tags*)."""
     views = message_type is None
+    codes, names = (None, None) if tags is None else tags
     files = cq.queue.files
     mn = cq.min_logic_offset // CQ_STORE_UNIT_SIZE
     mx = (files[-1].file_from_offset + files[-1].wrote_position) // CQ_STORE_UNIT_SIZE if files else 0
@@ -1934,13 +1945,14 @@ def _pull_queue(cq, commitlog, q: int, max_count: int, max_units: int, message_t
     topic_b = cq.topic.encode("utf-8")
     status, units, n, seg, visited = "NO_MATCHED_MESSAGE", bytearray(), 0, -1, 0
     while q < mx and n < max_count and visited < max_units:
-        where = cq.unit_range(q, min(max_count - n, mx - q))
+        where = cq.unit_range(q, min(max_count if codes is not None else max_count - n, mx - q))
         if where is None or where[1] == where[2]:
             break
         buf, start, end = where
         for p in range(start, end, CQ_STORE_UNIT_SIZE):
-            phy, size, tags = _CQ_UNIT.unpack_from(buf, p)
-            if not (size == PRE_BLANK_SIZE and phy == 0 and tags == 0):  # else a placeholder
+            phy, size, tags_code = _CQ_UNIT.unpack_from(buf, p)
+            # (a placeholder, or another tags code than the filter's: skipped)
+            if not (size == PRE_BLANK_SIZE and phy == 0 and tags_code == 0) and (codes is None or tags_code in codes):
                 if phy < lo:
                     status = "MESSAGE_WAS_REMOVING"  # cleaned up
                 else:
@@ -1949,17 +1961,22 @@ def _pull_queue(cq, commitlog, q: int, max_count: int, max_units: int, message_t
                         return (status, q, mn, mx, bufs[seg], bytes(units)) if n and views else \
                             ("STOPPED", q, mn, mx, None, b"")
                     i, at, fields = found
+                    kept = True
                     if not views:
-                        out.append(_ext(message_type, fields, cq.topic))
+                        m = _ext(message_type, fields, cq.topic)
+                        kept = names is None or m.tags in names  # (a tags code's collision)
+                        if kept:
+                            out.append(m)
                     else:
                         if seg not in (-1, i):
                             return status, q, mn, mx, bufs[seg], bytes(units)  # the next segment: the next pull
                         seg = i
                         hosts = 48 + (20 if fields[7] & BORNHOST_V6_FLAG else 8) + \
                             (20 if fields[7] & STOREHOSTADDRESS_V6_FLAG else 8)
-                        units += VIEW_UNIT.pack(q, phy, fields[10], tags, at + hosts + 24, len(fields[14]), size)
-                    n += 1
-                    status = "FOUND"
+                        units += VIEW_UNIT.pack(q, phy, fields[10], tags_code, at + hosts + 24, len(fields[14]), size)
+                    if kept:
+                        n += 1
+                        status = "FOUND"
             q += 1
             visited += 1
             if n >= max_count:

@@ -1529,15 +1529,22 @@ class MessageStore:
     def _pull(self, topic, queue_id, offset, max_count, tags) -> GetMessageResult:
         if self._closed:  # (inline: a call per pull is measurable)
             self._ensure_open()
-        if tags is None and type(offset) is int and type(max_count) is int:
-            # every message: one kernel call (no reader reference, see pull_messages)
-            cq = self._cqs.get((topic, queue_id))
+        if type(offset) is int and type(max_count) is int:
+            # one kernel call, the tag filter in it (no reader reference, see
+            # pull_messages); tags that do not parse: the careful path raises
+            try:
+                wanted = None if tags is None else _tag_filter(tags)
+                cq = self._cqs.get((topic, queue_id))
+            except Exception:
+                wanted = cq = None
             if cq is not None:
                 units = max_count if max_count > _MAX_FILTER_UNITS else _MAX_FILTER_UNITS
                 out: list = []
-                found = k.pull_messages(cq, self.commitlog, offset, max_count, units, MessageExt, out, self._refs)
+                found = k.pull_messages(cq, self.commitlog, offset, max_count, units, MessageExt, out, wanted,
+                                        self._refs)
                 if found is None:  # clean-up at work: wait for it, then read
-                    found = self._held(k.pull_messages, cq, self.commitlog, offset, max_count, units, MessageExt, out)
+                    found = self._held(k.pull_messages, cq, self.commitlog, offset, max_count, units, MessageExt, out,
+                                       wanted)
                 if found[0] != "STOPPED":  # (else the careful path below reads it all again, and raises)
                     return _new_tuple(GetMessageResult, (_STATUS_BY_NAME[found[0]], out, *found[1:]))
         refs = self._refs

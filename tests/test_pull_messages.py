@@ -57,10 +57,10 @@ def test_core_pull_messages_makes_what_the_twin_makes(store, max_count):
     for qid, cq, low in cleaned_queues(s):
         for q in range(-1, N // 2 + 2):
             want_out: list = []
-            want = _pure.pull_messages(cq, s.commitlog, q, max_count, 800, MessageExt, want_out, None)
+            want = _pure.pull_messages(cq, s.commitlog, q, max_count, 800, MessageExt, want_out, None, None)
             for refs in (None, ReferenceResource()):
                 out: list = []
-                got = core.pull_messages(cq, s.commitlog, q, max_count, 800, MessageExt, out, refs)
+                got = core.pull_messages(cq, s.commitlog, q, max_count, 800, MessageExt, out, None, refs)
                 assert got == want and out == want_out, (qid, low, q)
 
 
@@ -68,10 +68,10 @@ def test_core_pull_messages_declines_while_clean_up_holds_the_references(store):
     core = _need_core()
     refs, out = ReferenceResource(), []
     assert refs.acquire_exclusive(0)
-    assert core.pull_messages(store._cqs[("V", 0)], store.commitlog, 0, 32, 800, MessageExt, out, refs) is None
+    assert core.pull_messages(store._cqs[("V", 0)], store.commitlog, 0, 32, 800, MessageExt, out, None, refs) is None
     assert out == []
     refs.release_exclusive()
-    assert core.pull_messages(store._cqs[("V", 0)], store.commitlog, 0, 32, 800, MessageExt, out, refs)[0] == "FOUND"
+    assert core.pull_messages(store._cqs[("V", 0)], store.commitlog, 0, 32, 800, MessageExt, out, None, refs)[0] == "FOUND"
     assert len(out) == N // 2
 
 
@@ -84,7 +84,7 @@ def test_a_unit_that_is_not_its_record_stops_the_pull(store, kernels):
     mm = cq.queue.files[0].mm
     mm[2 * 20 : 2 * 20 + 20] = other[0].to_bytes(8, "big") + other[1].to_bytes(4, "big") + bytes(8)
     out: list = []
-    assert k.pull_messages(cq, s.commitlog, 0, 32, 800, MessageExt, out, None) == ("STOPPED", 2, 0, N // 2)
+    assert k.pull_messages(cq, s.commitlog, 0, 32, 800, MessageExt, out, None, None) == ("STOPPED", 2, 0, N // 2)
     assert [m.queue_offset for m in s.get_messages("V", 0, 0, 2).messages] == [0, 1]
     with pytest.raises(CorruptedFileError):  # the careful path reads the pull again
         s.get_messages("V", 0, 0, 32)
