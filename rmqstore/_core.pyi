@@ -282,7 +282,14 @@ class PutGate:
 @disjoint_base
 class ReadGate:
     def __init__(
-        self, store: Any, message_type: type, result_type: type, statuses: Mapping[str, Any], min_units: int
+        self,
+        store: Any,
+        message_type: type,
+        result_type: type,
+        views_type: type,
+        units_of: Callable[[bytes], Any],
+        statuses: Mapping[str, Any],
+        min_units: int,
     ) -> None: ...
     def detach(self) -> None: ...
     def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp: int, boundary: str = "lower") -> int: ...
@@ -292,6 +299,7 @@ class ReadGate:
     def get_messages(
         self, topic: str, queue_id: int, offset: int, max_count: int = 32, tags: Any = None, wait_ms: int = 0
     ) -> Any: ...
+    def get_message_views(self, topic: str, queue_id: int, offset: int, max_count: int = 32) -> Any: ...
 
 def pull_units(
     cq_buf: ReadableBuffer,

@@ -34,6 +34,7 @@ from cpython.tuple cimport PyTuple_GET_ITEM
 from cpython.unicode cimport PyUnicode_AsUTF8AndSize, PyUnicode_CheckExact
 from cpython.weakref cimport PyWeakref_GetObject
 from cpython.set cimport PyAnySet_CheckExact, PySet_Contains
+from cpython.object cimport PyObject_Hash
 
 import weakref
 
@@ -3167,10 +3168,11 @@ cdef class ReadGate:
     # comes goes to that method of the store's class.
     cdef object store  # a weak reference
     cdef dict cqs, statuses
-    cdef object commitlog, index, refs, message_type, result_type, min_units
+    cdef list queues  # (topic, queue_id, cq) by queue_id: see _queue
+    cdef object commitlog, index, refs, message_type, result_type, views_type, units_of, min_units
     cdef bint read_only
 
-    def __init__(self, store, message_type, result_type, statuses, min_units):
+    def __init__(self, store, message_type, result_type, views_type, units_of, statuses, min_units):
         cqs = store._cqs
         if not PyDict_CheckExact(cqs):
             raise TypeError("a store's _cqs must be a dict")
@@ -3179,12 +3181,34 @@ cdef class ReadGate:
         self.commitlog, self.index, self.refs = store.commitlog, store.index, store._refs
         self.read_only = store.read_only
         self.message_type, self.result_type = message_type, result_type
+        self.views_type, self.units_of = views_type, units_of
         self.statuses = dict(statuses)
         self.min_units = _idx(min_units)
+        self.queues = [None] * 16
 
     def detach(self):
-        self.cqs = None
+        self.cqs = self.queues = None
         self.commitlog = self.index = self.refs = None
+
+    cdef object _queue(self, dict cqs, object topic, object queue_id):
+        """cqs.get((topic, queue_id)), the last queue found for each of 16
+        queue-id slots kept by the identity of an exact str topic and int
+        queue id: the store only ever adds queues to its dict, so a pair
+        once found maps to that queue for as long as the gate is attached
+        (a tuple made, hashed and compared per lookup costs ~0.4k
+        instructions)."""
+        cdef list queues = self.queues
+        cdef Py_ssize_t i
+        if queues is None or not PyLong_CheckExact(queue_id) or not PyUnicode_CheckExact(topic):
+            return cqs.get((topic, queue_id))
+        i = PyObject_Hash(queue_id) & 15
+        e = queues[i]
+        if e is not None and (<tuple>e)[0] is topic and (<tuple>e)[1] is queue_id:
+            return (<tuple>e)[2]
+        cq = cqs.get((topic, queue_id))
+        if cq is not None:
+            queues[i] = (topic, queue_id, cq)
+        return cq
 
     cdef object _store(self):
         """The store, or StoreClosedError once it is gone."""
@@ -3206,7 +3230,7 @@ cdef class ReadGate:
             elif <str>boundary == "upper":
                 upper = 1
         if upper >= 0 and cqs is not None and not rmq_flag(store, "_closed", &_AC_S_CLOSED):
-            cq = cqs.get((topic, queue_id))
+            cq = self._queue(cqs, topic, queue_id)
             if cq is not None:
                 found = _time_lookup(cq, commitlog, timestamp, upper, refs)
                 if found is not None:
@@ -3234,7 +3258,7 @@ cdef class ReadGate:
         store = self._store()
         if cqs is not None and tags is None and PyLong_CheckExact(offset) and PyLong_CheckExact(max_count) \
                 and not rmq_flag(store, "_closed", &_AC_S_CLOSED):
-            cq = cqs.get((topic, queue_id))
+            cq = self._queue(cqs, topic, queue_id)
             if cq is not None:
                 out = []
                 found = _pull_messages(cq, commitlog, offset, max_count,
@@ -3245,6 +3269,24 @@ cdef class ReadGate:
                         (out or (not self.read_only and PyLong_CheckExact(wait_ms) and wait_ms <= 0)):
                     return rmq_tuple5(self.result_type, self.statuses[found[0]], out, found[1], found[2], found[3])
         return type(store).get_messages(store, topic, queue_id, offset, max_count, tags, wait_ms)
+
+    def get_message_views(self, topic, queue_id, offset, max_count=32):
+        """``MessageStore.get_message_views`` (see there)."""
+        cdef dict cqs = self.cqs
+        commitlog, refs = self.commitlog, self.refs
+        store = self._store()
+        if cqs is not None and not self.read_only and PyLong_CheckExact(offset) and PyLong_CheckExact(max_count) \
+                and not rmq_flag(store, "_closed", &_AC_S_CLOSED):
+            cq = self._queue(cqs, topic, queue_id)
+            if cq is not None and _may_read(refs):
+                found = _pull_queue(cq, commitlog, offset, max_count,
+                                    max_count if max_count > self.min_units else self.min_units, None, None, None)
+                if found[0] != "STOPPED":  # (else the store's method reads it carefully, and raises)
+                    segment = found[4]
+                    return rmq_tuple6(self.views_type, 0, self.statuses[found[0]],
+                                      None if segment is None else memoryview(segment).toreadonly(),
+                                      self.units_of(found[5]), found[1], found[2], found[3])
+        return type(store).get_message_views(store, topic, queue_id, offset, max_count)
 
 
 cdef bint _is_none(object obj, str name, rmq_attr_cache *c) except -1:

@@ -1593,17 +1593,19 @@ class PutGate:
 
 class ReadGate:
     """The common case of the store's lookups and pulls in one call each:
-    ``get_offset_in_queue_by_time``, ``query_messages`` and ``get_messages``
-    (same names, arguments and defaults as the ``MessageStore`` methods,
+    ``get_offset_in_queue_by_time``, ``query_messages``, ``get_messages``
+    and ``get_message_views`` (same names, arguments and defaults as the
+    ``MessageStore`` methods,
     whose docstrings hold). The store installs each as its instance's
     method of that name (unless a subclass has its own), so the core's runs
     no Python code on an open store's lookup or pull. Each method:
 
     - checks the store is open (``store._closed``) and the gate attached;
     - for the common case (an exact ``"lower"``/``"upper"`` boundary; str
-      topic and key; an int offset and count, no tag filter) calls the
-      whole-operation kernel (:func:`time_lookup`, :func:`query_keyed`,
-      :func:`pull_messages`) with the store's reader references;
+      topic and key; an int offset and count, no tag filter; views of a
+      writable store) calls the whole-operation kernel (:func:`time_lookup`,
+      :func:`query_keyed`, :func:`pull_messages`, :func:`pull_views`) with
+      the store's reader references;
     - hands anything else to the store class's method of its name, which
       decides (errors, an unknown queue, a clean-up holding the references,
       a careful read, a follow or a wait included): a pull only when
@@ -1615,6 +1617,9 @@ class ReadGate:
             ``read_only`` are read once, here.
         message_type (type): what a message is made as (``MessageExt``).
         result_type (type): ``GetMessageResult``, a 5-tuple type.
+        views_type (type): ``GetViewsResult``, a 6-tuple type.
+        units_of (Callable[[bytes], numpy.ndarray]): pull_views' packed
+            units as ``GetViewsResult.units``.
         statuses (Mapping[str, GetMessageStatus]): by name.
         min_units (int): a pull visits at least this many units
             (``store._MAX_FILTER_UNITS``).
@@ -1623,7 +1628,7 @@ class ReadGate:
     methods then go to the store's, which raise StoreClosedError, as they
     do once the store is gone."""
 
-    def __init__(self, store, message_type, result_type, statuses, min_units) -> None:
+    def __init__(self, store, message_type, result_type, views_type, units_of, statuses, min_units) -> None:
         if type(store._cqs) is not dict:
             raise TypeError("a store's _cqs must be a dict")
         self._store_ref = weakref.ref(store)
@@ -1631,6 +1636,7 @@ class ReadGate:
         self._commitlog, self._index, self._refs = store.commitlog, store.index, store._refs
         self._read_only = bool(store.read_only)
         self._message_type, self._result_type = message_type, result_type
+        self._views_type, self._units_of = views_type, units_of
         self._statuses = dict(statuses)
         self._min_units = operator.index(min_units)
 
@@ -1682,6 +1688,22 @@ class ReadGate:
                         (out or (not self._read_only and type(wait_ms) is int and wait_ms <= 0)):
                     return tuple.__new__(self._result_type, (self._statuses[found[0]], out, *found[1:]))
         return type(store).get_messages(store, topic, queue_id, offset, max_count, tags, wait_ms)
+
+    def get_message_views(self, topic, queue_id, offset, max_count=32):
+        cqs, commitlog, refs = self._cqs, self._commitlog, self._refs
+        store = self._store()
+        if cqs is not None and not self._read_only and type(offset) is int and type(max_count) is int \
+                and not getattr(store, "_closed", True):
+            cq = cqs.get((topic, queue_id))
+            if cq is not None:
+                found = pull_views(cq, commitlog, offset, max_count, max(max_count, self._min_units), refs)
+                if found is not None and found[0] != "STOPPED":  # (else the store's method reads it carefully)
+                    status, nxt, mn, mx, segment, packed = found
+                    return tuple.__new__(self._views_type, (
+                        self._statuses[status], None if segment is None else memoryview(segment).toreadonly(),
+                        self._units_of(packed), nxt, mn, mx,
+                    ))
+        return type(store).get_message_views(store, topic, queue_id, offset, max_count)
 
 
 _BOUNDARY = {"lower": False, "upper": True}

@@ -143,7 +143,7 @@ class StoreLock:
 
 _new_tuple = tuple.__new__
 #: the methods an open store's instance takes from its k.ReadGate
-_READ_GATED = ("get_offset_in_queue_by_time", "query_messages", "get_messages")
+_READ_GATED = ("get_offset_in_queue_by_time", "query_messages", "get_messages", "get_message_views")
 _STATUS_BY_NAME = GetMessageStatus.__members__
 
 
@@ -199,7 +199,7 @@ class MessageStore:
         self._lock = k.AppendLock()  # reentrant (RocketMQ's PutMessageReentrantLock)
         self._closed = False
         self._store_lock: StoreLock | None = None  # the writer lock (SPEC §8.3)
-        self._cqs: dict = {}
+        self._cqs: dict = {}  # (topic, queue_id) -> ConsumeQueue; only ever added to (ReadGate keeps what it found)
         self._queue_offsets: dict = {}
         self._topics: dict = {}  # validated topic -> UTF-8 bytes
         self._fast: Any = None  # k.Appender: the ASYNC_FLUSH put path, bound in _start
@@ -352,7 +352,8 @@ class MessageStore:
             self._next_full_refresh = time.monotonic() + 1.0
         # lookups and pulls in one kernel call each: the instance's methods
         # are the gate's (unless a subclass has its own); close drops them
-        self._read_gate = k.ReadGate(self, MessageExt, GetMessageResult, _STATUS_BY_NAME, _MAX_FILTER_UNITS)
+        self._read_gate = k.ReadGate(self, MessageExt, GetMessageResult, GetViewsResult, _view_units, _STATUS_BY_NAME,
+                                     _MAX_FILTER_UNITS)
         for name in _READ_GATED:
             if getattr(type(self), name) is getattr(MessageStore, name):
                 setattr(self, name, getattr(self._read_gate, name))

@@ -22,10 +22,11 @@ from test_kernels import _need_core
 
 from rmqstore import Message, MessageExt, MessageStore, StoreConfig, _kernels
 from rmqstore.exceptions import MessageTypeError, StoreClosedError
-from rmqstore.message import GetMessageResult, GetMessageStatus
+from rmqstore.message import GetMessageResult, GetMessageStatus, GetViewsResult
+from rmqstore.store import _view_units
 
 T0 = 1_700_000_000_000
-GATED = ("get_offset_in_queue_by_time", "query_messages", "get_messages")
+GATED = ("get_offset_in_queue_by_time", "query_messages", "get_messages", "get_message_views")
 CFG = StoreConfig(  # 400-unit queue files: the queues below span two
     mapped_file_size_commit_log=1 << 20,
     mapped_file_size_consume_queue=8_000,
@@ -55,6 +56,16 @@ def _fill(path, n=1000, **kw):
     return s
 
 
+def _gate(s):
+    return _kernels.ReadGate(s, MessageExt, GetMessageResult, GetViewsResult, _view_units, GetMessageStatus.__members__,
+                             800)
+
+
+def _views(r: GetViewsResult):
+    return r.status, r.units.tolist(), r.bodies() if r.buffer is not None else [], r.next_begin_offset, \
+        r.min_offset, r.max_offset, r.buffer is None or r.buffer.readonly
+
+
 def _pull(r: GetMessageResult):
     return r.status, [m.physical_offset for m in r.messages], r.next_begin_offset, r.min_offset, r.max_offset
 
@@ -73,7 +84,7 @@ def test_an_open_store_reads_through_its_gate(tmp_path, impl):
     kept = [getattr(s, name) for name in GATED]
     s.close()
     assert s._read_gate is None and not set(GATED) & set(vars(s))
-    for method, args in zip(kept, (("T", 0, T0), ("T", "k7"), ("T", 0, 0))):
+    for method, args in zip(kept, (("T", 0, T0), ("T", "k7"), ("T", 0, 0), ("T", 0, 0))):
         with pytest.raises(StoreClosedError):
             method(*args)
         with pytest.raises(StoreClosedError):
@@ -144,6 +155,25 @@ def test_pulls_answer_as_the_store_method(tmp_path, impl):
         s.close()
 
 
+def test_views_answer_as_the_store_method(tmp_path, impl):
+    s = _fill(tmp_path / "s")
+    try:
+        for q in (0, 1, 7):
+            for offset in (-1, 0, 1, 399, 400, 498, 499, 500, 501, 10**20):
+                for max_count in (1, 32, 600):
+                    args = ("T", q, offset, max_count)
+                    got, want = s.get_message_views(*args), MessageStore.get_message_views(s, *args)
+                    assert type(got) is GetViewsResult and _views(got) == _views(want), args
+        r = s.get_message_views("T", 1, 5, 3)
+        assert r.status is GetMessageStatus.FOUND and r.bodies() == [b"m11", b"m13", b"m15"]
+        # not exact ints: the store's method
+        assert _views(s.get_message_views("T", 1, True, 3)) == _views(MessageStore.get_message_views(s, "T", 1, 1, 3))
+        with pytest.raises(TypeError):
+            s.get_message_views("T", 1, 5, 3.0)
+    finally:
+        s.close()
+
+
 def test_a_read_only_store_follows_through_its_gate(tmp_path, impl):
     """A read-only store's pull that finds nothing goes to the store's
     method, which re-reads the queue's tail a writer has grown."""
@@ -155,8 +185,13 @@ def test_a_read_only_store_follows_through_its_gate(tmp_path, impl):
         assert r.get_messages("T", 0, 5).status is GetMessageStatus.OFFSET_OVERFLOW_ONE
         w.put_message(Message("T", b"more", queue_id=0))
         w.flush()
-        got = r.get_messages("T", 0, 5)
+        assert r.get_message_views("T", 0, 5).bodies() == [b"more"]  # views follow the writer too
+        w.put_message(Message("T", b"even more", queue_id=0))
+        w.flush()
+        got = r.get_messages("T", 0, 5)  # what it knows is found: no follow
         assert got.status is GetMessageStatus.FOUND and [m.body for m in got.messages] == [b"more"]
+        got = r.get_messages("T", 0, 6)
+        assert got.status is GetMessageStatus.FOUND and [m.body for m in got.messages] == [b"even more"]
     finally:
         r.close()
         w.close()
@@ -167,11 +202,11 @@ def test_a_crashed_or_collected_store_refuses(tmp_path, impl):
     kept = [getattr(s, name) for name in GATED]
     s._crash()  # the gate stays attached: it reads the store's closed flag
     assert [getattr(s, name) for name in GATED] == kept
-    for method, args in zip(kept, (("T", 0, T0), ("T", "k1"), ("T", 0, 0))):
+    for method, args in zip(kept, (("T", 0, T0), ("T", "k1"), ("T", 0, 0), ("T", 0, 0))):
         with pytest.raises(StoreClosedError):
             method(*args)
     s2 = _fill(tmp_path / "s2", 10)
-    gate = _kernels.ReadGate(s2, MessageExt, GetMessageResult, GetMessageStatus.__members__, 800)
+    gate = _gate(s2)
     assert [m.body for m in gate.query_messages("T", "k1")] == [b"m1"]
     s2.close()
     del s2
@@ -201,8 +236,33 @@ def test_a_subclass_keeps_its_own_methods(tmp_path, impl):
 def test_the_gate_checks_what_it_is_given(tmp_path, impl):
     with _fill(tmp_path / "s", 10) as s:
         s.__dict__["_cqs"] = dict(s._cqs)  # still a dict: fine
-        _kernels.ReadGate(s, MessageExt, GetMessageResult, GetMessageStatus.__members__, 800)
+        _gate(s)
         s.__dict__["_cqs"] = list(s._cqs.items())
         with pytest.raises(TypeError, match="_cqs"):
-            _kernels.ReadGate(s, MessageExt, GetMessageResult, GetMessageStatus.__members__, 800)
+            _gate(s)
         s.__dict__["_cqs"] = dict(s.__dict__["_cqs"])
+
+
+def test_the_gate_finds_each_queue_as_the_store_dict_does(tmp_path, impl):
+    """The core keeps the queues it found by the identity of topic and queue
+    id (16 slots by queue id): other topics, equal but other strs, queue ids
+    that share a slot, bools and queues made later must all answer as the
+    store's dict does."""
+    with MessageStore.open(tmp_path / "s", CFG, clock=ListClock(range(T0, T0 + 1000))) as s:
+        for i in range(40):  # Tx: queues 0, 1 and 16 (0 and 16 share a slot), message i at T0 + i
+            s.put_message(Message("Tx", b"t%d" % i, queue_id=(0, 1, 16)[i % 3]))
+        for i in range(5):  # Ux: queue 0, at T0 + 40 + i
+            s.put_message(Message("Ux", b"u%d" % i, queue_id=0))
+        other = "".join(["T", "x"])  # equal, not identical  # noqa: FLY002
+        assert other == "Tx" and other is not "Tx"  # noqa: F632
+        for _ in range(2):  # (the second round from the slots)
+            for topic, qid, ts, want in [("Tx", 0, T0 + 6, 2), ("Tx", 16, T0 + 8, 2), ("Ux", 0, T0 + 42, 2),
+                                         ("Tx", 0, T0 + 6, 2), (other, 16, T0 + 8, 2), ("Tx", 1, T0 + 7, 2),
+                                         ("Tx", True, T0 + 7, 2), ("Tx", 5, T0, 0), ("Ux", 1, T0, 0)]:
+                assert s.get_offset_in_queue_by_time(topic, qid, ts) == want, (topic, qid)
+                got = s.get_messages(topic, qid, want, 1)
+                assert _pull(got) == _pull(MessageStore.get_messages(s, topic, qid, want, 1)), (topic, qid)
+                assert [m.topic for m in got.messages] == ([topic] if qid != 5 and (topic, qid) != ("Ux", 1) else [])
+        s.put_message(Message("Tx", b"late", queue_id=5))  # a queue made after lookups missed it
+        assert s.get_offset_in_queue_by_time("Tx", 5, T0 + 45) == 0
+        assert [m.body for m in s.get_messages("Tx", 5, 0).messages] == [b"late"]

@@ -16,7 +16,7 @@ from __future__ import annotations
 import pytest
 from conftest import ListClock, java_hash
 from test_kernels import _need_core
-from test_views import TINY, T0, cleaned_queues
+from test_views import T0, TINY, cleaned_queues
 
 from rmqstore import CorruptedFileError, GetMessageStatus, Message, MessageStore, _pure
 from rmqstore.mapped_file import ReferenceResource
