@@ -140,6 +140,21 @@ def input_sys_flag(m: dict) -> int:
     return m.get("sysFlag", 0) | TRANSACTION_BITS.get(m.get("transaction"), 0)
 
 
+@pytest.fixture(params=["python", "cython"])
+def impl(request):
+    """Each kernel implementation in turn, selected for the whole process
+    (the stores a test opens take it), the previous one restored after."""
+    from rmqstore import _kernels
+
+    if request.param == "cython":
+        from test_kernels import _need_core
+
+        _need_core()
+    previous = _kernels.select(request.param)
+    yield request.param
+    _kernels.select(previous)
+
+
 class ListClock:
     """A store clock returning the given timestamps one per call."""
 

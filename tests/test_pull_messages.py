@@ -27,10 +27,11 @@ def store(tmp_path):
         yield s
 
 
-def _careful(s, qid, offset, max_count):
+def _careful(s, qid, offset, max_count, tags=None):
+    """get_messages' careful path, under a reader reference."""
     s._refs.hold()
     try:
-        return s._pull_held("V", qid, offset, max_count, None)
+        return s._pull_held("V", qid, offset, max_count, tags)
     finally:
         s._refs.release()
 

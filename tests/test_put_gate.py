@@ -20,7 +20,6 @@ import weakref
 
 import pytest
 from conftest import ListClock
-from test_kernels import _need_core
 
 from rmqstore import Message, MessageStore, StoreConfig, _kernels
 from rmqstore.exceptions import (
@@ -38,15 +37,6 @@ CFG = StoreConfig(  # small files: 1 MiB CommitLog files, 1000-unit queue files,
     max_index_num=4096,
     clean_service_enable=False,
 )
-
-
-@pytest.fixture(params=["python", "cython"])
-def impl(request):
-    if request.param == "cython":
-        _need_core()
-    previous = _kernels.select(request.param)
-    yield request.param
-    _kernels.select(previous)
 
 
 def _open(path, impl, **kw):

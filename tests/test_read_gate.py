@@ -18,7 +18,6 @@ import threading
 
 import pytest
 from conftest import ListClock
-from test_kernels import _need_core
 
 from rmqstore import Message, MessageExt, MessageStore, StoreConfig, _kernels
 from rmqstore.exceptions import MessageTypeError, StoreClosedError
@@ -34,15 +33,6 @@ CFG = StoreConfig(  # 400-unit queue files: the queues below span two
     max_index_num=4096,
     clean_service_enable=False,
 )
-
-
-@pytest.fixture(params=["python", "cython"])
-def impl(request):
-    if request.param == "cython":
-        _need_core()
-    previous = _kernels.select(request.param)
-    yield request.param
-    _kernels.select(previous)
 
 
 def _fill(path, n=1000, **kw):

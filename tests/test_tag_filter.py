@@ -16,6 +16,7 @@ from __future__ import annotations
 import pytest
 from conftest import ListClock, java_hash
 from test_kernels import _need_core
+from test_pull_messages import _careful
 from test_views import T0, TINY, cleaned_queues
 
 from rmqstore import CorruptedFileError, GetMessageStatus, Message, MessageStore, _pure
@@ -40,14 +41,6 @@ def store(tmp_path):
         for i in range(N):
             s.put_message(Message("V", b"f%03d" % i + bytes(i * 7 % 200), queue_id=i % 2, tags=TAGS[i % len(TAGS)]))
         yield s
-
-
-def _careful(s, qid, offset, max_count, tags):
-    s._refs.hold()
-    try:
-        return s._pull_held("V", qid, offset, max_count, tags)
-    finally:
-        s._refs.release()
 
 
 @pytest.mark.parametrize("max_count", [1, 3, 7, 32, 1000])
