@@ -3737,7 +3737,6 @@ cdef tuple _pull_queue(cq, commitlog, queue_offset, max_count, max_units, object
     kept are units whose tags code is in *codes* and then records whose
     TAGS is in *names*; a ConsumeQueue file's units are then read
     *max_count* at a time, as the careful path does)."""
-    cdef bint views = message_type is None
     cdef long long *codes = NULL
     cdef Py_ssize_t ncodes = -1
     cdef _Col tmp
