@@ -5,6 +5,7 @@
     python bench/instructions.py put-columns    # put_message_columns, 1000 rows per call
     python bench/instructions.py consume        # get_messages, 32 per pull
     python bench/instructions.py consume-views  # get_message_views, 32 per pull
+    python bench/instructions.py consume-tags   # get_messages with a tag filter, 32 per pull
     python bench/instructions.py key-lookup     # query_messages
     python bench/instructions.py time-lookup    # get_offset_in_queue_by_time
 
@@ -63,6 +64,16 @@ def workload(kind: str, n: int) -> None:
                 q += 1
                 if q % QUEUES == 0:
                     off = (off + 32) % (N2 // QUEUES // 32 * 32)
+        elif kind == "consume-tags":  # the queues of Tag0 (queue q holds Tag{q % 4}): every message kept
+            s.put_messages(msgs[:N2])
+            per_queue = N2 // QUEUES // 32 * 32
+            left, q, off = n, 0, 0
+            while left > 0:
+                r = s.get_messages(TOPIC, (0, 4)[q % 2], off, min(32, left), "Tag0 || Tag1")
+                left -= len(r.messages)
+                q += 1
+                if q % 2 == 0:
+                    off = (off + 32) % per_queue
         elif kind in ("key-lookup", "time-lookup"):
             results = s.put_messages(msgs[:N2])
             for i in range(n):

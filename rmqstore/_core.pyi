@@ -288,6 +288,7 @@ class ReadGate:
         result_type: type,
         views_type: type,
         units_of: Callable[[bytes], Any],
+        tag_filter: Callable[[Any], Any],
         statuses: Mapping[str, Any],
         min_units: int,
     ) -> None: ...

@@ -3169,10 +3169,11 @@ cdef class ReadGate:
     cdef object store  # a weak reference
     cdef dict cqs, statuses
     cdef list queues  # (topic, queue_id, cq) by queue_id: see _queue
-    cdef object commitlog, index, refs, message_type, result_type, views_type, units_of, min_units
+    cdef object commitlog, index, refs, message_type, result_type, views_type, units_of, tag_filter, min_units
+    cdef tuple last_filter  # (tags, its filter): see _filter
     cdef bint read_only
 
-    def __init__(self, store, message_type, result_type, views_type, units_of, statuses, min_units):
+    def __init__(self, store, message_type, result_type, views_type, units_of, tag_filter, statuses, min_units):
         cqs = store._cqs
         if not PyDict_CheckExact(cqs):
             raise TypeError("a store's _cqs must be a dict")
@@ -3181,7 +3182,8 @@ cdef class ReadGate:
         self.commitlog, self.index, self.refs = store.commitlog, store.index, store._refs
         self.read_only = store.read_only
         self.message_type, self.result_type = message_type, result_type
-        self.views_type, self.units_of = views_type, units_of
+        self.views_type, self.units_of, self.tag_filter = views_type, units_of, tag_filter
+        self.last_filter = (None, None)
         self.statuses = dict(statuses)
         self.min_units = _idx(min_units)
         self.queues = [None] * 16
@@ -3209,6 +3211,22 @@ cdef class ReadGate:
         if cq is not None:
             queues[i] = (topic, queue_id, cq)
         return cq
+
+    cdef object _filter(self, object tags):
+        """tag_filter(tags) for a str (the last one's kept: a consumer pulls
+        with the same subscription), False for anything else or an error
+        (the store's method decides)."""
+        cdef tuple last = self.last_filter  # (one tuple: another thread may replace it)
+        if not PyUnicode_CheckExact(tags):
+            return False
+        if last[0] is tags:
+            return last[1]
+        try:
+            found = self.tag_filter(tags)
+        except Exception:
+            return False
+        self.last_filter = (tags, found)
+        return found
 
     cdef object _store(self):
         """The store, or StoreClosedError once it is gone."""
@@ -3256,14 +3274,15 @@ cdef class ReadGate:
         cdef list out
         commitlog, refs = self.commitlog, self.refs
         store = self._store()
-        if cqs is not None and tags is None and PyLong_CheckExact(offset) and PyLong_CheckExact(max_count) \
+        wanted = None if tags is None else self._filter(tags)
+        if cqs is not None and wanted is not False and PyLong_CheckExact(offset) and PyLong_CheckExact(max_count) \
                 and not rmq_flag(store, "_closed", &_AC_S_CLOSED):
             cq = self._queue(cqs, topic, queue_id)
             if cq is not None:
                 out = []
                 found = _pull_messages(cq, commitlog, offset, max_count,
                                        max_count if max_count > self.min_units else self.min_units,
-                                       self.message_type, out, None, refs)
+                                       self.message_type, out, wanted, refs)
                 # what the store's method would do next: a careful read, a follow or a wait
                 if found is not None and found[0] != "STOPPED" and \
                         (out or (not self.read_only and PyLong_CheckExact(wait_ms) and wait_ms <= 0)):
@@ -3676,32 +3695,52 @@ cdef object _pull_messages(cq, commitlog, queue_offset, max_count, max_units, me
             PyGC_Enable()
 
 
-cdef Py_ssize_t _tag_codes(object tags, long long **codes) except -2:
-    """The tags codes of a pull's filter ``(codes, names)`` into a malloc'd
-    *codes* array: their count, or -1 when the filter is not what the core
-    vouches for (sets of exact ints within int64 and of exact strs: no
-    Python code may run while no reader reference is held)."""
-    cdef Py_ssize_t n = 0
+cdef struct _TagFilter:
+    long long *codes  # malloc'd
+    Py_ssize_t ncodes  # -1: no filter
+    const char **names  # malloc'd: the names' UTF-8 (kept by the names set's strs)
+    Py_ssize_t *lens
+    Py_ssize_t nnames
+    bint text  # a name holds U+FFFD: compare decoded TAGS (an invalid byte reads as U+FFFD)
+
+
+cdef int _tag_filter_of(object tags, _TagFilter *f) except -1:
+    """*f* from a pull's filter ``(codes, names)``: 1, or 0 when the filter
+    is not what the core vouches for (sets of exact ints within int64 and
+    of exact strs: no Python code may run while no reader reference is
+    held). *f* starts zeroed; its arrays are the caller's to free."""
     cdef int ovf = 0
+    cdef Py_ssize_t n
+    cdef const char *u
     if type(tags) is not tuple or len(tags) != 2:
-        return -1
+        return 0
     code_set, names = tags
     if not PyAnySet_CheckExact(code_set) or not PyAnySet_CheckExact(names):
-        return -1
-    for name in names:
-        if not PyUnicode_CheckExact(name):
-            return -1
-    codes[0] = <long long *>malloc(sizeof(long long) * (len(code_set) + 1))
-    if codes[0] == NULL:
+        return 0
+    f.codes = <long long *>malloc(sizeof(long long) * (len(code_set) + 1))
+    f.names = <const char **>malloc(sizeof(const char *) * (len(names) + 1))
+    f.lens = <Py_ssize_t *>malloc(sizeof(Py_ssize_t) * (len(names) + 1))
+    if f.codes == NULL or f.names == NULL or f.lens == NULL:
         raise MemoryError()
     for c in code_set:
         if not PyLong_CheckExact(c):
-            return -1
-        codes[0][n] = PyLong_AsLongLongAndOverflow(c, &ovf)
+            return 0
+        f.codes[f.ncodes] = PyLong_AsLongLongAndOverflow(c, &ovf)
         if ovf:
-            return -1
-        n += 1
-    return n
+            return 0
+        f.ncodes += 1
+    for name in names:
+        if not PyUnicode_CheckExact(name):
+            return 0
+        if "\ufffd" in <str>name:
+            f.text = True
+        try:
+            u = PyUnicode_AsUTF8AndSize(name, &n)
+        except UnicodeEncodeError:
+            continue  # lone surrogates: no decoded TAGS equals it
+        f.names[f.nnames], f.lens[f.nnames] = u, n
+        f.nnames += 1
+    return 1
 
 
 cdef inline bint _code_in(const long long *codes, Py_ssize_t n, long long code) noexcept:
@@ -3712,19 +3751,32 @@ cdef inline bint _code_in(const long long *codes, Py_ssize_t n, long long code) 
     return False
 
 
-cdef bint _tags_in(const unsigned char *b, Py_ssize_t p0, object names, _Col *tmp) except -1:
+cdef bint _tags_in(const unsigned char *b, Py_ssize_t p0, _TagFilter *f, object names) except -1:
     """Whether the TAGS of the valid record at b + p0, as MessageExt.tags
-    reads it (parse_properties: the last non-empty one, decoded with
-    "replace"), is one of *names* (a set of exact strs)."""
-    cdef Py_ssize_t pn, i, count
-    cdef const unsigned char *props = _props_of(b, p0, &pn)
-    cdef _Pair *pairs
-    count = _pairs(props, pn, tmp)
-    pairs = <_Pair *>tmp.p
-    for i in range(count):  # (one TAGS at most: _pairs merged duplicates)
-        if _is_name(props, &pairs[i], "TAGS", 4):
-            return PySet_Contains(names, PyUnicode_DecodeUTF8(<const char *>props + pairs[i].v, pairs[i].vn,
-                                                              "replace")) == 1
+    reads it (parse_properties: the last entry named TAGS with a value,
+    decoded with "replace"), is one of the filter's *names* (a set of exact
+    strs). Without U+FFFD in a name the raw bytes decide: valid UTF-8
+    equals a name's UTF-8 exactly when its text equals the name, and
+    invalid UTF-8 decodes to a U+FFFD no name holds."""
+    cdef Py_ssize_t n, s = 0, e, i, v = -1, vn = 0
+    cdef const unsigned char *props = _props_of(b, p0, &n)
+    cdef const unsigned char *q
+    while s <= n:  # (parse_properties' split: entries at 0x02, each at its first 0x01)
+        q = <const unsigned char *>memchr(props + s, 2, n - s) if s < n else NULL
+        e = (q - props) if q != NULL else n
+        q = <const unsigned char *>memchr(props + s, 1, e - s) if e > s else NULL
+        if q != NULL:
+            i = q - props
+            if i - s == 4 and i < e - 1 and memcmp(props + s, b"TAGS", 4) == 0:
+                v, vn = i + 1, e - i - 1
+        s = e + 1
+    if v < 0:
+        return False  # no TAGS: None is no name
+    if f.text:
+        return PySet_Contains(names, PyUnicode_DecodeUTF8(<const char *>props + v, vn, "replace")) == 1
+    for i in range(f.nnames):
+        if f.lens[i] == vn and memcmp(f.names[i], props + v, vn) == 0:
+            return True
     return False
 
 
@@ -3737,28 +3789,26 @@ cdef tuple _pull_queue(cq, commitlog, queue_offset, max_count, max_units, object
     kept are units whose tags code is in *codes* and then records whose
     TAGS is in *names*; a ConsumeQueue file's units are then read
     *max_count* at a time, as the careful path does)."""
-    cdef long long *codes = NULL
-    cdef Py_ssize_t ncodes = -1
-    cdef _Col tmp
-    cdef char tmp_buf[512]
+    cdef _TagFilter f
+    memset(&f, 0, sizeof(f))
+    f.ncodes = -1
     names = None
-    _on_stack(&tmp, tmp_buf, sizeof(tmp_buf))
     try:
         if tag_filter is not None:
-            ncodes = _tag_codes(tag_filter, &codes)
-            if ncodes < 0:
+            f.ncodes = 0
+            if not _tag_filter_of(tag_filter, &f):
                 return "STOPPED", 0, 0, 0, None, b""
             names = tag_filter[1]
-        return _pull_units_of(cq, commitlog, queue_offset, max_count, max_units, message_type, out, codes, ncodes,
-                              names, &tmp)
+        return _pull_units_of(cq, commitlog, queue_offset, max_count, max_units, message_type, out, &f, names)
     finally:
-        free(codes)
-        _free(&tmp)
+        free(f.codes)
+        free(f.names)
+        free(f.lens)
 
 
 cdef tuple _pull_units_of(cq, commitlog, queue_offset, max_count, max_units, object message_type, list out,
-                          const long long *codes, Py_ssize_t ncodes, object names, _Col *tmp):
-    """_pull_queue with its filter ready (*ncodes* -1: none)."""
+                          _TagFilter *f, object names):
+    """_pull_queue with its filter ready (*f.ncodes* -1: none)."""
     cdef bint views = message_type is None
     cdef _Repeats repeats = None if views else _Repeats.__new__(_Repeats)
     cdef rmq_i128 wq = _wide(queue_offset)
@@ -3819,7 +3869,7 @@ cdef tuple _pull_units_of(cq, commitlog, queue_offset, max_count, max_units, obj
             mf = files[fi]
             pos = <Py_ssize_t>(off - _i64(rmq_getattr(mf, "file_from_offset", &_AC_MF_FROM)))
             end = min(_idx(rmq_getattr(mf, "wrote_position", &_AC_MF_WROTE)),
-                      pos + min(mc if ncodes >= 0 else mc - n, mx - q) * CQ_STORE_UNIT_SIZE)
+                      pos + min(mc if f.ncodes >= 0 else mc - n, mx - q) * CQ_STORE_UNIT_SIZE)
             if end <= pos:
                 break
             PyObject_GetBuffer(rmq_getattr(mf, "mm", &_AC_MF_MM), &cv, PyBUF_SIMPLE)
@@ -3832,7 +3882,7 @@ cdef tuple _pull_units_of(cq, commitlog, queue_offset, max_count, max_units, obj
                 tags = ld64(u + 12)
                 # (a placeholder, or another tags code than the filter's: skipped)
                 if not (size == PRE_BLANK_SIZE and phy == 0 and tags == 0) and \
-                        (ncodes < 0 or _code_in(codes, ncodes, tags)):
+                        (f.ncodes < 0 or _code_in(f.codes, f.ncodes, tags)):
                     if phy < v.lo:
                         status = "MESSAGE_WAS_REMOVING"  # cleaned up
                     else:
@@ -3843,7 +3893,7 @@ cdef tuple _pull_units_of(cq, commitlog, queue_offset, max_count, max_units, obj
                             return "STOPPED", q, mn, mx, None, b""
                         kept = True
                         if not views:
-                            kept = names is None or _tags_in(b, p0, names, tmp)  # (a tags code's collision)
+                            kept = names is None or _tags_in(b, p0, f, names)  # (a tags code's collision)
                             if kept:
                                 PyList_Append(out, _ext_at(message_type, b, p0, topic, repeats))
                         else:

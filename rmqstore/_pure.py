@@ -1602,8 +1602,8 @@ class ReadGate:
 
     - checks the store is open (``store._closed``) and the gate attached;
     - for the common case (an exact ``"lower"``/``"upper"`` boundary; str
-      topic and key; an int offset and count, no tag filter; views of a
-      writable store) calls the whole-operation kernel (:func:`time_lookup`,
+      topic and key; an int offset and count, tags None or a str; views of
+      a writable store) calls the whole-operation kernel (:func:`time_lookup`,
       :func:`query_keyed`, :func:`pull_messages`, :func:`pull_views`) with
       the store's reader references;
     - hands anything else to the store class's method of its name, which
@@ -1620,6 +1620,9 @@ class ReadGate:
         views_type (type): ``GetViewsResult``, a 6-tuple type.
         units_of (Callable[[bytes], numpy.ndarray]): pull_views' packed
             units as ``GetViewsResult.units``.
+        tag_filter (Callable): ``store._tag_filter``: a ``tags`` argument
+            as the filter :func:`pull_messages` takes (None for every
+            message); the gate keeps the last str's.
         statuses (Mapping[str, GetMessageStatus]): by name.
         min_units (int): a pull visits at least this many units
             (``store._MAX_FILTER_UNITS``).
@@ -1628,7 +1631,8 @@ class ReadGate:
     methods then go to the store's, which raise StoreClosedError, as they
     do once the store is gone."""
 
-    def __init__(self, store, message_type, result_type, views_type, units_of, statuses, min_units) -> None:
+    def __init__(self, store, message_type, result_type, views_type, units_of, tag_filter, statuses,
+                 min_units) -> None:
         if type(store._cqs) is not dict:
             raise TypeError("a store's _cqs must be a dict")
         self._store_ref = weakref.ref(store)
@@ -1636,7 +1640,8 @@ class ReadGate:
         self._commitlog, self._index, self._refs = store.commitlog, store.index, store._refs
         self._read_only = bool(store.read_only)
         self._message_type, self._result_type = message_type, result_type
-        self._views_type, self._units_of = views_type, units_of
+        self._views_type, self._units_of, self._tag_filter = views_type, units_of, tag_filter
+        self._last_filter: tuple = (None, None)
         self._statuses = dict(statuses)
         self._min_units = operator.index(min_units)
 
@@ -1673,16 +1678,30 @@ class ReadGate:
                 return out
         return type(store).query_messages(store, topic, key, max_count, begin, end)
 
+    def _filter(self, tags):
+        last = self._last_filter  # (one tuple: another thread may replace it)
+        if type(tags) is not str:
+            return False
+        if last[0] is tags:
+            return last[1]
+        try:
+            found = self._tag_filter(tags)
+        except Exception:
+            return False
+        self._last_filter = (tags, found)
+        return found
+
     def get_messages(self, topic, queue_id, offset, max_count=32, tags=None, wait_ms=0):
         cqs, commitlog, refs = self._cqs, self._commitlog, self._refs
         store = self._store()
-        if cqs is not None and tags is None and type(offset) is int and type(max_count) is int \
+        wanted = None if tags is None else self._filter(tags)
+        if cqs is not None and wanted is not False and type(offset) is int and type(max_count) is int \
                 and not getattr(store, "_closed", True):
             cq = cqs.get((topic, queue_id))
             if cq is not None:
                 out: list = []
                 found = pull_messages(cq, commitlog, offset, max_count, max(max_count, self._min_units),
-                                      self._message_type, out, None, refs)
+                                      self._message_type, out, wanted, refs)
                 # what the store's method would do next: a careful read, a follow or a wait
                 if found is not None and found[0] != "STOPPED" and \
                         (out or (not self._read_only and type(wait_ms) is int and wait_ms <= 0)):

@@ -352,8 +352,8 @@ class MessageStore:
             self._next_full_refresh = time.monotonic() + 1.0
         # lookups and pulls in one kernel call each: the instance's methods
         # are the gate's (unless a subclass has its own); close drops them
-        self._read_gate = k.ReadGate(self, MessageExt, GetMessageResult, GetViewsResult, _view_units, _STATUS_BY_NAME,
-                                     _MAX_FILTER_UNITS)
+        self._read_gate = k.ReadGate(self, MessageExt, GetMessageResult, GetViewsResult, _view_units, _tag_filter,
+                                     _STATUS_BY_NAME, _MAX_FILTER_UNITS)
         for name in _READ_GATED:
             if getattr(type(self), name) is getattr(MessageStore, name):
                 setattr(self, name, getattr(self._read_gate, name))

@@ -22,7 +22,7 @@ from conftest import ListClock
 from rmqstore import Message, MessageExt, MessageStore, StoreConfig, _kernels
 from rmqstore.exceptions import MessageTypeError, StoreClosedError
 from rmqstore.message import GetMessageResult, GetMessageStatus, GetViewsResult
-from rmqstore.store import _view_units
+from rmqstore.store import _tag_filter, _view_units
 
 T0 = 1_700_000_000_000
 GATED = ("get_offset_in_queue_by_time", "query_messages", "get_messages", "get_message_views")
@@ -47,8 +47,8 @@ def _fill(path, n=1000, **kw):
 
 
 def _gate(s):
-    return _kernels.ReadGate(s, MessageExt, GetMessageResult, GetViewsResult, _view_units, GetMessageStatus.__members__,
-                             800)
+    return _kernels.ReadGate(s, MessageExt, GetMessageResult, GetViewsResult, _view_units, _tag_filter,
+                             GetMessageStatus.__members__, 800)
 
 
 def _views(r: GetViewsResult):

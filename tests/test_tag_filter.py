@@ -144,3 +144,37 @@ def test_a_matching_unit_that_is_not_its_record_stops_the_pull(store, kernels):
     assert k.pull_messages(cq, s.commitlog, 0, 32, 800, MessageExt, out, _tag_filter("t2"), None)[0] == "STOPPED"
     with pytest.raises(CorruptedFileError):  # the careful path reads the pull again
         s.get_messages("V", 0, 0, 32, "t2")
+
+
+def test_names_are_matched_as_message_tags_reads_them(tmp_path):
+    """The kernel matches the TAGS bytes against the names' UTF-8, unless a
+    name holds U+FFFD (then it decodes, as MessageExt.tags does): stored
+    bytes that are not UTF-8, a second TAGS entry (the last one counts),
+    names beyond ASCII and names with lone surrogates must all answer as
+    the careful path does, in both kernels."""
+    with MessageStore.open(tmp_path, TINY, clock=ListClock(range(T0, T0 + 100))) as s:
+        specs = [("ab", {}), ("ab", {}), ("标签", {}), ("ab", {"XXXX": "zz"}), ("zz", {}), ("ab", {})]
+        for tags, props in specs:
+            s.put_message(Message("V", b"n", tags=tags, properties=props or None))
+        mm = s.commitlog.queue.files[0].mm
+        # message 1: TAGS "ab" -> b"\xff\xfe" (decodes to two U+FFFD); message 3: a later entry named TAGS
+        at = [i for i in range(len(mm) - 8) if mm[i : i + 8] == b"TAGS\x01ab\x02"][1]
+        mm[at + 5 : at + 7] = b"\xff\xfe"
+        at = mm.find(b"XXXX\x01zz")
+        mm[at : at + 4] = b"TAGS"
+        got_tags = [m.tags for m in s.get_messages("V", 0, 0, 32).messages]
+        # (message 3's own TAGS "ab" comes after the renamed entry: the later one counts)
+        assert got_tags == ["ab", "\ufffd\ufffd", "标签", "ab", "zz", "ab"]
+        assert [m.tags for m in s.get_messages("V", 0, 0, 32, "zz").messages] == ["zz"]
+        for tags in (["ab"], ["ab", "\ufffd\ufffd"], ["\ufffd\ufffd"], ["标签"], ["zz"], ["ab", "zz"], ["ab", "a\udcff"],
+                     ["zz", "\ufffd"], "ab || 标签 || zz"):
+            got, want = s.get_messages("V", 0, 0, 32, tags), _careful(s, 0, 0, 32, tags)
+            assert tuple(got) == tuple(want), tags
+            wanted = _tag_filter(tags)
+            for k in (_pure, _need_core()):
+                out: list = []
+                k.pull_messages(s._cqs[("V", 0)], s.commitlog, 0, 32, 800, MessageExt, out, wanted, None)
+                assert [m.tags for m in out] == [m.tags for m in want.messages], (tags, k.__name__)
+        # the stored bytes, not the code, decide: message 1 is kept for U+FFFD names only
+        assert [m.queue_offset for m in s.get_messages("V", 0, 0, 32, ["ab", "\ufffd\ufffd"]).messages] == [0, 1, 3, 5]
+        assert [m.queue_offset for m in s.get_messages("V", 0, 0, 32, ["ab"]).messages] == [0, 3, 5]
