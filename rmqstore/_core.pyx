@@ -1168,36 +1168,44 @@ cdef struct _Pair:
 cdef inline bint _is_name(const unsigned char *b, _Pair *e, const char *name, Py_ssize_t n) noexcept:
     return e.kn == n and memcmp(b + e.k, name, n) == 0
 
+cdef inline bint _entry(const unsigned char *b, Py_ssize_t n, Py_ssize_t *s, _Pair *pr) noexcept:
+    """RocketMQ's property parsing, one entry: the entry at *s* of the n-byte
+    blob (split by 0x02, named up to its first 0x01) into *pr*; False when
+    its name or value is empty (dropped). *s* moves past it (past n at the
+    end: loop while *s* <= n)."""
+    cdef Py_ssize_t st = s[0], e, i
+    cdef const unsigned char *q = <const unsigned char *>memchr(b + st, 2, n - st) if st < n else NULL
+    e = (q - b) if q != NULL else n
+    q = <const unsigned char *>memchr(b + st, 1, e - st) if e > st else NULL
+    s[0] = e + 1
+    if q == NULL:
+        return False
+    i = q - b
+    if i <= st or i >= e - 1:
+        return False
+    pr.k, pr.kn, pr.v, pr.vn = st, i - st, i + 1, e - i - 1
+    return True
+
+
 cdef Py_ssize_t _pairs(const unsigned char *b, Py_ssize_t n, _Col *tmp) except -1:
-    """RocketMQ's property parsing into *tmp* (an array of _Pair): pairs split
-    by 0x02, each at its first 0x01, empty names or values dropped, a later
-    duplicate overwriting the earlier value in place. Returns the pair count."""
-    cdef Py_ssize_t s = 0, e, i, j, count = 0
-    cdef const unsigned char *q
+    """RocketMQ's property parsing into *tmp* (an array of _Pair): the
+    _entry pairs, a later duplicate overwriting the earlier value in place.
+    Returns the pair count."""
+    cdef Py_ssize_t s = 0, j, count = 0
     cdef _Pair pr
     cdef _Pair *all
     tmp.n = 0
     while s <= n:
-        q = <const unsigned char *>memchr(b + s, 2, n - s) if s < n else NULL
-        e = (q - b) if q != NULL else n
-        q = <const unsigned char *>memchr(b + s, 1, e - s) if e > s else NULL
-        if q != NULL:
-            i = q - b
-            if i > s and i < e - 1:
-                pr.k = s
-                pr.kn = i - s
-                pr.v = i + 1
-                pr.vn = e - i - 1
-                all = <_Pair *>tmp.p
-                for j in range(count):
-                    if all[j].kn == pr.kn and memcmp(b + all[j].k, b + pr.k, pr.kn) == 0:
-                        all[j].v = pr.v
-                        all[j].vn = pr.vn
-                        break
-                else:
-                    _put(tmp, &pr, sizeof(_Pair))
-                    count += 1
-        s = e + 1
+        if _entry(b, n, &s, &pr):
+            all = <_Pair *>tmp.p
+            for j in range(count):
+                if all[j].kn == pr.kn and memcmp(b + all[j].k, b + pr.k, pr.kn) == 0:
+                    all[j].v = pr.v
+                    all[j].vn = pr.vn
+                    break
+            else:
+                _put(tmp, &pr, sizeof(_Pair))
+                count += 1
     return count
 
 cdef object _np = None
@@ -3758,18 +3766,12 @@ cdef bint _tags_in(const unsigned char *b, Py_ssize_t p0, _TagFilter *f, object 
     strs). Without U+FFFD in a name the raw bytes decide: valid UTF-8
     equals a name's UTF-8 exactly when its text equals the name, and
     invalid UTF-8 decodes to a U+FFFD no name holds."""
-    cdef Py_ssize_t n, s = 0, e, i, v = -1, vn = 0
+    cdef Py_ssize_t n, s = 0, i, v = -1, vn = 0
     cdef const unsigned char *props = _props_of(b, p0, &n)
-    cdef const unsigned char *q
-    while s <= n:  # (parse_properties' split: entries at 0x02, each at its first 0x01)
-        q = <const unsigned char *>memchr(props + s, 2, n - s) if s < n else NULL
-        e = (q - props) if q != NULL else n
-        q = <const unsigned char *>memchr(props + s, 1, e - s) if e > s else NULL
-        if q != NULL:
-            i = q - props
-            if i - s == 4 and i < e - 1 and memcmp(props + s, b"TAGS", 4) == 0:
-                v, vn = i + 1, e - i - 1
-        s = e + 1
+    cdef _Pair pr
+    while s <= n:  # (the last entry named TAGS counts, as a later duplicate does in _pairs)
+        if _entry(props, n, &s, &pr) and _is_name(props, &pr, "TAGS", 4):
+            v, vn = pr.v, pr.vn
     if v < 0:
         return False  # no TAGS: None is no name
     if f.text:
