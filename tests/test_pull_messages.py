@@ -42,27 +42,39 @@ def test_get_messages_reads_what_the_careful_path_reads(store, max_count, cleane
     s = store
     if cleaned:
         s.delete_expired(force=True)
-    for qid in (0, 1, 7):
-        for q in range(-1, N // 2 + 2):
-            got, want = s.get_messages("V", qid, q, max_count), _careful(s, qid, q, max_count)
-            assert tuple(got) == tuple(want), (qid, q)
-            assert type(got) is type(want) and got.status is want.status
+    assert_pulls_as_careful(s, max_count, N // 2)
     if not cleaned:
         assert s.get_messages("V", 0, 0, 1000).messages[-1].queue_offset == N // 2 - 1  # across segments
 
 
-@pytest.mark.parametrize("max_count", [1, 3, 32, 1000])
-def test_core_pull_messages_makes_what_the_twin_makes(store, max_count):
+def assert_pulls_as_careful(s, max_count, queue_len, tags=None):
+    """get_messages against the careful path on queues 0, 1 and one that
+    does not exist, from every offset around [0, queue_len]."""
+    for qid in (0, 1, 7):
+        for q in range(-1, queue_len + 2):
+            got, want = s.get_messages("V", qid, q, max_count, tags), _careful(s, qid, q, max_count, tags)
+            assert tuple(got) == tuple(want), (tags, qid, q)
+            assert type(got) is type(want) and got.status is want.status
+
+
+def assert_core_pulls_as_twin(s, max_count, queue_len, tags=None):
+    """core.pull_messages against the twin's on each of *s*'s queues as
+    cleaned_queues leaves them, from every offset around [0, queue_len],
+    with and without a ReferenceResource."""
     core = _need_core()
-    s = store
     for qid, cq, low in cleaned_queues(s):
-        for q in range(-1, N // 2 + 2):
+        for q in range(-1, queue_len + 2):
             want_out: list = []
-            want = _pure.pull_messages(cq, s.commitlog, q, max_count, 800, MessageExt, want_out, None, None)
+            want = _pure.pull_messages(cq, s.commitlog, q, max_count, 800, MessageExt, want_out, tags, None)
             for refs in (None, ReferenceResource()):
                 out: list = []
-                got = core.pull_messages(cq, s.commitlog, q, max_count, 800, MessageExt, out, None, refs)
-                assert got == want and out == want_out, (qid, low, q)
+                got = core.pull_messages(cq, s.commitlog, q, max_count, 800, MessageExt, out, tags, refs)
+                assert got == want and out == want_out, (tags, qid, low, q)
+
+
+@pytest.mark.parametrize("max_count", [1, 3, 32, 1000])
+def test_core_pull_messages_makes_what_the_twin_makes(store, max_count):
+    assert_core_pulls_as_twin(store, max_count, N // 2)
 
 
 def test_core_pull_messages_declines_while_clean_up_holds_the_references(store):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import gc
 import inspect
+import itertools
 import threading
 
 import pytest
@@ -26,6 +27,9 @@ from rmqstore.store import _tag_filter, _view_units
 
 T0 = 1_700_000_000_000
 GATED = ("get_offset_in_queue_by_time", "query_messages", "get_messages", "get_message_views")
+#: (queue id, offset, max_count) of the pulls compared: queues 0, 1 and none; offsets around the file
+#: boundary (400) and the end (500) of a queue
+PULLS = list(itertools.product((0, 1, 7), (-1, 0, 1, 399, 400, 498, 499, 500, 501, 10**20), (1, 32, 600)))
 CFG = StoreConfig(  # 400-unit queue files: the queues below span two
     mapped_file_size_commit_log=1 << 20,
     mapped_file_size_consume_queue=8_000,
@@ -131,12 +135,9 @@ def test_key_lookups_answer_as_the_store_method(tmp_path, impl):
 def test_pulls_answer_as_the_store_method(tmp_path, impl):
     s = _fill(tmp_path / "s")
     try:
-        for q in (0, 1, 7):
-            for offset in (-1, 0, 1, 399, 400, 498, 499, 500, 501, 10**20):
-                for max_count in (1, 32, 600):
-                    for tags in (None, "A", "A || B", "*"):
-                        args = ("T", q, offset, max_count, tags)
-                        assert _pull(s.get_messages(*args)) == _pull(MessageStore.get_messages(s, *args)), args
+        for (q, offset, max_count), tags in itertools.product(PULLS, (None, "A", "A || B", "*")):
+            args = ("T", q, offset, max_count, tags)
+            assert _pull(s.get_messages(*args)) == _pull(MessageStore.get_messages(s, *args)), args
         # a position past the tail with a wait: the store's method waits for a put
         threading.Timer(0.05, lambda: s.put_message(Message("T", b"late", queue_id=0))).start()
         r = s.get_messages("T", 0, 500, 32, None, 5000)
@@ -148,12 +149,10 @@ def test_pulls_answer_as_the_store_method(tmp_path, impl):
 def test_views_answer_as_the_store_method(tmp_path, impl):
     s = _fill(tmp_path / "s")
     try:
-        for q in (0, 1, 7):
-            for offset in (-1, 0, 1, 399, 400, 498, 499, 500, 501, 10**20):
-                for max_count in (1, 32, 600):
-                    args = ("T", q, offset, max_count)
-                    got, want = s.get_message_views(*args), MessageStore.get_message_views(s, *args)
-                    assert type(got) is GetViewsResult and _views(got) == _views(want), args
+        for q, offset, max_count in PULLS:
+            args = ("T", q, offset, max_count)
+            got, want = s.get_message_views(*args), MessageStore.get_message_views(s, *args)
+            assert type(got) is GetViewsResult and _views(got) == _views(want), args
         r = s.get_message_views("T", 1, 5, 3)
         assert r.status is GetMessageStatus.FOUND and r.bodies() == [b"m11", b"m13", b"m15"]
         # not exact ints: the store's method

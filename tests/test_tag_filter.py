@@ -16,11 +16,14 @@ from __future__ import annotations
 import pytest
 from conftest import ListClock, java_hash
 from test_kernels import _need_core
-from test_pull_messages import _careful
-from test_views import T0, TINY, cleaned_queues
+from test_pull_messages import (
+    _careful,
+    assert_core_pulls_as_twin,
+    assert_pulls_as_careful,
+)
+from test_views import T0, TINY
 
 from rmqstore import CorruptedFileError, GetMessageStatus, Message, MessageStore, _pure
-from rmqstore.mapped_file import ReferenceResource
 from rmqstore.message import MessageExt
 from rmqstore.store import _tag_filter
 
@@ -50,11 +53,7 @@ def test_filtered_pulls_read_what_the_careful_path_reads(store, max_count, clean
     if cleaned:
         s.delete_expired(force=True)
     for tags in FILTERS:
-        for qid in (0, 1, 7):
-            for q in range(-1, N // 2 + 2):
-                got, want = s.get_messages("V", qid, q, max_count, tags), _careful(s, qid, q, max_count, tags)
-                assert tuple(got) == tuple(want), (tags, qid, q)
-                assert got.status is want.status
+        assert_pulls_as_careful(s, max_count, N // 2, tags)
     if not cleaned:  # what a filter keeps, whole
         kept = s.get_messages("V", 0, 0, 1000, "Aa || t0").messages
         assert [m.tags for m in kept] == [TAGS[i % 6] for i in range(0, N, 2) if TAGS[i % 6] in ("Aa", "t0")]
@@ -83,18 +82,8 @@ def test_a_rare_tag_ends_the_pull_where_the_careful_path_does(tmp_path, max_coun
 
 @pytest.mark.parametrize("max_count", [1, 3, 32, 1000])
 def test_core_filtered_pulls_make_what_the_twin_makes(store, max_count):
-    core = _need_core()
-    s = store
     for tags in FILTERS:
-        wanted = _tag_filter(tags)
-        for qid, cq, low in cleaned_queues(s):
-            for q in range(-1, N // 2 + 2):
-                want_out: list = []
-                want = _pure.pull_messages(cq, s.commitlog, q, max_count, 800, MessageExt, want_out, wanted, None)
-                for refs in (None, ReferenceResource()):
-                    out: list = []
-                    got = core.pull_messages(cq, s.commitlog, q, max_count, 800, MessageExt, out, wanted, refs)
-                    assert got == want and out == want_out, (tags, qid, low, q)
+        assert_core_pulls_as_twin(store, max_count, N // 2, _tag_filter(tags))
 
 
 def test_the_core_leaves_other_filters_to_the_careful_path(store):
