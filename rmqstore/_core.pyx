@@ -32,7 +32,6 @@ from cpython.exc cimport PyErr_CheckSignals
 from cpython.ref cimport Py_INCREF, Py_XDECREF, PyObject
 from cpython.tuple cimport PyTuple_GET_ITEM
 from cpython.unicode cimport PyUnicode_AsUTF8AndSize, PyUnicode_CheckExact
-from cpython.weakref cimport PyWeakref_GetObject
 from cpython.set cimport PyAnySet_CheckExact, PySet_Contains
 from cpython.object cimport PyObject_Hash
 
@@ -50,6 +49,7 @@ cdef extern from "Python.h":
     Py_ssize_t PY_SSIZE_T_MAX, PY_SSIZE_T_MIN
     object PyUnicode_New(Py_ssize_t size, Py_UCS4 maxchar)
     unsigned char *PyUnicode_1BYTE_DATA(object o)
+    bint PyUnicode_IS_COMPACT_ASCII(object o)
     int PyGC_Disable()
     int PyGC_Enable()
 
@@ -124,6 +124,37 @@ cdef extern from *:
 cdef extern from *:
     """
     #include <structmember.h>
+    #if PY_VERSION_HEX < 0x030B0000
+    #include <longintrepr.h>
+    #endif
+    /* An exact int that fits one digit (|v| < 2**30), into *v: the ints a
+       store passes (queue ids, flags, sizes, positions below 1 GiB), read
+       without a call into the C API. 0 for anything else. */
+    static inline int rmq_small_long(PyObject *o, long long *v) {
+        if (!PyLong_CheckExact(o)) return 0;
+    #if PY_VERSION_HEX >= 0x030C0000
+        if (!PyUnstable_Long_IsCompact((PyLongObject *)o)) return 0;
+        *v = (long long)PyUnstable_Long_CompactValue((PyLongObject *)o);
+    #else
+        Py_ssize_t s = Py_SIZE(o);
+        if (s < -1 || s > 1) return 0;
+        *v = s * (long long)((PyLongObject *)o)->ob_digit[0];
+    #endif
+        return 1;
+    }
+    /* The referent of a weak reference (a new reference), None once it is
+       gone: PyWeakref_GetObject's borrowed reference is deprecated in 3.13. */
+    static inline PyObject *rmq_deref(PyObject *ref) {
+        PyObject *o;
+    #if PY_VERSION_HEX >= 0x030D0000
+        if (PyWeakref_GetRef(ref, &o) < 0) return NULL;
+        if (o == NULL) o = Py_NewRef(Py_None);
+    #else
+        o = PyWeakref_GetObject(ref);
+        Py_XINCREF(o);
+    #endif
+        return o;
+    }
     /* Byte offset of a __slots__ member (T_OBJECT_EX) from its descriptor, or -1. */
     static Py_ssize_t rmq_slot_offset(PyObject *descr) {
         if (!PyObject_TypeCheck(descr, &PyMemberDescr_Type)) return -1;
@@ -196,6 +227,10 @@ cdef extern from *:
     static int rmq_flag(PyObject *obj, PyObject *name, rmq_attr_cache *c) {
         PyObject *v = rmq_getattr(obj, name, c);
         int r;
+        if (v == Py_False || v == Py_True) {  /* (the store's flags: no call) */
+            Py_DECREF(v);
+            return v == Py_True;
+        }
         if (v == NULL) {
             if (!PyErr_ExceptionMatches(PyExc_AttributeError))
                 return -1;
@@ -251,6 +286,8 @@ cdef extern from *:
         return rmq_tuple_n(tp, 0, 5, items);
     }
     """
+    bint rmq_small_long(object o, long long *v)
+    object rmq_deref(object ref)
     Py_ssize_t rmq_slot_offset(object descr)
     void rmq_set_slot(object obj, Py_ssize_t off, object value)
     object rmq_alloc(object tp)
@@ -365,7 +402,10 @@ __all__ = [
 cdef inline Py_ssize_t _idx(object o) except? -1:
     """*o* (any int) saturated to Py_ssize_t: exact for comparisons with buffer sizes."""
     cdef int ovf = 0
-    cdef long long v = PyLong_AsLongLongAndOverflow(o, &ovf)
+    cdef long long v
+    if rmq_small_long(o, &v):
+        return <Py_ssize_t>v
+    v = PyLong_AsLongLongAndOverflow(o, &ovf)
     if ovf > 0 or v > PY_SSIZE_T_MAX:
         return PY_SSIZE_T_MAX
     if ovf < 0 or v < PY_SSIZE_T_MIN:
@@ -377,7 +417,10 @@ cdef inline long long _i64(object o) except? -1:
     """A 64-bit field value: TypeError unless an int (no float truncation), OverflowError
     when out of range (checked up front, before anything is stored)."""
     cdef int ovf = 0
-    cdef long long v = PyLong_AsLongLongAndOverflow(o, &ovf)
+    cdef long long v
+    if rmq_small_long(o, &v):
+        return v
+    v = PyLong_AsLongLongAndOverflow(o, &ovf)
     if ovf:
         raise OverflowError(f"{o} does not fit in a 64-bit field")
     return v
@@ -464,8 +507,13 @@ cdef uint32_t _java_hash_from(uint32_t h, object s) except? 0xFFFFFFFF:
     cdef const uint32_t *p4
     if kind == PyUnicode_1BYTE_KIND:  # ASCII / Latin-1: one UTF-16 unit each
         p1 = <const uint8_t *>data
-        for i in range(n):
+        i = 0
+        while i + 4 <= n:  # four steps at once: 31**4 * h + 31**3 * c0 + ... (mod 2**32)
+            h = 923521 * h + 29791 * p1[i] + 961 * p1[i + 1] + 31 * p1[i + 2] + p1[i + 3]
+            i += 4
+        while i < n:
             h = 31 * h + p1[i]
+            i += 1
     elif kind == PyUnicode_2BYTE_KIND:  # BMP, lone surrogates included
         p2 = <const uint16_t *>data
         for i in range(n):
@@ -484,6 +532,16 @@ cdef inline uint32_t _hash_char(uint32_t h, uint32_t c) noexcept nogil:
         h = 31 * h + (0xD800 + (c >> 10))
         return 31 * h + (0xDC00 + (c & 0x3FF))
     return 31 * h + c
+
+
+cdef inline const char *_utf8(object s, Py_ssize_t *n) except NULL:
+    """The UTF-8 of the str *s* and its length: an ASCII str's own bytes
+    without a call, else PyUnicode_AsUTF8AndSize (UnicodeError for a lone
+    surrogate)."""
+    if PyUnicode_IS_COMPACT_ASCII(s):
+        n[0] = PyUnicode_GET_LENGTH(s)
+        return <const char *>PyUnicode_DATA(s)
+    return PyUnicode_AsUTF8AndSize(s, n)
 
 
 cdef inline int32_t _key_hash(object key) except? -1:
@@ -2340,7 +2398,8 @@ cdef Py_ssize_t _each_key(object keys, uint32_t h0, unsigned char *ib, Py_ssize_
             h = h0
             continue
         inside = True
-        h = _hash_char(h, c)
+        if ib != NULL:  # (the counting pass needs no hash)
+            h = _hash_char(h, c)
     return count
 
 
@@ -2387,7 +2446,8 @@ cdef class Appender:
     cdef Py_ssize_t off[14]  # the message type's slot offsets, in _SLOTS order
     cdef long long gen  # put calls so far
     cdef bint busy  # within a put call (_begin to _end)
-    cdef list touched  # the queues the current call wrote
+    cdef list touched  # the queues the current call wrote (emptied by _end, kept for the next call)
+    cdef list slots  # (topic, queue_id, _Queue) by queue id: see _bound
 
     def __cinit__(self):
         self.scratch = NULL
@@ -2418,6 +2478,8 @@ cdef class Appender:
         self.index_enable = index_enable
         self.queue_offsets = queue_offsets
         self.queues = {}
+        self.touched = []
+        self.slots = [None] * 16
         self.commit_file = self.commit_mm = self.index_mm = None
 
     def bind_commit_log(self, mapped_file):
@@ -2466,6 +2528,7 @@ cdef class Appender:
             for old in by_id.values():
                 (<_Queue>old).dead = True
         self.queues.clear()
+        self.slots = [None] * 16
         self.commit_file = self.commit_mm = self.index_mm = None
 
     cdef int _grow(self, Py_ssize_t need) except -1:
@@ -2484,8 +2547,8 @@ cdef class Appender:
         properties limit (the caller's step-by-step path raises then), or with
         *plain* for a value holding a separator (Message refuses it)."""
         cdef Py_ssize_t nl, vl, end
-        cdef const char *nb = PyUnicode_AsUTF8AndSize(name, &nl)
-        cdef const char *vb = PyUnicode_AsUTF8AndSize(value, &vl)
+        cdef const char *nb = _utf8(name, &nl)
+        cdef const char *vb = _utf8(value, &vl)
         if plain and (memchr(vb, 1, vl) != NULL or memchr(vb, 2, vl) != NULL):
             return -1
         end = at + nl + vl + 2
@@ -2498,6 +2561,29 @@ cdef class Appender:
         memcpy(self.scratch + at + nl + 1, vb, vl)
         self.scratch[end - 1] = 2
         return end
+
+    cdef _Queue _bound(self, str topic, queue_id):
+        """self.queues[topic][queue_id] for an exact str *topic* and int
+        *queue_id* (None when unbound), the last one found for each of 16
+        queue-id slots kept by the identity of both: a producer passes the
+        same objects message after message, and two dict lookups cost ~0.3k
+        instructions. A rebound or unbound queue is dead, so its slot is
+        found again; the slot's strong references keep an identity from
+        being reused."""
+        cdef Py_ssize_t i = PyObject_Hash(queue_id) & 15
+        cdef PyObject *o
+        e = self.slots[i]
+        if e is not None and (<tuple>e)[0] is topic and (<tuple>e)[1] is queue_id and \
+                not (<_Queue>(<tuple>e)[2]).dead:
+            return <_Queue>(<tuple>e)[2]
+        o = PyDict_GetItem(self.queues, topic)
+        if o is NULL:
+            return None
+        o = PyDict_GetItem(<object>o, queue_id)
+        if o is NULL:
+            return None
+        self.slots[i] = (topic, queue_id, <object>o)
+        return <_Queue>o
 
     cdef _Queue _encode(self, msg, Rec *r):
         """Everything of a put that depends on the message alone: its bound
@@ -2528,13 +2614,9 @@ cdef class Appender:
             return None
         if not (_str_or_none(v[S_TAGS]) and _str_or_none(v[S_KEYS]) and _str_or_none(v[S_UNIQ])):
             return None
-        o = PyDict_GetItem(self.queues, <object>v[S_TOPIC])
-        if o is NULL:
+        q = self._bound(<object>v[S_TOPIC], <object>v[S_QUEUE_ID])
+        if q is None:
             return None
-        o = PyDict_GetItem(<object>o, <object>v[S_QUEUE_ID])
-        if o is NULL:
-            return None
-        q = <_Queue>o
         if <object>v[S_BORN_HOST] is not None or <object>v[S_STORE_HOST] is not None:
             return None
         try:
@@ -2563,7 +2645,7 @@ cdef class Appender:
                 if not PyUnicode_CheckExact(name) or not PyUnicode_CheckExact(value):
                     return None
                 try:
-                    nb = PyUnicode_AsUTF8AndSize(name, &nl)
+                    nb = _utf8(name, &nl)
                 except UnicodeError:
                     return None
                 if _is(nb, nl, "TAGS", 4):
@@ -2740,7 +2822,8 @@ cdef class Appender:
         _init_view(&b.cl)
         _init_view(&b.ix)
         self.gen += 1
-        self.touched = []
+        if self.touched:  # (an _end that raised left its queues)
+            del self.touched[:]
         b.ts = _i64(store_timestamp)
         b.cl_pos = b.cl_pos0 = _idx(rmq_getattr(self.commit_file, "wrote_position", &_AC_MF_WROTE))
         try:
@@ -2776,7 +2859,7 @@ cdef class Appender:
                 rmq_setattr(q.mf, "wrote_position", q.pos, &_AC_MF_WROTE)
                 rmq_setattr(q.cq, "max_physic_offset", q.max_phy, &_AC_CQ_MAX)
                 self.queue_offsets[q.key] = (q.file_from + q.pos) // CQ_STORE_UNIT_SIZE
-        self.touched = None
+        del self.touched[:]
         return 0
 
     cdef long long _row(self, Rec *r, _Queue q, object body, _Batch *b) except -2:
@@ -3137,7 +3220,7 @@ cdef class PutGate:
         cdef AppendLock alock = self.alock
         cdef long long end = 0
         acquire, release = self.lock_acquire, self.lock_release
-        store = self.store()
+        store = rmq_deref(self.store)
         if store is None:  # only a kept bound method outlives its store, which closed as it went
             from .exceptions import StoreClosedError
             raise StoreClosedError("the store of this put_message is gone (closed)")
@@ -3238,7 +3321,7 @@ cdef class ReadGate:
 
     cdef object _store(self):
         """The store, or StoreClosedError once it is gone."""
-        store = <object>PyWeakref_GetObject(self.store)
+        store = rmq_deref(self.store)
         if store is None:  # only a kept bound method outlives its store, which closed as it went
             from .exceptions import StoreClosedError
             raise StoreClosedError("the store of this method is gone (closed)")

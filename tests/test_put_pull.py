@@ -417,6 +417,55 @@ def test_unbind_and_rebinding_a_queue(k):
     assert f.ap.put(msg, TS) is None
 
 
+def test_puts_find_each_queue_as_bound(k):
+    """Queues that share the core's lookup slot (queue ids 1 and 17, two
+    topics with queue id 1), a topic equal to but not the bound str, and
+    rebinding (a file roll) under puts: every unit lands in its queue's
+    current file, at its queue's next offset."""
+    f = Files(k)
+    other = "Other"
+    cqs = {}
+
+    def bind(topic, qid):
+        # (a file's first unit goes step by step: start at its second)
+        cq_file = SimpleNamespace(mm=bytearray(CQ_SIZE), file_from_offset=0, file_size=CQ_SIZE, wrote_position=20)
+        cq = SimpleNamespace(max_physic_offset=0)
+        f.ap.bind_queue(topic, qid, topic.encode(), cq, cq_file)
+        f.offsets[(topic, qid)] = 1
+        cqs[(topic, qid)] = cq_file
+
+    for topic, qid in [(TOPIC, 1), (TOPIC, 17), (other, 1)]:
+        bind(topic, qid)
+    written = {}
+
+    def put(topic, qid):
+        r = f.ap.put(Message(topic, b"b", queue_id=qid), TS)
+        unit = bytes(cqs[(topic, qid)].mm[20 * r.queue_offset : 20 * r.queue_offset + 8])
+        assert struct.unpack(">q", unit)[0] == r.wrote_offset
+        written.setdefault((topic, qid), []).append(r.queue_offset)
+
+    for _ in range(3):
+        put(TOPIC, 1)
+        put(TOPIC, 17)
+        put(other, 1)
+        put("".join(["Topic", "Test"]), 1)  # equal, another object
+    put(TOPIC, 1)
+    assert written == {(TOPIC, 1): [1, 2, 3, 4, 5, 6, 7], (TOPIC, 17): [1, 2, 3], (other, 1): [1, 2, 3]}
+    assert f.offsets == {(TOPIC, 1): 8, (TOPIC, 17): 4, (other, 1): 4}
+    old = cqs[(TOPIC, 1)]
+    bind(TOPIC, 1)  # a new last file: the old one takes no more units
+    put(TOPIC, 1)
+    assert written[(TOPIC, 1)][-1] == 1 and old.wrote_position == 160 and cqs[(TOPIC, 1)].wrote_position == 40
+    put(other, 1)
+    f.ap.unbind()
+    f.ap.bind_commit_log(f.commit)
+    f.ap.bind_index(f.index)
+    assert f.ap.put(Message(other, b"b", queue_id=1), TS) is None  # unbound, though found just before
+    bind(other, 1)
+    put(other, 1)
+    assert written[(other, 1)][-1] == 1
+
+
 def test_bad_bindings_raise(k):
     f = Files(k)
     with pytest.raises(ValueError):
