@@ -127,18 +127,25 @@ cdef extern from *:
     #if PY_VERSION_HEX < 0x030B0000
     #include <longintrepr.h>
     #endif
-    /* An exact int that fits one digit (|v| < 2**30), into *v: the ints a
-       store passes (queue ids, flags, sizes, positions below 1 GiB), read
-       without a call into the C API. 0 for anything else. */
+    /* An exact int of one 30-bit digit (3.12+: a compact int), or before
+       3.12 of two (ms timestamps, offsets below 2**60), into *v*: the ints
+       a store passes, read without a call into the C API. 0 for anything
+       else (the caller takes the API's path). */
     static inline int rmq_small_long(PyObject *o, long long *v) {
         if (!PyLong_CheckExact(o)) return 0;
     #if PY_VERSION_HEX >= 0x030C0000
         if (!PyUnstable_Long_IsCompact((PyLongObject *)o)) return 0;
         *v = (long long)PyUnstable_Long_CompactValue((PyLongObject *)o);
     #else
-        Py_ssize_t s = Py_SIZE(o);
-        if (s < -1 || s > 1) return 0;
-        *v = s * (long long)((PyLongObject *)o)->ob_digit[0];
+        const digit *d = ((PyLongObject *)o)->ob_digit;
+        switch (Py_SIZE(o)) {
+        case 0: *v = 0; break;
+        case 1: *v = (long long)d[0]; break;
+        case -1: *v = -(long long)d[0]; break;
+        case 2: *v = (long long)d[0] | (long long)d[1] << PyLong_SHIFT; break;
+        case -2: *v = -((long long)d[0] | (long long)d[1] << PyLong_SHIFT); break;
+        default: return 0;
+        }
     #endif
         return 1;
     }
@@ -2247,6 +2254,7 @@ cdef class _Queue:
     cdef long long gen, max_phy
     cdef Py_ssize_t pos, pos0  # pos0: where the call found it
     cdef Py_buffer buf
+    cdef _Queue next_touched  # the Appender's list of the queues the call wrote
 
     def __cinit__(self):
         _init_view(&self.buf)
@@ -2446,7 +2454,7 @@ cdef class Appender:
     cdef Py_ssize_t off[14]  # the message type's slot offsets, in _SLOTS order
     cdef long long gen  # put calls so far
     cdef bint busy  # within a put call (_begin to _end)
-    cdef list touched  # the queues the current call wrote (emptied by _end, kept for the next call)
+    cdef _Queue touched  # the queues the current call wrote, linked by next_touched
     cdef list slots  # (topic, queue_id, _Queue) by queue id: see _bound
 
     def __cinit__(self):
@@ -2478,7 +2486,6 @@ cdef class Appender:
         self.index_enable = index_enable
         self.queue_offsets = queue_offsets
         self.queues = {}
-        self.touched = []
         self.slots = [None] * 16
         self.commit_file = self.commit_mm = self.index_mm = None
 
@@ -2813,7 +2820,16 @@ cdef class Appender:
         PyBuffer_Release(&bv)
         return r.body_len <= self.max_message_size and self._size(r) + 8 <= self.commit_size
 
-    cdef int _begin(self, _Batch *b, object store_timestamp) except -1:
+    cdef void _untouch(self) noexcept:
+        """Empty the list of touched queues."""
+        cdef _Queue q = self.touched, nxt
+        self.touched = None
+        while q is not None:
+            nxt = q.next_touched
+            q.next_touched = None
+            q = nxt
+
+    cdef int _begin(self, _Batch *b, long long store_timestamp) except -1:
         """Start a put call: the CommitLog and index bytes, the write
         position. _end must follow (it writes the positions back)."""
         if self.busy:  # its positions are in C until _end: a nested call would write over them
@@ -2822,9 +2838,8 @@ cdef class Appender:
         _init_view(&b.cl)
         _init_view(&b.ix)
         self.gen += 1
-        if self.touched:  # (an _end that raised left its queues)
-            del self.touched[:]
-        b.ts = _i64(store_timestamp)
+        self._untouch()  # (an _end that raised left its queues)
+        b.ts = store_timestamp
         b.cl_pos = b.cl_pos0 = _idx(rmq_getattr(self.commit_file, "wrote_position", &_AC_MF_WROTE))
         try:
             if not _get_rw(self.commit_mm, &b.cl):
@@ -2850,16 +2865,20 @@ cdef class Appender:
         self.busy = False
         PyBuffer_Release(&b.ix)
         PyBuffer_Release(&b.cl)
-        for q in self.touched:
+        q = self.touched
+        while q is not None:
             PyBuffer_Release(&q.buf)
+            q = q.next_touched
         if b.cl_pos != b.cl_pos0:
             rmq_setattr(self.commit_file, "wrote_position", b.cl_pos, &_AC_MF_WROTE)
-        for q in self.touched:
+        q = self.touched
+        while q is not None:
             if q.pos != q.pos0:  # (what the call did not write stays as it was)
                 rmq_setattr(q.mf, "wrote_position", q.pos, &_AC_MF_WROTE)
                 rmq_setattr(q.cq, "max_physic_offset", q.max_phy, &_AC_CQ_MAX)
                 self.queue_offsets[q.key] = (q.file_from + q.pos) // CQ_STORE_UNIT_SIZE
-        del self.touched[:]
+            q = q.next_touched
+        self._untouch()
         return 0
 
     cdef long long _row(self, Rec *r, _Queue q, object body, _Batch *b) except -2:
@@ -2888,7 +2907,7 @@ cdef class Appender:
                 PyBuffer_Release(&q.buf)
                 raise ValueError("a bound file is smaller than its file size")
             q.pos, q.pos0, q.max_phy, q.gen = qpos, qpos, qmax, self.gen
-            self.touched.append(q)
+            q.next_touched, self.touched = self.touched, q
         if _nonempty(tags):
             tags_code = _java_hash(tags)
         if self.index_enable:
@@ -2957,14 +2976,14 @@ cdef class Appender:
         cdef Rec r
         cdef _Batch b
         cdef _Queue q = self._encode(msg, &r)
-        cdef long long phy
+        cdef long long phy, ts
         if q is None:
             return None
         try:
-            _i64(store_timestamp)
+            ts = _i64(store_timestamp)
         except (TypeError, OverflowError):
             return None
-        self._begin(&b, store_timestamp)
+        self._begin(&b, ts)
         try:
             phy = self._row(&r, q, <object>rmq_slot(msg, self.off[S_BODY]), &b)
         finally:
@@ -2973,12 +2992,15 @@ cdef class Appender:
             return None
         if end != NULL:
             end[0] = phy + r.size
-        return self._result(&r, phy)
+        return self._result(&r, phy, store_timestamp)
 
-    cdef object _result(self, Rec *r, long long phy):
-        """The PutMessageResult of the record _row wrote at *phy*."""
+    cdef object _result(self, Rec *r, long long phy, object ts):
+        """The PutMessageResult of the record _row wrote at *phy*; *ts* the
+        store timestamp as the int it was given as (r.store_timestamp)."""
+        if not PyLong_CheckExact(ts):
+            ts = r.store_timestamp
         return rmq_tuple6(self.result_type, self.untrack_results, self.ok_status, _hex_id(self.store_host, phy),
-                          phy, r.size, r.queue_offset, r.store_timestamp)
+                          phy, r.size, r.queue_offset, ts)
 
     def put_batch(self, msgs, start, clock, list results not None, encoded=None):
         cdef Rec r
@@ -3027,7 +3049,7 @@ cdef class Appender:
                 phy = self._row(&r, q, body, &b)
                 if phy < 0:
                     break
-                results.append(self._result(&r, phy))
+                results.append(self._result(&r, phy, ts))
                 ts = None
                 i += 1
         finally:
@@ -3071,13 +3093,13 @@ cdef class Appender:
         cdef _Queue q
         cdef _Encoded enc = None if encoded is None else _encoded(encoded)
         cdef Py_ssize_t i = _idx(start), n = len(bodies)
-        cdef long long phy
+        cdef long long phy, ts
         cdef Py_buffer pv, sv, ov
         cdef int64_t *po
         cdef int64_t *so
         cdef int64_t *oo
         _check_columns(bodies, queue_ids, tags, keys, unique_keys)
-        _i64(store_timestamp)  # TypeError / OverflowError before anything
+        ts = _i64(store_timestamp)  # TypeError / OverflowError before anything
         if self.commit_file is None or i >= n:
             return i
         if enc is not None and not _for_columns(enc, topic, bodies, n):
@@ -3093,7 +3115,7 @@ cdef class Appender:
             if pv.len < n * 8 or sv.len < n * 8 or ov.len < n * 8:
                 raise ValueError("the output arrays must hold len(bodies) int64 values")
             po, so, oo = <int64_t *>pv.buf, <int64_t *>sv.buf, <int64_t *>ov.buf
-            self._begin(&b, store_timestamp)
+            self._begin(&b, ts)
             try:
                 while i < n:
                     q = None if enc is None else self._cached(enc, i, &r)  # check_columns' encoding

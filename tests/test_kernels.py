@@ -682,6 +682,29 @@ def test_out_of_range_field_raises_overflow(k, field, value):
     assert buf == bytearray(300)
 
 
+# each side of the digit boundaries (30-bit digits; the core reads ints of up
+# to two digits inline), and of the 32- and 64-bit fields
+EDGE_INTS = sorted({s * (2**b + d) for b in (0, 15, 30, 31, 45, 59, 60, 62) for d in (-1, 0) for s in (1, -1)}
+                   | {0, 2**63 - 1, -(2**63)})
+
+
+def test_int_fields_read_exactly_across_digit_boundaries(k):
+    buf = bytearray(20)
+    for v in EDGE_INTS:
+        size = v if -(2**31) <= v < 2**31 else 7
+        k.cq_put(buf, 0, v, size, -v if v > -(2**63) else 1)
+        assert k.cq_get(buf, 0) == (v, size, -v if v > -(2**63) else 1), v
+    for v in (2**31, -(2**31) - 1, 2**60, -(2**60)):
+        with pytest.raises(OverflowError):
+            k.cq_put(buf, 0, 1, v, 1)
+    for v in (2**63, -(2**63) - 1, 2**64 + 1):
+        with pytest.raises(OverflowError):
+            k.cq_put(buf, 0, v, 1, 1)
+    for v in (1.0, "1"):
+        with pytest.raises(TypeError):
+            k.cq_put(buf, 0, v, 1, 1)
+
+
 def test_cq_search_negative_low(k):
     buf, time_at = _cq(k, [100, 200, 300])
     with pytest.raises(ValueError):
