@@ -50,6 +50,7 @@ cdef extern from "Python.h":
     object PyUnicode_New(Py_ssize_t size, Py_UCS4 maxchar)
     unsigned char *PyUnicode_1BYTE_DATA(object o)
     bint PyUnicode_IS_COMPACT_ASCII(object o)
+    bint PyUnicode_IS_ASCII(object o)
     int PyGC_Disable()
     int PyGC_Enable()
 
@@ -3683,7 +3684,7 @@ cdef int _read_keyed(_View *v, object bufs, const int64_t *offsets, Py_ssize_t n
         return 0  # lone surrogates: no stored (decoded) topic or key equals them
     # U+FFFD in the topic or key can equal an invalid UTF-8 byte read back
     # (decoded with "replace"): then compare as text, as the twin does
-    text = "\ufffd" in topic or "\ufffd" in key
+    text = not (PyUnicode_IS_ASCII(topic) and PyUnicode_IS_ASCII(key)) and ("\ufffd" in topic or "\ufffd" in key)
     repeats = _Repeats.__new__(_Repeats)
     _on_stack(&tmp, tmp_buf, sizeof(tmp_buf))
     try:
