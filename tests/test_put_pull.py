@@ -448,7 +448,7 @@ def test_puts_find_each_queue_as_bound(k):
         put(TOPIC, 1)
         put(TOPIC, 17)
         put(other, 1)
-        put("".join(["Topic", "Test"]), 1)  # equal, another object
+        put("".join(["Topic", "Test"]), 1)  # noqa: FLY002 (equal to TOPIC, another object)
     put(TOPIC, 1)
     assert written == {(TOPIC, 1): [1, 2, 3, 4, 5, 6, 7], (TOPIC, 17): [1, 2, 3], (other, 1): [1, 2, 3]}
     assert f.offsets == {(TOPIC, 1): 8, (TOPIC, 17): 4, (other, 1): 4}
