@@ -3544,20 +3544,23 @@ cdef const unsigned char *_props_of(const unsigned char *b, Py_ssize_t p0, Py_ss
     return b + p + 2
 
 
-cdef bint _has_key(const unsigned char *props, Py_ssize_t n, const char *kb, Py_ssize_t kl, _Col *tmp) except -1:
+cdef bint _has_key(const unsigned char *props, Py_ssize_t n, const char *kb, Py_ssize_t kl) noexcept:
     """UNIQ_KEY == key, or key one of the space-separated KEYS (an absent
-    KEYS splits to one empty key), on RocketMQ's property parsing."""
-    cdef Py_ssize_t count = _pairs(props, n, tmp), i, s, e
-    cdef _Pair *pairs = <_Pair *>tmp.p
-    cdef _Pair *keys = NULL
+    KEYS splits to one empty key), on RocketMQ's property parsing: the last
+    entry of each name is its value, found in one pass (as _tags_in)."""
+    cdef Py_ssize_t s = 0, e
+    cdef _Pair pr, uniq, keys
+    cdef bint has_uniq = False, has_keys = False
     cdef const unsigned char *v
-    for i in range(count):
-        if _is_name(props, &pairs[i], "UNIQ_KEY", 8):
-            if pairs[i].vn == kl and memcmp(props + pairs[i].v, kb, kl) == 0:
-                return True
-        elif _is_name(props, &pairs[i], "KEYS", 4):
-            keys = &pairs[i]
-    if keys == NULL:
+    while s <= n:
+        if _entry(props, n, &s, &pr):
+            if _is_name(props, &pr, "UNIQ_KEY", 8):
+                uniq, has_uniq = pr, True
+            elif _is_name(props, &pr, "KEYS", 4):
+                keys, has_keys = pr, True
+    if has_uniq and uniq.vn == kl and memcmp(props + uniq.v, kb, kl) == 0:
+        return True
+    if not has_keys:
         return kl == 0
     v = props + keys.v
     s = 0
@@ -3675,8 +3678,6 @@ cdef int _read_keyed(_View *v, object bufs, const int64_t *offsets, Py_ssize_t n
     cdef const char *kb
     cdef const unsigned char *b
     cdef const unsigned char *props
-    cdef _Col tmp
-    cdef char tmp_buf[1024]
     try:
         tb = PyUnicode_AsUTF8AndSize(topic, &tl)
         kb = PyUnicode_AsUTF8AndSize(key, &kl)
@@ -3686,32 +3687,28 @@ cdef int _read_keyed(_View *v, object bufs, const int64_t *offsets, Py_ssize_t n
     # (decoded with "replace"): then compare as text, as the twin does
     text = not (PyUnicode_IS_ASCII(topic) and PyUnicode_IS_ASCII(key)) and ("\ufffd" in topic or "\ufffd" in key)
     repeats = _Repeats.__new__(_Repeats)
-    _on_stack(&tmp, tmp_buf, sizeof(tmp_buf))
-    try:
-        for i in range(n):
-            phy = offsets[i]
-            for j in range(i):
-                if offsets[j] == phy:
-                    break
-            else:
-                j = -1
-            if j >= 0 or phy < v.lo:
-                continue  # each record once; cleaned-up records are gone
-            b = _view_at(v, bufs, phy, &p0, &limit)
-            if b == NULL or _check(b, v.buf.len, p0, limit, True, 0, msize) <= 0 or ld64(b + p0 + 28) != phy:
+    for i in range(n):
+        phy = offsets[i]
+        for j in range(i):
+            if offsets[j] == phy:
+                break
+        else:
+            j = -1
+        if j >= 0 or phy < v.lo:
+            continue  # each record once; cleaned-up records are gone
+        b = _view_at(v, bufs, phy, &p0, &limit)
+        if b == NULL or _check(b, v.buf.len, p0, limit, True, 0, msize) <= 0 or ld64(b + p0 + 28) != phy:
+            continue
+        props = _props_of(b, p0, &pn)
+        if text:
+            fields = decode_record(_segment(bufs, v.seg, v.files), p0, False)
+            if fields[15] != topic:
                 continue
-            props = _props_of(b, p0, &pn)
-            if text:
-                fields = decode_record(_segment(bufs, v.seg, v.files), p0, False)
-                if fields[15] != topic:
-                    continue
-                found = parse_properties(fields[16])
-                if found.get("UNIQ_KEY") == key or key in (found.get("KEYS") or "").split(" "):
-                    PyList_Append(out, _ext_at(message_type, b, p0, fields[15], repeats))
-            elif _topic_is(b, p0, tb, tl) and _has_key(props, pn, kb, kl, &tmp):
-                PyList_Append(out, _ext_at(message_type, b, p0, topic, repeats))
-    finally:
-        _free(&tmp)
+            found = parse_properties(fields[16])
+            if found.get("UNIQ_KEY") == key or key in (found.get("KEYS") or "").split(" "):
+                PyList_Append(out, _ext_at(message_type, b, p0, fields[15], repeats))
+        elif _topic_is(b, p0, tb, tl) and _has_key(props, pn, kb, kl):
+            PyList_Append(out, _ext_at(message_type, b, p0, topic, repeats))
     return 0
 
 

@@ -677,7 +677,7 @@ def keyed_fixture(k, base=4096):
     segs = [bytearray(FS), bytearray(FS)]
     offsets, pos, seg = [], 0, 0
     for i, blob in enumerate(props * 2):
-        topic = (TOPIC if i % 5 else "Other").encode()
+        topic = (TOPIC if i % 7 else "Other").encode()  # every property set under TOPIC, three under Other too
         size = k.record_size(0, 40, len(topic), len(blob), False)
         if pos + size > FS:
             seg, pos = seg + 1, 0
