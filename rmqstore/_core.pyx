@@ -2593,7 +2593,7 @@ cdef class Appender:
         self.slots[i] = (topic, queue_id, <object>o)
         return <_Queue>o
 
-    cdef _Queue _encode(self, msg, Rec *r):
+    cdef _Queue _encode(self, msg, Rec *r, dict unbound=None):
         """Everything of a put that depends on the message alone: its bound
         queue (None: not for this path), the Rec fields but the offsets,
         times and body, the property blob in scratch; the tags, keys and
@@ -2607,7 +2607,7 @@ cdef class Appender:
         cdef int seen = 0
         cdef PyObject *v[14]
         cdef int i
-        if self.commit_file is None or type(msg) is not self.message_type:
+        if (self.commit_file is None and unbound is None) or type(msg) is not self.message_type:
             return None  # (subclasses may redefine attributes: step by step)
         for i in range(14):
             v[i] = rmq_slot(msg, self.off[i])
@@ -2624,7 +2624,12 @@ cdef class Appender:
             return None
         q = self._bound(<object>v[S_TOPIC], <object>v[S_QUEUE_ID])
         if q is None:
-            return None
+            if unbound is None:
+                return None
+            o = PyDict_GetItem(unbound, <object>v[S_TOPIC])  # (an exact str: no Python code runs)
+            if o is NULL or <object>o is None:
+                return None
+            q = <_Queue>o
         if <object>v[S_BORN_HOST] is not None or <object>v[S_STORE_HOST] is not None:
             return None
         try:
@@ -2685,13 +2690,14 @@ cdef class Appender:
                 plen = self._pair(plen, "UNIQ_KEY", uniq)
         except (UnicodeError, TypeError):
             return None
-        return None if plen < 0 else self._finish(r, self.scratch, plen, q, tags, keys, uniq)
+        return None if plen < 0 else self._finish(r, self.scratch, plen, q, tags, keys, uniq, unbound is not None)
 
     cdef _Queue _finish(self, Rec *r, const unsigned char *props, Py_ssize_t plen, _Queue q, object tags,
-                        object keys, object uniq):
+                        object keys, object uniq, bint checking=False):
         """The Rec fields every encoding shares, given the property blob of
         *plen* bytes at *props*, and the tags, keys and unique key kept for
-        _row: *q*, or None where the step-by-step path must go."""
+        _row: *q*, or None where the step-by-step path must go (*checking*:
+        for check_all's placeholders, with no index file needed)."""
         r.props = props
         r.props_len = r.props_field = plen
         r.append_crc = self.append_crc
@@ -2700,7 +2706,7 @@ cdef class Appender:
             r.props_field += r.sep + CRC32_RESERVED_LEN
             if r.props_field > MAX_PROPERTIES_LENGTH:
                 return None
-        if self.index_enable and self.index_mm is None:
+        if self.index_enable and self.index_mm is None and not checking:
             return None
         r.topic = <const unsigned char *>PyBytes_AS_STRING(q.topic_b)
         r.topic_len = PyBytes_GET_SIZE(q.topic_b)
@@ -2775,11 +2781,14 @@ cdef class Appender:
         return self._finish(r, enc.blobs + e.props_at, e.props_len, <_Queue>e.q, <object>e.tags, <object>e.keys,
                             <object>e.uniq)
 
-    cdef _Queue _checked(self, msg, Rec *r):
+    cdef _Queue _checked(self, msg, Rec *r, dict unbound=None, Py_ssize_t file_size=0):
         """_encode of a message check takes (its body fits), else None;
-        the caller clears self.tags/keys/uniq."""
-        cdef _Queue q = self._encode(msg, r)
-        if q is None or not self._fits(r, <object>rmq_slot(msg, self.off[S_BODY])):
+        the caller clears self.tags/keys/uniq. With *unbound* (check_all's
+        placeholders) a record must fit *file_size* where no CommitLog file
+        is bound."""
+        cdef _Queue q = self._encode(msg, r, unbound)
+        if q is None or not self._fits(r, <object>rmq_slot(msg, self.off[S_BODY]),
+                                       self.commit_size if self.commit_file is not None else file_size):
             return None
         return q
 
@@ -2789,18 +2798,26 @@ cdef class Appender:
         self.tags = self.keys = self.uniq = None
         return ok
 
-    def check_all(self, msgs):
+    def check_all(self, msgs, topic_bytes=None, file_size=None):
         cdef list refused = []
-        cdef Py_ssize_t i
+        cdef Py_ssize_t i, size = 0
         cdef Rec r
         cdef _Queue q
+        cdef dict unbound = None
         cdef _Encoded enc = _Encoded.__new__(_Encoded)
         if not PyList_CheckExact(msgs):
             raise TypeError("msgs must be a list")
+        if (topic_bytes is None) != (file_size is None):
+            raise TypeError("topic_bytes and file_size go together")
         enc._start(tuple(msgs), PyList_GET_SIZE(msgs), None)
+        if topic_bytes is not None:
+            size = _idx(file_size)
+            unbound = {}
         for i in range(enc.n):
             msg = enc.of[i]
-            q = self._checked(msg, &r)
+            if unbound is not None:
+                self._placeholder(msg, topic_bytes, unbound)
+            q = self._checked(msg, &r, unbound, size)
             if q is None:
                 refused.append(i)
             else:
@@ -2809,9 +2826,42 @@ cdef class Appender:
             self.tags = self.keys = self.uniq = None
         return refused, enc
 
-    cdef bint _fits(self, Rec *r, object body) except -1:
+    cdef int _placeholder(self, msg, topic_bytes, dict unbound) except -1:
+        """Before check_all checks *msg*: when its queue (an exact str topic,
+        an exact int queue id) is not bound, a placeholder for its topic in
+        *unbound*, made once per topic from ``topic_bytes(topic)``: a dead
+        _Queue holding the bytes the store would write (None when the store
+        refuses the topic). _encode checks the message against it as if the
+        queue were bound; put_batch, finding it dead, encodes the message
+        afresh once the step-by-step path has bound the queue. Here, not
+        within _encode: topic_bytes runs Python code, which may not run
+        while _encode holds the message's slots borrowed (nor may anything
+        but this call see the placeholders: a put in another thread then
+        would take one for a bound queue)."""
+        cdef _Queue q
+        cdef PyObject *t
+        cdef PyObject *qid
+        if type(msg) is not self.message_type:
+            return 0
+        t, qid = rmq_slot(msg, self.off[S_TOPIC]), rmq_slot(msg, self.off[S_QUEUE_ID])
+        if t is NULL or qid is NULL or not PyUnicode_CheckExact(<object>t) or not PyLong_CheckExact(<object>qid):
+            return 0
+        topic = <object>t  # (references of our own from here on)
+        if PyDict_GetItem(unbound, topic) is not NULL or self._bound(topic, <object>qid) is not None:
+            return 0
+        b = topic_bytes(topic)
+        if PyBytes_CheckExact(b):
+            q = _Queue()
+            q.topic_b, q.dead = b, True
+            unbound[topic] = q
+        else:
+            unbound[topic] = None
+        return 0
+
+    cdef bint _fits(self, Rec *r, object body, Py_ssize_t file_size) except -1:
         """Whether the encoded record with *body* is one a put may take: a
-        body within max_message_size, a record that fits an empty file."""
+        body within max_message_size, a record that fits an empty CommitLog
+        file of *file_size* bytes."""
         cdef Py_buffer bv
         try:
             PyObject_GetBuffer(body, &bv, PyBUF_SIMPLE)
@@ -2819,7 +2869,7 @@ cdef class Appender:
             return False
         r.body_len = bv.len
         PyBuffer_Release(&bv)
-        return r.body_len <= self.max_message_size and self._size(r) + 8 <= self.commit_size
+        return r.body_len <= self.max_message_size and self._size(r) + 8 <= file_size
 
     cdef void _untouch(self) noexcept:
         """Empty the list of touched queues."""
@@ -3076,7 +3126,7 @@ cdef class Appender:
                                  None if keys is None else keys[i],
                                  None if unique_keys is None else unique_keys[i], &r)
             body = bodies[i]
-            if q is not None and _message_body(body) and self._fits(&r, body):
+            if q is not None and _message_body(body) and self._fits(&r, body, self.commit_size):
                 if enc.e[i].q == NULL:
                     enc._keep(i, &r, self.born_default, q, self.tags, self.keys, self.uniq, body)
             else:

@@ -1263,11 +1263,14 @@ class Appender:
             return None
         return blob, tags, keys, uniq
 
-    def _encode(self, msg: Any):
+    def _encode(self, msg: Any, unbound=None):
         """What a put takes from the message alone, or None when it is not
         for this path: (key, bound, sys_flag, fields, blob, tags,
-        index_keys, body, body_len, size), *bound* the queue's binding."""
-        if self._commit is None or type(msg) is not self._message_type:
+        index_keys, body, body_len, size), *bound* the queue's binding.
+        With *unbound* (check_all's placeholders by topic), a message of an
+        unbound queue is encoded against its topic's placeholder, and no
+        CommitLog or index file need be bound."""
+        if (self._commit is None and unbound is None) or type(msg) is not self._message_type:
             return None  # (subclasses may redefine attributes: step by step)
         try:
             for name in _SLOTS:
@@ -1285,6 +1288,8 @@ class Appender:
             return None
         key = (msg.topic, msg.queue_id)
         bound = self._queues.get(key)
+        if bound is None and unbound is not None:
+            bound = unbound.get(msg.topic)
         if bound is None or msg.born_host is not None or msg.store_host is not None:
             return None
         try:
@@ -1309,7 +1314,7 @@ class Appender:
             return None
         index_keys: list = []
         if self._index_enable:
-            if self._index is None:
+            if self._index is None and unbound is None:
                 return None
             if uniq:
                 index_keys.append(uniq)
@@ -1324,10 +1329,13 @@ class Appender:
         size = record_size(sys_flag, body_len, len(topic_b), props_field, len(topic_b) > MAX_TOPIC_LENGTH_V1)
         return key, bound, sys_flag, fields, blob, tags, index_keys, body, body_len, size
 
-    def _checked(self, msg: Any):
-        """_encode's tuple for a message :meth:`check` takes, else None."""
-        e = self._encode(msg)
-        return e if e is not None and e[8] <= self._max_message_size and e[9] + 8 <= self._commit.file_size else None
+    def _checked(self, msg: Any, unbound=None, file_size=0):
+        """_encode's tuple for a message :meth:`check` takes, else None (with
+        check_all's *unbound*, a record must fit *file_size* where no
+        CommitLog file is bound)."""
+        e = self._encode(msg, unbound)
+        limit = self._commit.file_size if self._commit is not None else file_size
+        return e if e is not None and e[8] <= self._max_message_size and e[9] + 8 <= limit else None
 
     def check(self, msg: Any) -> bool:
         """True when ``put`` takes *msg* wherever the files stand, that is:
@@ -1335,16 +1343,52 @@ class Appender:
         callers that validate a batch before writing any of it)."""
         return self._checked(msg) is not None
 
-    def check_all(self, msgs) -> tuple:
+    def check_all(self, msgs, topic_bytes=None, file_size=None) -> tuple:
         """:meth:`check` of each message of the list *msgs* (TypeError unless
         a list): ``(the indices it refuses, in order, what it encoded)``.
         Pass the second to :meth:`put_batch` on the same list, which then
         encodes each message no second time: a message is read once, when
-        checked."""
+        checked.
+
+        With *topic_bytes* (a callable) and *file_size* (ints; both or
+        neither, else TypeError), a message is checked as if its queue and
+        the CommitLog file were bound: against the topic's UTF-8 bytes as
+        ``topic_bytes(topic)`` gives them (called once per topic of an
+        unbound queue; anything but bytes: the store refuses the topic, and
+        so does this) and a CommitLog file of *file_size* bytes. What it
+        takes that way is valid (the step-by-step path would take it too),
+        and put_batch encodes it afresh once its queue is bound: a batch's
+        first message of a new queue goes step by step, which binds the
+        queue, and the rest of that queue's follow in put_batch."""
         if type(msgs) is not list:
             raise TypeError("msgs must be a list")
-        enc = _Encoded(tuple(msgs), [self._checked(m) for m in msgs])
+        if (topic_bytes is None) != (file_size is None):
+            raise TypeError("topic_bytes and file_size go together")
+        unbound: dict | None = None if topic_bytes is None else {}
+        size = 0 if file_size is None else operator.index(file_size)
+        encodings = []
+        for m in msgs:
+            if unbound is not None:
+                self._placeholder(m, topic_bytes, unbound)
+            encodings.append(self._checked(m, unbound, size))
+        enc = _Encoded(tuple(msgs), encodings)
         return [i for i, e in enumerate(enc.encodings) if e is None], enc
+
+    def _placeholder(self, msg, topic_bytes, unbound: dict) -> None:
+        """Before check_all checks *msg*: when its queue (an exact str topic,
+        an exact int queue id) is not bound, a placeholder binding for its
+        topic in *unbound*, made once per topic: ``(topic_bytes(topic),
+        None, None)``, None when that is not bytes. No binding is the
+        placeholder, so put_batch encodes such a message afresh."""
+        if type(msg) is not self._message_type:
+            return
+        topic, queue_id = getattr(msg, "topic", None), getattr(msg, "queue_id", None)
+        if type(topic) is not str or type(queue_id) is not int:
+            return
+        if topic in unbound or (topic, queue_id) in self._queues:
+            return
+        b = topic_bytes(topic)
+        unbound[topic] = (b, None, None) if type(b) is bytes else None
 
     def _bound(self, e):
         """*e* (an encoding kept by check_all / check_columns) while its

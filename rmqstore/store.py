@@ -1070,6 +1070,17 @@ class MessageStore:
         PropertiesSizeExceededError, as put_message does."""
         return self._prepare(msg)[-1]
 
+    def _topic_bytes(self, topic: str):
+        """The UTF-8 bytes of *topic* put_message would write, None when it
+        refuses the topic (check_all's view of a topic with no bound queue)."""
+        topic_b = self._topics.get(topic)
+        if topic_b is None:
+            try:
+                topic_b = self._check_topic(topic)
+            except IllegalMessageError:
+                return None
+        return topic_b
+
     def _check_topic(self, topic: str) -> bytes:
         """Validate a topic once; its UTF-8 bytes are then cached (topics are few)."""
         topic_b = topic.encode("utf-8")
@@ -1238,7 +1249,10 @@ class MessageStore:
         # validated first: the Appender vouches for what it encodes itself
         # (and keeps the encoding for put_batch), _prepare checks and encodes
         # the rest
-        refused, encoded = (range(len(msgs)), None) if fast is None else fast.check_all(msgs)
+        # (a new queue's, or a new store's, messages too: checked against
+        # the topic's bytes and the CommitLog file size)
+        refused, encoded = (range(len(msgs)), None) if fast is None else \
+            fast.check_all(msgs, self._topic_bytes, self.commitlog.file_size)
         prepared: list = [None] * len(msgs)
         for i in refused:
             prepared[i] = self._prepare(msgs[i])

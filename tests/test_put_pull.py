@@ -323,6 +323,64 @@ def test_check_all_lists_what_check_refuses(k):
     assert refused == [i for i, m in enumerate(msgs) if not f.ap.check(m)] == [1, 2]
 
 
+def test_check_all_takes_valid_messages_of_unbound_queues_given_their_topics(k):
+    """With topic_bytes and file_size, check_all checks a message of an
+    unbound queue (or with no CommitLog file bound) against its topic's
+    bytes and the file size: valid ones are taken, the rest refused as
+    check refuses them; topic_bytes is asked once per topic."""
+    f = Files(k, max_message_size=1000)
+    asked = []
+
+    def topic_bytes(topic):
+        asked.append(topic)
+        return None if topic == "Refused" else topic.encode()
+
+    msgs = [Message(TOPIC, b"bound", queue_id=1), Message(TOPIC, b"new queue", queue_id=2),
+            Message("Other", b"new topic", queue_id=0, keys="a b"), Message("Refused", b"x", queue_id=0),
+            Message("Other", bytes(1001), queue_id=0), Message("Other", b"p", queue_id=5, sys_flag=0x4),
+            Message("Other", b"born host", queue_id=5, born_host="1.2.3.4:5"), Message("Other", bytes(990), queue_id=3)]
+    assert f.ap.check_all(msgs)[0] == [1, 2, 3, 4, 5, 6, 7]
+    refused, _ = f.ap.check_all(msgs, topic_bytes, 4096)
+    assert refused == [3, 4, 5, 6] and asked == [TOPIC, "Other", "Refused"]
+    assert f.ap.check_all(msgs, topic_bytes, 1200)[0] == [3, 4, 5, 6]  # (the bound file's size counts)
+    f.ap.unbind()  # no CommitLog or index file either: checked against file_size
+    assert f.ap.check_all(msgs, topic_bytes, 4096)[0] == [3, 4, 5, 6]
+    assert f.ap.check_all(msgs, topic_bytes, 1050)[0] == [3, 4, 5, 6, 7]  # 990 B of body fit no 1050-byte file
+    assert f.ap.check_all(msgs)[0] == list(range(8))
+    assert f.ap.check_all(msgs, lambda t: t, 4096)[0] == list(range(8))  # str, not bytes: refused
+    for args in ((topic_bytes, None), (None, 4096)):
+        with pytest.raises(TypeError):
+            f.ap.check_all(msgs, *args)
+
+
+def test_put_batch_writes_unbound_queues_messages_once_bound(k):
+    """What check_all took for an unbound queue is not written through a
+    placeholder: put_batch stops at it (the step-by-step path binds the
+    queue), then writes the rest as one put per message would; a put
+    within topic_bytes finds the queue unbound too."""
+    fast, slow = Files(k), Files(k)
+    msgs = [Message(TOPIC, b"a", queue_id=1), Message(TOPIC, b"b", queue_id=2, keys="k"),
+            Message(TOPIC, b"c", queue_id=2), Message(TOPIC, b"d", queue_id=1)]
+
+    def topic_bytes(topic):
+        assert fast.ap.put(Message(topic, b"inside", queue_id=2), TS) is None
+        return topic.encode()
+
+    refused, enc = fast.ap.check_all(msgs, topic_bytes, CL_SIZE)
+    assert refused == []
+    results: list = []
+    before = fast.state()
+    assert fast.ap.put_batch(msgs, 0, lambda: TS, results, enc) == (1, TS)
+    assert len(results) == 1 and fast.state() != before
+    for g in (fast, slow):  # what the step-by-step path does for msgs[1] (here: bind the queue)
+        g.cq2 = SimpleNamespace(mm=bytearray(CQ_SIZE), file_from_offset=0, file_size=CQ_SIZE, wrote_position=20)
+        g.ap.bind_queue(TOPIC, 2, TOPIC.encode(), SimpleNamespace(max_physic_offset=0), g.cq2)
+        g.offsets[(TOPIC, 2)] = 1
+    assert fast.ap.put_batch(msgs, 2, lambda: TS, results, enc) == (4, None)
+    assert results == [slow.ap.put(m, TS) for m in (msgs[0], msgs[2], msgs[3])]
+    assert fast.state() == slow.state() and bytes(fast.cq2.mm) == bytes(slow.cq2.mm)
+
+
 @pytest.mark.parametrize("case", [
     "not a message", "subclass", "unset slot", "unbound queue", "born host", "store host", "prepared", "rollback", "tags twice",
     "non-str property", "property dict subclass", "too large", "properties too long", "int field", "body type",
