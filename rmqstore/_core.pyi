@@ -250,6 +250,8 @@ class Appender:
         unique_keys: list[str | None] | None,
         start: int,
         encoded: object = None,
+        topic_bytes: Callable[[str], object] | None = None,
+        file_size: int | None = None,
     ) -> tuple[int, object]: ...
     def put_columns(
         self,

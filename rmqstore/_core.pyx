@@ -2722,20 +2722,24 @@ cdef class Appender:
         cdef PyObject *o = PyDict_GetItem(self.queues, topic)
         return None if o is NULL else <object>o
 
-    cdef _Queue _encode_row(self, object by_id, queue_id, tags, keys, uniq, Rec *r):
+    cdef _Queue _encode_row(self, object by_id, queue_id, tags, keys, uniq, Rec *r, _Queue unbound=None):
         """_encode for one row of put_columns: a Message(topic, body,
         queue_id=..., tags=..., keys=..., unique_key=...) of no other field;
         *by_id* the topic's bound queues (self.queues[topic], looked up once
-        per call; None when it has none)."""
+        per call; None when it has none); *unbound* check_columns' topic
+        placeholder (see _placeholder) for a queue that is not bound."""
         cdef PyObject *o
         cdef Py_ssize_t plen = 0
         cdef _Queue q
-        if self.commit_file is None or by_id is None:
+        if self.commit_file is None and unbound is None:
             return None
-        o = PyDict_GetItem(by_id, queue_id)
+        o = NULL if by_id is None else PyDict_GetItem(by_id, queue_id)
         if o is NULL:
-            return None
-        q = <_Queue>o
+            if unbound is None:
+                return None
+            q = unbound
+        else:
+            q = <_Queue>o
         if type(queue_id) is not int:
             return None  # (Message takes ints only, bools not)
         try:
@@ -2765,7 +2769,7 @@ cdef class Appender:
                 plen = self._pair(plen, "UNIQ_KEY", uniq, True)
         except UnicodeError:
             return None
-        return None if plen < 0 else self._finish(r, self.scratch, plen, q, tags, keys, uniq)
+        return None if plen < 0 else self._finish(r, self.scratch, plen, q, tags, keys, uniq, unbound is not None)
 
     cdef inline Py_ssize_t _size(self, Rec *r) noexcept:
         return 68 + r.bw + r.sw + 4 + r.body_len + (2 if r.v2 else 1) + r.topic_len + 2 + r.props_field
@@ -3111,22 +3115,32 @@ cdef class Appender:
                 self._end(&b)
         return i, ts
 
-    def check_columns(self, topic, bodies, queue_ids, tags, keys, unique_keys, start, encoded=None):
+    def check_columns(self, topic, bodies, queue_ids, tags, keys, unique_keys, start, encoded=None,
+                      topic_bytes=None, file_size=None):
         cdef Rec r
-        cdef _Queue q
-        cdef Py_ssize_t i = _idx(start), n = len(bodies)
+        cdef _Queue q, unbound = None
+        cdef Py_ssize_t i = _idx(start), n = len(bodies), size = self.commit_size
         cdef _Encoded enc = None if encoded is None else _encoded(encoded)
         _check_columns(bodies, queue_ids, tags, keys, unique_keys)
+        if (topic_bytes is None) != (file_size is None):
+            raise TypeError("topic_bytes and file_size go together")
         if enc is None or not _for_columns(enc, topic, bodies, n):
             enc = _Encoded.__new__(_Encoded)
             enc._start(bodies, n, topic)
+        if topic_bytes is not None:  # (rows are no message's slots: Python code may run here)
+            if self.commit_file is None:
+                size = _idx(file_size)
+            b = topic_bytes(topic) if PyUnicode_CheckExact(topic) else None
+            if PyBytes_CheckExact(b):
+                unbound = _Queue()
+                unbound.topic_b, unbound.dead = b, True
         by_id = self._queues_of(topic)
         while i < n:
             q = self._encode_row(by_id, queue_ids[i], None if tags is None else tags[i],
                                  None if keys is None else keys[i],
-                                 None if unique_keys is None else unique_keys[i], &r)
+                                 None if unique_keys is None else unique_keys[i], &r, unbound)
             body = bodies[i]
-            if q is not None and _message_body(body) and self._fits(&r, body, self.commit_size):
+            if q is not None and _message_body(body) and self._fits(&r, body, size):
                 if enc.e[i].q == NULL:
                     enc._keep(i, &r, self.born_default, q, self.tags, self.keys, self.uniq, body)
             else:

@@ -1496,7 +1496,8 @@ class Appender:
         except (TypeError, ValueError):  # the typed errors Message raises derive from these
             return None
 
-    def check_columns(self, topic, bodies, queue_ids, tags, keys, unique_keys, start, encoded=None) -> tuple:
+    def check_columns(self, topic, bodies, queue_ids, tags, keys, unique_keys, start, encoded=None,
+                      topic_bytes=None, file_size=None) -> tuple:
         """:meth:`check` over rows ``start..`` of columns (lists of one length:
         *bodies* bytes-like, *queue_ids* ints, *tags*/*keys*/*unique_keys*
         None or lists of str/None), each row the Message of those fields:
@@ -1504,15 +1505,28 @@ class Appender:
         when none; what it encoded)``. Pass the second back to go on after
         a refused row (*encoded*: this call adds to it), and then to
         :meth:`put_columns`, which encodes no row twice. TypeError for
-        columns that are not such lists."""
+        columns that are not such lists.
+
+        *topic_bytes* and *file_size*: as for :meth:`check_all` (rows of an
+        unbound queue checked against ``topic_bytes(topic)``, asked once per
+        call for a str topic, and a CommitLog file of *file_size* bytes
+        where none is bound); put_columns writes such rows once their queue
+        is bound."""
         _check_columns(bodies, queue_ids, tags, keys, unique_keys)
+        if (topic_bytes is None) != (file_size is None):
+            raise TypeError("topic_bytes and file_size go together")
         enc = _encoded(encoded)
         if enc is None or not _for_columns(enc, topic, bodies):
             enc = _Encoded(bodies, [None] * len(bodies), topic)
+        unbound: dict | None = None
+        if topic_bytes is not None:
+            b = topic_bytes(topic) if type(topic) is str else None
+            unbound = {topic: (b, None, None) if type(b) is bytes else None}
+        size = 0 if file_size is None else operator.index(file_size)
         i = operator.index(start)
         while i < len(bodies):
             m = self._row(topic, bodies, queue_ids, tags, keys, unique_keys, i)
-            e = None if m is None else self._checked(m)
+            e = None if m is None else self._checked(m, unbound, size)
             if e is None:
                 break
             if enc.encodings[i] is None:

@@ -1363,7 +1363,8 @@ class MessageStore:
         # the rest are checked as the Message they stand for
         i, encoded = 0, None
         while i < n:  # (the kernel keeps its encodings for put_columns)
-            i, encoded = fast.check_columns(topic, bodies, qids, tags_c, keys_c, uniq_c, i, encoded)
+            i, encoded = fast.check_columns(topic, bodies, qids, tags_c, keys_c, uniq_c, i, encoded,
+                                            self._topic_bytes, self.commitlog.file_size)
             if i < n:
                 self._prepare(message(i))
                 i += 1

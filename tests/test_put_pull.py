@@ -827,6 +827,42 @@ def test_put_columns_writes_what_put_writes(k, checked):
     assert fast.state() == slow.state()
 
 
+def test_columns_of_unbound_queues_are_checked_given_their_topic(k):
+    """check_columns with topic_bytes and file_size: as check_all, rows of
+    an unbound queue (or with no CommitLog file) are checked against the
+    topic's bytes and the file size; put_columns writes them once bound."""
+    import numpy as np
+
+    fast, slow = Files(k), Files(k)
+    bodies, qids = [b"a", b"b", b"c" * 990, b"d"], [1, 2, 2, 1]
+    asked = []
+
+    def topic_bytes(topic):
+        asked.append(topic)
+        return topic.encode()
+
+    assert fast.ap.check_columns(TOPIC, bodies, qids, None, ["k"] * 4, None, 0)[0] == 1
+    assert fast.ap.check_columns(TOPIC, bodies, qids, None, ["k"] * 4, None, 0, None, lambda t: None, 4096)[0] == 1
+    stop, enc = fast.ap.check_columns(TOPIC, bodies, qids, None, ["k"] * 4, None, 0, None, topic_bytes, 4096)
+    assert stop == 4 and asked == [TOPIC]
+    with pytest.raises(TypeError):
+        fast.ap.check_columns(TOPIC, bodies, qids, None, None, None, 0, None, topic_bytes, None)
+    outs = [np.zeros(4, np.int64) for _ in range(3)]
+    assert fast.ap.put_columns(TOPIC, bodies, qids, None, ["k"] * 4, None, 0, TS, *outs, enc) == 1
+    for g in (fast, slow):  # what the step-by-step path does for row 1 (here: bind the queue)
+        g.cq2 = SimpleNamespace(mm=bytearray(CQ_SIZE), file_from_offset=0, file_size=CQ_SIZE, wrote_position=20)
+        g.ap.bind_queue(TOPIC, 2, TOPIC.encode(), SimpleNamespace(max_physic_offset=0), g.cq2)
+        g.offsets[(TOPIC, 2)] = 1
+    assert fast.ap.put_columns(TOPIC, bodies, qids, None, ["k"] * 4, None, 2, TS, *outs, enc) == 4
+    for i in (0, 2, 3):
+        want = slow.ap.put(Message(TOPIC, bodies[i], queue_id=qids[i], keys="k"), TS)
+        assert [int(o[i]) for o in outs] == [want.wrote_offset, want.wrote_bytes, want.queue_offset]
+    assert fast.state() == slow.state() and bytes(fast.cq2.mm) == bytes(slow.cq2.mm)
+    fast.ap.unbind()  # no files bound: rows are checked against file_size
+    assert fast.ap.check_columns(TOPIC, bodies, qids, None, None, None, 0, None, topic_bytes, 4096)[0] == 4
+    assert fast.ap.check_columns(TOPIC, bodies, qids, None, None, None, 0, None, topic_bytes, 1050)[0] == 2
+
+
 @pytest.mark.parametrize("case", ["separator", "not a str", "bool queue", "unbound queue", "body type",
                                   "too large", "file full"])
 def test_columns_stop_at_the_row_put_declines(k, case):

@@ -497,7 +497,8 @@ def test_put_messages_batch(tmp_path):
         assert s.put_messages([]) == []
 
 
-def test_a_first_batch_into_new_queues_prepares_one_message_per_queue(tmp_path, impl, monkeypatch):
+@pytest.mark.parametrize("how", ["put_messages", "put_message_columns"])
+def test_a_first_batch_into_new_queues_prepares_one_message_per_queue(tmp_path, impl, monkeypatch, how):
     """A batch into a new store, over queues no put has made yet: only each
     queue's first message takes the step-by-step path (which makes the
     queue's file and binds it); the rest go through the kernel as checked,
@@ -505,18 +506,25 @@ def test_a_first_batch_into_new_queues_prepares_one_message_per_queue(tmp_path, 
     prepared = []
     real = MessageStore._prepare
     monkeypatch.setattr(MessageStore, "_prepare", lambda self, m: prepared.append(m) or real(self, m))
-    msgs = [Message(("TopicA", "TopicB")[i % 2], b"b%d" % i * 20, queue_id=i % 3, keys=f"k{i}") for i in range(60)]
-    # files that take the whole batch (a file roll goes step by step too)
+    topics = ("TopicA", "TopicB") if how == "put_messages" else ("TopicA",)
+    msgs = [Message(topics[i % len(topics)], b"b%d" % i * 20, queue_id=i % 3, keys=f"k{i}") for i in range(60)]
+    # files that take the whole batch (a file roll goes step by step too);
+    # one store time, as put_message_columns stamps a call once
     cfg = SMALL.replace(mapped_file_size_commit_log=1 << 16, mapped_file_size_consume_queue=2000, max_index_num=256)
-    with MessageStore.open(tmp_path / "batch", cfg, clock=StepClock()) as s:
-        results = s.put_messages(msgs)
+    with MessageStore.open(tmp_path / "batch", cfg, clock=lambda: T0) as s:
+        if how == "put_messages":
+            results = [(r.wrote_offset, r.wrote_bytes, r.queue_offset) for r in s.put_messages(msgs)]
+        else:
+            got = s.put_message_columns("TopicA", [m.body for m in msgs], [m.queue_id for m in msgs],
+                                        keys=[m.keys for m in msgs])
+            results = list(zip(got.physical_offsets.tolist(), got.sizes.tolist(), got.queue_offsets.tolist()))
     firsts = {}
     for m in msgs:
         firsts.setdefault((m.topic, m.queue_id), m)
-    assert prepared == list(firsts.values())
+    assert [(m.topic, m.queue_id, m.body) for m in prepared] == [(m.topic, m.queue_id, m.body) for m in firsts.values()]
     prepared.clear()
-    with MessageStore.open(tmp_path / "one", cfg, clock=StepClock()) as s:
-        assert results == [s.put_message(m) for m in msgs]
+    with MessageStore.open(tmp_path / "one", cfg, clock=lambda: T0) as s:
+        assert results == [(r.wrote_offset, r.wrote_bytes, r.queue_offset) for r in map(s.put_message, msgs)]
     for name in cl_files(tmp_path / "one"):
         assert cl_bytes(tmp_path / "batch", name) == cl_bytes(tmp_path / "one", name)
     for topic, qid in firsts:
@@ -526,15 +534,20 @@ def test_a_first_batch_into_new_queues_prepares_one_message_per_queue(tmp_path, 
             assert read_bytes(tmp_path / "batch" / d / f) == read_bytes(tmp_path / "one" / d / f)
 
 
+@pytest.mark.parametrize("how", ["put_messages", "put_message_columns"])
 @pytest.mark.parametrize("bad", ["topic", "size"])
-def test_a_bad_message_in_a_first_batch_raises_before_anything_is_written(tmp_path, impl, bad):
+def test_a_bad_message_in_a_first_batch_raises_before_anything_is_written(tmp_path, impl, bad, how):
     """New queues' messages are still validated before anything is
     written: the batch raises, the new store stays empty."""
-    msgs = [Message("TopicA", b"ok", queue_id=i % 3) for i in range(10)]
-    msgs.append(Message("Topic/Bad", b"x") if bad == "topic" else Message("TopicB", bytes(5000)))
+    topic = "Topic/Bad" if bad == "topic" and how == "put_message_columns" else "TopicA"
+    msgs = [Message(topic, b"ok", queue_id=i % 3) for i in range(10)]
+    msgs.append(Message("Topic/Bad", b"x") if bad == "topic" else Message("TopicA", bytes(5000)))
     with MessageStore.open(tmp_path, SMALL) as s:
         with pytest.raises(rmqstore.IllegalMessageError if bad == "topic" else rmqstore.MessageTooLargeError):
-            s.put_messages(msgs)
+            if how == "put_messages":
+                s.put_messages(msgs)
+            else:
+                s.put_message_columns(topic, [m.body for m in msgs], [m.queue_id for m in msgs])
         assert s.max_physical_offset == 0 and s.get_messages("TopicA", 0, 0, 10).messages == []
     assert not os.path.exists(tmp_path / "consumequeue" / "TopicA")
 
