@@ -1072,7 +1072,9 @@ class MessageStore:
 
     def _topic_bytes(self, topic: str):
         """The UTF-8 bytes of *topic* put_message would write, None when it
-        refuses the topic (check_all's view of a topic with no bound queue)."""
+        refuses the topic (check_all's view of a topic with no bound queue:
+        its messages are then prepared in order, which raises the first bad
+        message's error, whatever it is)."""
         topic_b = self._topics.get(topic)
         if topic_b is None:
             try:
@@ -1083,7 +1085,10 @@ class MessageStore:
 
     def _check_topic(self, topic: str) -> bytes:
         """Validate a topic once; its UTF-8 bytes are then cached (topics are few)."""
-        topic_b = topic.encode("utf-8")
+        try:
+            topic_b = topic.encode("utf-8")
+        except UnicodeEncodeError:
+            raise IllegalMessageError(f"topic {topic!r} has no UTF-8 form (a lone surrogate)") from None
         if len(topic_b) > MAX_TOPIC_LENGTH_V1 and not self.config.auto_message_version_on_topic_len:
             raise IllegalMessageError(f"topic of {len(topic_b)} UTF-8 bytes is over 127")
         if len(topic_b) > MAX_TOPIC_LENGTH_V2:

@@ -552,6 +552,23 @@ def test_a_bad_message_in_a_first_batch_raises_before_anything_is_written(tmp_pa
     assert not os.path.exists(tmp_path / "consumequeue" / "TopicA")
 
 
+def test_a_first_batch_raises_its_first_bad_messages_error(tmp_path, impl):
+    """Bad messages in a batch into new queues raise in order: a body too
+    large before a topic with no UTF-8 form (a lone surrogate), which is an
+    IllegalMessageError however it is put."""
+    msgs = [Message("TopicA", b"ok"), Message("TopicA", bytes(5000)), Message("Topic\ud800", b"x")]
+    with MessageStore.open(tmp_path, SMALL) as s:
+        with pytest.raises(rmqstore.MessageTooLargeError):
+            s.put_messages(msgs)
+        with pytest.raises(rmqstore.IllegalMessageError, match="surrogate"):
+            s.put_messages(msgs[::2])
+        with pytest.raises(rmqstore.IllegalMessageError, match="surrogate"):
+            s.put_message(msgs[2])
+        with pytest.raises(rmqstore.IllegalMessageError, match="surrogate"):
+            s.put_message_columns("Topic\ud800", [b"x"])
+        assert s.max_physical_offset == 0
+
+
 # --- time search ----------------------------------------------------------------------------------
 
 
