@@ -1359,7 +1359,7 @@ class Appender:
         takes that way is valid (the step-by-step path would take it too),
         and put_batch encodes it afresh once its queue is bound: a batch's
         first message of a new queue goes step by step, which binds the
-        queue, and the rest of that queue's follow in put_batch."""
+        queue, and the rest of that queue's messages follow in put_batch."""
         if type(msgs) is not list:
             raise TypeError("msgs must be a list")
         if (topic_bytes is None) != (file_size is None):
