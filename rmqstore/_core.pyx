@@ -2279,6 +2279,8 @@ cdef struct _Enc:
     PyObject *keys
     PyObject *uniq
     PyObject *body
+    PyObject *born  # the raw born and store hosts (bytes)
+    PyObject *store
     long long prepared, born_timestamp
     Py_ssize_t props_at, props_len  # the property blob, in _Encoded.blobs
     int sys_flag, queue_id, flag, reconsume_times
@@ -2307,6 +2309,8 @@ cdef class _Encoded:
                 Py_XDECREF(self.e[i].keys)
                 Py_XDECREF(self.e[i].uniq)
                 Py_XDECREF(self.e[i].body)
+                Py_XDECREF(self.e[i].born)
+                Py_XDECREF(self.e[i].store)
         free(self.e)
         free(self.blobs)
 
@@ -2320,7 +2324,8 @@ cdef class _Encoded:
         self.n = n
         return 0
 
-    cdef int _keep(self, Py_ssize_t i, Rec *r, bint born_default, _Queue q, tags, keys, uniq, body) except -1:
+    cdef int _keep(self, Py_ssize_t i, Rec *r, bint born_default, _Queue q, tags, keys, uniq, body,
+                   bytes born, bytes store) except -1:
         """Entry *i* (not kept before): _encode's fields in *r*, its blob
         copied here."""
         cdef _Enc *e = &self.e[i]
@@ -2343,8 +2348,11 @@ cdef class _Encoded:
         Py_INCREF(keys)
         Py_INCREF(uniq)
         Py_INCREF(body)
+        Py_INCREF(born)
+        Py_INCREF(store)
         e.q, e.tags, e.keys, e.uniq, e.body = <PyObject *>q, <PyObject *>tags, <PyObject *>keys, \
             <PyObject *>uniq, <PyObject *>body
+        e.born, e.store = <PyObject *>born, <PyObject *>store
         return 0
 
 
@@ -2412,10 +2420,10 @@ cdef Py_ssize_t _each_key(object keys, uint32_t h0, unsigned char *ib, Py_ssize_
     return count
 
 
-cdef object _hex_id(object host, long long phy):
-    """Offset msgId: upper-case hex of the raw store host + big-endian offset."""
-    cdef const unsigned char *h = <const unsigned char *>PyBytes_AS_STRING(host)
-    cdef Py_ssize_t hn = PyBytes_GET_SIZE(host), i
+cdef object _hex_id(const unsigned char *h, Py_ssize_t hn, long long phy):
+    """Offset msgId: upper-case hex of the raw store host (*hn*: 8 or 20
+    bytes at *h*) + big-endian offset."""
+    cdef Py_ssize_t i
     cdef unsigned char raw[36]
     cdef object s
     cdef unsigned char *out
@@ -2451,6 +2459,9 @@ cdef class Appender:
     cdef unsigned char *scratch
     cdef Py_ssize_t scratch_cap
     cdef object tags, keys, uniq  # _encode's results for put
+    cdef bytes born, store  # and its raw hosts
+    cdef object host_bytes  # the store's encode_host, or None: messages with hosts go step by step
+    cdef dict hosts  # host str -> its raw bytes, learnt from host_bytes (see _learn_hosts)
     cdef bint born_default
     cdef Py_ssize_t off[14]  # the message type's slot offsets, in _SLOTS order
     cdef long long gen  # put calls so far
@@ -2466,7 +2477,7 @@ cdef class Appender:
         free(self.scratch)
 
     def __init__(self, message_type, result_type, ok_status, store_host, bint append_crc, max_message_size,
-                 bint index_enable, queue_offsets):
+                 bint index_enable, queue_offsets, host_bytes=None):
         if not isinstance(message_type, type) or not isinstance(result_type, type) or \
                 not issubclass(result_type, tuple):
             raise TypeError("message_type must be a class and result_type a tuple subclass")
@@ -2488,6 +2499,8 @@ cdef class Appender:
         self.queue_offsets = queue_offsets
         self.queues = {}
         self.slots = [None] * 16
+        self.host_bytes = host_bytes
+        self.hosts = {}
         self.commit_file = self.commit_mm = self.index_mm = None
 
     def bind_commit_log(self, mapped_file):
@@ -2630,7 +2643,9 @@ cdef class Appender:
             if o is NULL or <object>o is None:
                 return None
             q = <_Queue>o
-        if <object>v[S_BORN_HOST] is not None or <object>v[S_STORE_HOST] is not None:
+        born_raw = self._host_raw(v[S_BORN_HOST])
+        store_raw = self._host_raw(v[S_STORE_HOST])
+        if born_raw is None or store_raw is None:
             return None
         try:
             r.sys_flag = _i32(<object>v[S_SYS_FLAG]) & ~(BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG)
@@ -2645,8 +2660,10 @@ cdef class Appender:
             return None  # the step-by-step path raises the message's error
         if r.sys_flag & 0xC == 0x4 or r.sys_flag & 0xC == 0xC:
             return None  # transactional prepared / rollback: no queue unit
-        if PyBytes_GET_SIZE(self.store_host) == 20:
-            r.sys_flag |= BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG
+        if PyBytes_GET_SIZE(born_raw) == 20:
+            r.sys_flag |= BORNHOST_V6_FLAG
+        if PyBytes_GET_SIZE(store_raw) == 20:
+            r.sys_flag |= STOREHOSTADDRESS_V6_FLAG
         # the properties as Message.property_map orders them, encoded
         tags, keys, uniq = <object>v[S_TAGS], <object>v[S_KEYS], <object>v[S_UNIQ]
         props = <object>v[S_PROPS]
@@ -2690,14 +2707,54 @@ cdef class Appender:
                 plen = self._pair(plen, "UNIQ_KEY", uniq)
         except (UnicodeError, TypeError):
             return None
-        return None if plen < 0 else self._finish(r, self.scratch, plen, q, tags, keys, uniq, unbound is not None)
+        return None if plen < 0 else self._finish(r, self.scratch, plen, q, tags, keys, uniq, unbound is not None,
+                                                  born_raw, store_raw)
+
+    cdef bytes _host_raw(self, PyObject *h):
+        """The raw host a message's born_host / store_host slot stands for:
+        the store's for None, the one learnt for an exact str (see
+        _learn_hosts), else None (the step-by-step path encodes it, or
+        raises its error). No Python code runs: the slot is borrowed."""
+        cdef PyObject *o
+        if <object>h is None:
+            return self.store_host
+        if not PyUnicode_CheckExact(<object>h):
+            return None
+        o = PyDict_GetItem(self.hosts, <object>h)
+        return None if o is NULL else <bytes>o
+
+    cdef int _learn_hosts(self, msg) except -1:
+        """Before *msg* is encoded: the raw bytes of its born and store
+        hosts (exact strs), from the store's host_bytes, kept by host (a
+        store sees few). Here, not within _encode: host_bytes runs Python
+        code. A host it refuses is not kept: the step-by-step path raises
+        its error."""
+        cdef PyObject *o
+        cdef int j
+        if self.host_bytes is None or type(msg) is not self.message_type:
+            return 0
+        for j in (S_BORN_HOST, S_STORE_HOST):
+            o = rmq_slot(msg, self.off[j])
+            if o is NULL or not PyUnicode_CheckExact(<object>o) or PyDict_GetItem(self.hosts, <object>o) is not NULL:
+                continue
+            host = <object>o  # (a reference of our own from here on)
+            try:
+                raw = self.host_bytes(host)
+            except Exception:
+                continue
+            if PyBytes_CheckExact(raw) and PyBytes_GET_SIZE(raw) in (8, 20):
+                if len(self.hosts) >= 4096:  # (bounded against endless distinct hosts)
+                    self.hosts.clear()
+                self.hosts[host] = raw
+        return 0
 
     cdef _Queue _finish(self, Rec *r, const unsigned char *props, Py_ssize_t plen, _Queue q, object tags,
-                        object keys, object uniq, bint checking=False):
+                        object keys, object uniq, bint checking=False, bytes born=None, bytes store=None):
         """The Rec fields every encoding shares, given the property blob of
-        *plen* bytes at *props*, and the tags, keys and unique key kept for
-        _row: *q*, or None where the step-by-step path must go (*checking*:
-        for check_all's placeholders, with no index file needed)."""
+        *plen* bytes at *props*, the tags, keys and unique key kept for
+        _row, and the raw hosts (None: the store's): *q*, or None where the
+        step-by-step path must go (*checking*: for check_all's
+        placeholders, with no index file needed)."""
         r.props = props
         r.props_len = r.props_field = plen
         r.append_crc = self.append_crc
@@ -2711,9 +2768,15 @@ cdef class Appender:
         r.topic = <const unsigned char *>PyBytes_AS_STRING(q.topic_b)
         r.topic_len = PyBytes_GET_SIZE(q.topic_b)
         r.v2 = r.topic_len > MAX_TOPIC_LENGTH_V1
-        r.born = r.store = <const unsigned char *>PyBytes_AS_STRING(self.store_host)
-        r.born_len = r.store_len = r.bw = r.sw = PyBytes_GET_SIZE(self.store_host)
-        self.tags, self.keys, self.uniq = tags, keys, uniq
+        if born is None:
+            born = self.store_host
+        if store is None:
+            store = self.store_host
+        r.born = <const unsigned char *>PyBytes_AS_STRING(born)
+        r.born_len = r.bw = PyBytes_GET_SIZE(born)
+        r.store = <const unsigned char *>PyBytes_AS_STRING(store)
+        r.store_len = r.sw = PyBytes_GET_SIZE(store)
+        self.tags, self.keys, self.uniq, self.born, self.store = tags, keys, uniq, born, store
         return q
 
     cdef object _queues_of(self, topic):
@@ -2783,7 +2846,7 @@ cdef class Appender:
         r.sys_flag, r.queue_id, r.flag, r.reconsume_times = e.sys_flag, e.queue_id, e.flag, e.reconsume_times
         r.prepared, r.born_timestamp, self.born_default = e.prepared, e.born_timestamp, e.born_default
         return self._finish(r, enc.blobs + e.props_at, e.props_len, <_Queue>e.q, <object>e.tags, <object>e.keys,
-                            <object>e.uniq)
+                            <object>e.uniq, False, <bytes>e.born, <bytes>e.store)
 
     cdef _Queue _checked(self, msg, Rec *r, dict unbound=None, Py_ssize_t file_size=0):
         """_encode of a message check takes (its body fits), else None;
@@ -2798,6 +2861,7 @@ cdef class Appender:
 
     def check(self, msg):
         cdef Rec r
+        self._learn_hosts(msg)
         ok = self._checked(msg, &r) is not None
         self.tags = self.keys = self.uniq = None
         return ok
@@ -2821,12 +2885,13 @@ cdef class Appender:
             msg = enc.of[i]
             if unbound is not None:
                 self._placeholder(msg, topic_bytes, unbound)
+            self._learn_hosts(msg)
             q = self._checked(msg, &r, unbound, size)
             if q is None:
                 refused.append(i)
             else:
                 enc._keep(i, &r, self.born_default, q, self.tags, self.keys, self.uniq,
-                          <object>rmq_slot(msg, self.off[S_BODY]))
+                          <object>rmq_slot(msg, self.off[S_BODY]), self.born, self.store)
             self.tags = self.keys = self.uniq = None
         return refused, enc
 
@@ -3030,7 +3095,9 @@ cdef class Appender:
         """put; *end* (when not NULL) gets the physical offset past the record."""
         cdef Rec r
         cdef _Batch b
-        cdef _Queue q = self._encode(msg, &r)
+        cdef _Queue q
+        self._learn_hosts(msg)
+        q = self._encode(msg, &r)
         cdef long long phy, ts
         if q is None:
             return None
@@ -3054,7 +3121,7 @@ cdef class Appender:
         store timestamp as the int it was given as (r.store_timestamp)."""
         if not PyLong_CheckExact(ts):
             ts = r.store_timestamp
-        return rmq_tuple6(self.result_type, self.untrack_results, self.ok_status, _hex_id(self.store_host, phy),
+        return rmq_tuple6(self.result_type, self.untrack_results, self.ok_status, _hex_id(r.store, r.store_len, phy),
                           phy, r.size, r.queue_offset, ts)
 
     def put_batch(self, msgs, start, clock, list results not None, encoded=None):
@@ -3089,6 +3156,7 @@ cdef class Appender:
                 if q is not None:
                     body = <object>enc.e[i].body
                 else:
+                    self._learn_hosts(msg)
                     q = self._encode(msg, &r)
                     body = None if q is None else <object>rmq_slot(msg, self.off[S_BODY])
                 if q is None:
@@ -3142,7 +3210,7 @@ cdef class Appender:
             body = bodies[i]
             if q is not None and _message_body(body) and self._fits(&r, body, size):
                 if enc.e[i].q == NULL:
-                    enc._keep(i, &r, self.born_default, q, self.tags, self.keys, self.uniq, body)
+                    enc._keep(i, &r, self.born_default, q, self.tags, self.keys, self.uniq, body, self.born, self.store)
             else:
                 q = None
             self.tags = self.keys = self.uniq = None

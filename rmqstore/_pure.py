@@ -1180,7 +1180,7 @@ class Appender:
     """
 
     def __init__(self, message_type, result_type, ok_status, store_host, append_crc, max_message_size,
-                 index_enable, queue_offsets):
+                 index_enable, queue_offsets, host_bytes=None):
         if not isinstance(message_type, type) or not isinstance(result_type, type) or \
                 not issubclass(result_type, tuple):
             raise TypeError("message_type must be a class and result_type a tuple subclass")
@@ -1199,6 +1199,7 @@ class Appender:
         self._max_message_size = operator.index(max_message_size)
         self._index_enable = bool(index_enable)
         self._queue_offsets = queue_offsets
+        self._host_bytes = host_bytes
         self._queues: dict = {}
         self._commit: Any = None  # the bound MappedFile
         self._index: Any = None  # the bound IndexFile
@@ -1290,7 +1291,8 @@ class Appender:
         bound = self._queues.get(key)
         if bound is None and unbound is not None:
             bound = unbound.get(msg.topic)
-        if bound is None or msg.born_host is not None or msg.store_host is not None:
+        born, store = self._host(msg.born_host), self._host(msg.store_host)
+        if bound is None or born is None or store is None:
             return None
         try:
             sys_flag = _int(msg.sys_flag, 32) & ~(BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG)
@@ -1303,8 +1305,10 @@ class Appender:
             return None
         if sys_flag & 0xC in (0x4, 0xC):
             return None
-        if len(self._store_host) == 20:
-            sys_flag |= BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG
+        if len(born) == 20:
+            sys_flag |= BORNHOST_V6_FLAG
+        if len(store) == 20:
+            sys_flag |= STOREHOSTADDRESS_V6_FLAG
         encoded = self._properties(msg)
         if encoded is None:
             return None
@@ -1327,7 +1331,21 @@ class Appender:
             return None
         topic_b = bound[0]
         size = record_size(sys_flag, body_len, len(topic_b), props_field, len(topic_b) > MAX_TOPIC_LENGTH_V1)
-        return key, bound, sys_flag, fields, blob, tags, index_keys, body, body_len, size
+        return key, bound, sys_flag, fields + (born, store), blob, tags, index_keys, body, body_len, size
+
+    def _host(self, host):
+        """The raw host a message's born_host / store_host stands for: the
+        store's for None, ``host_bytes(host)`` for a str (8 or 20 bytes),
+        else None (the step-by-step path encodes it, or raises its error)."""
+        if host is None:
+            return self._store_host
+        if type(host) is not str or self._host_bytes is None:
+            return None
+        try:
+            raw = self._host_bytes(host)
+        except Exception:  # noqa: BLE001 (whatever it raises, the step-by-step path raises in order)
+            return None
+        return raw if type(raw) is bytes and len(raw) in (8, 20) else None
 
     def _checked(self, msg: Any, unbound=None, file_size=0):
         """_encode's tuple for a message :meth:`check` takes, else None (with
@@ -1439,7 +1457,7 @@ class Appender:
         key, (topic_b, cq, cmf), sys_flag, fields, blob, tags, index_keys, body, body_len, size = e
         if self._index_enable and self._index is None:
             return None
-        queue_id, flag, reconsume, prepared, born_ts = fields
+        queue_id, flag, reconsume, prepared, born_ts, born_host, store_host = fields
         try:
             store_ts = _int(store_timestamp, 64)
         except (TypeError, OverflowError):
@@ -1464,9 +1482,8 @@ class Appender:
         if len(mf.mm) < mf.file_size or len(cmf.mm) < cmf.file_size:
             raise ValueError("a bound file is smaller than its file size")
         index = self._index if self._index_enable else None
-        host = self._store_host
         wrote = append_dispatch(
-            mf.mm, pos, queue_id, flag, qo, phy, sys_flag, born_ts, host, store_ts, host, reconsume, prepared,
+            mf.mm, pos, queue_id, flag, qo, phy, sys_flag, born_ts, born_host, store_ts, store_host, reconsume, prepared,
             body, topic_b, blob, self._append_crc, cmf.mm, cq_pos, java_hash(tags) if tags else 0,
             None if index is None else index.mm, 0 if index is None else index.hash_slot_num,
             0 if index is None else index.index_num, key[0] + "#", index_keys,
@@ -1477,7 +1494,7 @@ class Appender:
         cmf.wrote_position = cq_pos + CQ_STORE_UNIT_SIZE
         cq.max_physic_offset = phy + size
         self._queue_offsets[key] = qo + 1
-        msg_id = (host + _I64.pack(phy)).hex().upper()
+        msg_id = (store_host + _I64.pack(phy)).hex().upper()
         return tuple.__new__(self._result_type, (self._ok, msg_id, phy, size, qo, store_ts))
 
 

@@ -334,7 +334,7 @@ class MessageStore:
                 cfg = self.config
                 self._fast = k.Appender(
                     Message, PutMessageResult, _PUT_OK, self._store_host_raw, self._append_crc,
-                    cfg.max_message_size, cfg.message_index_enable, self._queue_offsets,
+                    cfg.max_message_size, cfg.message_index_enable, self._queue_offsets, encode_host,
                 )
                 self._rebind()
                 # put_message in one kernel call: the instance's put_message is

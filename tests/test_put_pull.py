@@ -24,7 +24,13 @@ from hypothesis import strategies as st
 from test_kernels import FAST, _need_core
 
 from rmqstore import _pure
-from rmqstore.message import Message, MessageExt, PutMessageResult, PutMessageStatus
+from rmqstore.message import (
+    Message,
+    MessageExt,
+    PutMessageResult,
+    PutMessageStatus,
+    encode_host,
+)
 
 HOST = bytes([10, 0, 0, 1]) + struct.pack(">i", 10911)
 HOST6 = bytes(range(16)) + struct.pack(">i", 10911)
@@ -43,7 +49,8 @@ class Files:
     """A CommitLog file at offset 8192, one queue at queue offset 3, an index
     file: bytearrays behind the attributes the Appender reads and writes."""
 
-    def __init__(self, k, host=HOST, append_crc=False, index=True, max_message_size=1024, cq_pos=60):
+    def __init__(self, k, host=HOST, append_crc=False, index=True, max_message_size=1024, cq_pos=60,
+                 host_bytes=None):
         self.commit = SimpleNamespace(mm=bytearray(CL_SIZE), file_from_offset=8192, file_size=CL_SIZE,
                                       wrote_position=100)
         self.cq_file = SimpleNamespace(mm=bytearray(CQ_SIZE), file_from_offset=0, file_size=CQ_SIZE,
@@ -54,7 +61,7 @@ class Files:
         self.args = dict(store_host=host, append_crc=append_crc, index_enable=index)
         self.ap = k.Appender(message_type=Message, result_type=PutMessageResult, ok_status=PutMessageStatus.PUT_OK,
                              store_host=host, append_crc=append_crc, max_message_size=max_message_size,
-                             index_enable=index, queue_offsets=self.offsets)
+                             index_enable=index, queue_offsets=self.offsets, host_bytes=host_bytes)
         self.ap.bind_commit_log(self.commit)
         self.ap.bind_index(self.index if index else None)
         self.ap.bind_queue(TOPIC, 1, TOPIC.encode(), self.cq, self.cq_file)
@@ -71,12 +78,14 @@ def steps(k, f, msg, store_ts):
         props.pop("__CRC32#", None)
     blob = msg.encode_properties(props)
     host = f.args["store_host"]
-    sys_flag = msg.sys_flag & ~0x30 | (0x30 if len(host) == 20 else 0)
+    born = host if msg.born_host is None else encode_host(msg.born_host)
+    store = host if msg.store_host is None else encode_host(msg.store_host)
+    sys_flag = msg.sys_flag & ~0x30 | (0x10 if len(born) == 20 else 0) | (0x20 if len(store) == 20 else 0)
     pos, cq_pos = f.commit.wrote_position, f.cq_file.wrote_position
     qo = f.offsets[(TOPIC, 1)]
     phy = f.commit.file_from_offset + pos
-    born = store_ts if msg.born_timestamp is None else msg.born_timestamp
-    size = k.write_record(f.commit.mm, pos, msg.queue_id, msg.flag, qo, phy, sys_flag, born, host, store_ts, host,
+    born_ts = store_ts if msg.born_timestamp is None else msg.born_timestamp
+    size = k.write_record(f.commit.mm, pos, msg.queue_id, msg.flag, qo, phy, sys_flag, born_ts, born, store_ts, store,
                           msg.reconsume_times, msg.prepared_transaction_offset, msg.body, TOPIC.encode(), blob,
                           f.args["append_crc"])
     tags = props.get("TAGS")
@@ -89,7 +98,7 @@ def steps(k, f, msg, store_ts):
     f.cq_file.wrote_position += 20
     f.cq.max_physic_offset = phy + size
     f.offsets[(TOPIC, 1)] = qo + 1
-    msg_id = (host + struct.pack(">q", phy)).hex().upper()
+    msg_id = (store + struct.pack(">q", phy)).hex().upper()
     return PutMessageResult(PutMessageStatus.PUT_OK, msg_id, phy, size, qo, store_ts)
 
 
@@ -115,6 +124,54 @@ def test_put_writes_what_the_steps_write(k, host, append_crc, index):
         assert got == steps(k, slow, msg, TS + i)
         assert type(got) is PutMessageResult
         assert fast.state() == slow.state()
+
+
+HOSTED = [  # born and store hosts the store encodes (encode_host), v4 and v6, each side
+    Message(TOPIC, b"b4", queue_id=1, born_host="10.0.0.7:1234"),
+    Message(TOPIC, b"s4", queue_id=1, store_host="192.168.1.1:10911", tags="T"),
+    Message(TOPIC, b"b6", queue_id=1, born_host="[::1]:9876", keys="k1 k2"),
+    Message(TOPIC, b"s6", queue_id=1, store_host="[fe80::1]:10911", unique_key="U"),
+    Message(TOPIC, b"46", queue_id=1, born_host="10.0.0.7:1234", store_host="[2001:db8::5]:1"),
+    Message(TOPIC, b"64", queue_id=1, born_host="[2001:db8::5]:1", store_host="10.0.0.7:1234", sys_flag=0x30),
+]
+
+
+@pytest.mark.parametrize("host", [HOST, HOST6], ids=["v4", "v6"])
+@pytest.mark.parametrize("batch", [False, True], ids=["put", "put_batch"])
+def test_messages_with_hosts_are_written_as_the_steps_write_them(k, host, batch):
+    """Given the store's host encoder, a message's own born and store hosts
+    go through the kernel: the same bytes, sys_flag bits and msgId (of the
+    record's store host) as the step-by-step kernels write."""
+    fast, slow = Files(k, host, host_bytes=encode_host), Files(k, host)
+    msgs = list(HOSTED)
+    if batch:
+        refused, enc = fast.ap.check_all(msgs)
+        assert refused == []
+        results: list = []
+        assert fast.ap.put_batch(msgs, 0, lambda: TS, results, enc) == (len(msgs), None)
+    else:
+        results = [fast.ap.put(m, TS) for m in msgs]
+    assert results == [steps(k, slow, m, TS) for m in msgs]
+    assert fast.state() == slow.state()
+
+
+def test_hosts_the_encoder_refuses_go_step_by_step(k):
+    """A host the encoder refuses, gives no 8 or 20 bytes for, or that is
+    not a str, or no encoder at all: the message is declined, nothing
+    written (the step-by-step path raises its error)."""
+    def odd(host):
+        return b"short" if host == "1.2.3.4:5" else encode_host(host)
+
+    for host_bytes, host in ((encode_host, "not a host"), (encode_host, "1.2.3.4:99999999999"), (odd, "1.2.3.4:5"),
+                             (encode_host, ("1.2.3.4", 5)), (None, "1.2.3.4:5")):
+        f = Files(k, host_bytes=host_bytes)
+        for slot in ("born_host", "store_host"):
+            msg = Message(TOPIC, b"x", queue_id=1)
+            setattr(msg, slot, host)
+            before = f.state()
+            assert f.ap.put(msg, TS) is None and not f.ap.check(msg)
+            assert f.ap.check_all([msg])[0] == [0]
+            assert f.state() == before
 
 
 @pytest.mark.parametrize("index", [True, False], ids=["index", "no-index"])

@@ -39,6 +39,7 @@ from rmqstore import (
     StoreLockedError,
     StoreReadOnlyError,
 )
+from rmqstore.message import encode_host
 
 SMALL = StoreConfig(
     mapped_file_size_commit_log=4096,
@@ -550,6 +551,37 @@ def test_a_bad_message_in_a_first_batch_raises_before_anything_is_written(tmp_pa
                 s.put_message_columns(topic, [m.body for m in msgs], [m.queue_id for m in msgs])
         assert s.max_physical_offset == 0 and s.get_messages("TopicA", 0, 0, 10).messages == []
     assert not os.path.exists(tmp_path / "consumequeue" / "TopicA")
+
+
+def test_messages_with_hosts_store_what_the_step_by_step_path_stores(tmp_path, impl, monkeypatch):
+    """Messages carrying their born / store hosts (a RocketMQ store's
+    records copied, e.g. by the Spark writer) go through the kernel under
+    ASYNC_FLUSH: byte-identical to SYNC_FLUSH's step-by-step path, read
+    back with their hosts; a host put refuses still raises its error."""
+    hosts = ["10.0.0.1:5000", "[2001:db8::1]:10911", None]
+    msgs = [Message("T", b"m%d" % i, queue_id=i % 2, born_host=hosts[i % 3], store_host=hosts[(i + 1) % 3],
+                    keys=f"k{i}") for i in range(30)]
+    prepared = []
+    real = MessageStore._prepare
+    monkeypatch.setattr(MessageStore, "_prepare", lambda self, m: prepared.append(m) or real(self, m))
+    for name, flush in (("fast", "ASYNC_FLUSH"), ("steps", "SYNC_FLUSH")):
+        with MessageStore.open(tmp_path / name, SMALL.replace(flush_disk_type=flush), clock=lambda: T0) as s:
+            results = s.put_messages(msgs[:15]) + [s.put_message(m) for m in msgs[15:]]
+            assert [m.born_host_raw for m in s.get_messages("T", 1, 0, 15).messages] == \
+                [encode_host(m.born_host or "127.0.0.1:10911") for m in msgs[1::2]]
+            assert [r.msg_id for r in results] == [
+                (encode_host(m.store_host or "127.0.0.1:10911") + struct.pack(">q", r.wrote_offset)).hex().upper()
+                for m, r in zip(msgs, results)]
+            if name == "fast":  # (each queue's first message, and each new file's, go step by step)
+                assert len(prepared) < 10
+    assert _files(tmp_path / "fast") == _files(tmp_path / "steps")
+    with MessageStore.open(tmp_path / "fast", SMALL) as s:
+        bad = Message("T", b"x", queue_id=0)
+        bad.born_host = "not a host"
+        with pytest.raises(rmqstore.IllegalMessageError):
+            s.put_message(bad)
+        with pytest.raises(rmqstore.IllegalMessageError):
+            s.put_messages([msgs[0], bad])
 
 
 def test_a_first_batch_raises_its_first_bad_messages_error(tmp_path, impl):
