@@ -2643,8 +2643,8 @@ cdef class Appender:
             if o is NULL or <object>o is None:
                 return None
             q = <_Queue>o
-        born_raw = self._host_raw(v[S_BORN_HOST])
-        store_raw = self._host_raw(v[S_STORE_HOST])
+        born_raw = self.store_host if <object>v[S_BORN_HOST] is None else self._host_raw(v[S_BORN_HOST])
+        store_raw = self.store_host if <object>v[S_STORE_HOST] is None else self._host_raw(v[S_STORE_HOST])
         if born_raw is None or store_raw is None:
             return None
         try:
@@ -2724,35 +2724,37 @@ cdef class Appender:
         return None if o is NULL else <bytes>o
 
     cdef int _learn_hosts(self, msg) except -1:
-        """Before *msg* is encoded: the raw bytes of its born and store
-        hosts (exact strs), from the store's host_bytes, kept by host (a
-        store sees few). Here, not within _encode: host_bytes runs Python
-        code. A host it refuses is not kept: the step-by-step path raises
-        its error."""
-        cdef PyObject *o
-        cdef int j
+        """After *msg* was declined: the raw bytes of its born and store
+        hosts (exact strs) not known yet, from the store's host_bytes, kept
+        by host (a store sees few); 1 when it learnt one (encode the
+        message again). Not within _encode: host_bytes runs Python code. A
+        host it refuses is not kept: the step-by-step path raises its
+        error."""
         if self.host_bytes is None or type(msg) is not self.message_type:
             return 0
-        for j in (S_BORN_HOST, S_STORE_HOST):
-            o = rmq_slot(msg, self.off[j])
-            if o is NULL or not PyUnicode_CheckExact(<object>o) or PyDict_GetItem(self.hosts, <object>o) is not NULL:
-                continue
-            host = <object>o  # (a reference of our own from here on)
-            try:
-                raw = self.host_bytes(host)
-            except Exception:
-                continue
-            if PyBytes_CheckExact(raw) and PyBytes_GET_SIZE(raw) in (8, 20):
-                if len(self.hosts) >= 4096:  # (bounded against endless distinct hosts)
-                    self.hosts.clear()
-                self.hosts[host] = raw
+        return self._learn_host(rmq_slot(msg, self.off[S_BORN_HOST])) | \
+            self._learn_host(rmq_slot(msg, self.off[S_STORE_HOST]))
+
+    cdef int _learn_host(self, PyObject *o) except -1:
+        if o is NULL or not PyUnicode_CheckExact(<object>o) or PyDict_GetItem(self.hosts, <object>o) is not NULL:
+            return 0
+        host = <object>o  # (a reference of our own from here on)
+        try:
+            raw = self.host_bytes(host)
+        except Exception:
+            return 0
+        if PyBytes_CheckExact(raw) and (PyBytes_GET_SIZE(raw) == 8 or PyBytes_GET_SIZE(raw) == 20):
+            if len(self.hosts) >= 4096:  # (bounded against endless distinct hosts)
+                self.hosts.clear()
+            self.hosts[host] = raw
+            return 1
         return 0
 
     cdef _Queue _finish(self, Rec *r, const unsigned char *props, Py_ssize_t plen, _Queue q, object tags,
-                        object keys, object uniq, bint checking=False, bytes born=None, bytes store=None):
+                        object keys, object uniq, bint checking, bytes born, bytes store):
         """The Rec fields every encoding shares, given the property blob of
         *plen* bytes at *props*, the tags, keys and unique key kept for
-        _row, and the raw hosts (None: the store's): *q*, or None where the
+        _row, and the raw born and store hosts: *q*, or None where the
         step-by-step path must go (*checking*: for check_all's
         placeholders, with no index file needed)."""
         r.props = props
@@ -2768,10 +2770,6 @@ cdef class Appender:
         r.topic = <const unsigned char *>PyBytes_AS_STRING(q.topic_b)
         r.topic_len = PyBytes_GET_SIZE(q.topic_b)
         r.v2 = r.topic_len > MAX_TOPIC_LENGTH_V1
-        if born is None:
-            born = self.store_host
-        if store is None:
-            store = self.store_host
         r.born = <const unsigned char *>PyBytes_AS_STRING(born)
         r.born_len = r.bw = PyBytes_GET_SIZE(born)
         r.store = <const unsigned char *>PyBytes_AS_STRING(store)
@@ -2832,7 +2830,8 @@ cdef class Appender:
                 plen = self._pair(plen, "UNIQ_KEY", uniq, True)
         except UnicodeError:
             return None
-        return None if plen < 0 else self._finish(r, self.scratch, plen, q, tags, keys, uniq, unbound is not None)
+        return None if plen < 0 else self._finish(r, self.scratch, plen, q, tags, keys, uniq, unbound is not None,
+                                                  self.store_host, self.store_host)
 
     cdef inline Py_ssize_t _size(self, Rec *r) noexcept:
         return 68 + r.bw + r.sw + 4 + r.body_len + (2 if r.v2 else 1) + r.topic_len + 2 + r.props_field
@@ -2861,8 +2860,9 @@ cdef class Appender:
 
     def check(self, msg):
         cdef Rec r
-        self._learn_hosts(msg)
         ok = self._checked(msg, &r) is not None
+        if not ok and self._learn_hosts(msg):
+            ok = self._checked(msg, &r) is not None
         self.tags = self.keys = self.uniq = None
         return ok
 
@@ -2883,10 +2883,11 @@ cdef class Appender:
             unbound = {}
         for i in range(enc.n):
             msg = enc.of[i]
-            if unbound is not None:
-                self._placeholder(msg, topic_bytes, unbound)
-            self._learn_hosts(msg)
             q = self._checked(msg, &r, unbound, size)
+            # a new queue's topic, or a host not seen yet: learnt, then checked again
+            if q is None and ((unbound is not None and self._placeholder(msg, topic_bytes, unbound)) |
+                              self._learn_hosts(msg)):
+                q = self._checked(msg, &r, unbound, size)
             if q is None:
                 refused.append(i)
             else:
@@ -2896,17 +2897,18 @@ cdef class Appender:
         return refused, enc
 
     cdef int _placeholder(self, msg, topic_bytes, dict unbound) except -1:
-        """Before check_all checks *msg*: when its queue (an exact str topic,
+        """After check_all refused *msg*: when its queue (an exact str topic,
         an exact int queue id) is not bound, a placeholder for its topic in
         *unbound*, made once per topic from ``topic_bytes(topic)``: a dead
         _Queue holding the bytes the store would write (None when the store
         refuses the topic). _encode checks the message against it as if the
         queue were bound; put_batch, finding it dead, encodes the message
-        afresh once the step-by-step path has bound the queue. Here, not
-        within _encode: topic_bytes runs Python code, which may not run
-        while _encode holds the message's slots borrowed (nor may anything
-        but this call see the placeholders: a put in another thread then
-        would take one for a bound queue)."""
+        afresh once the step-by-step path has bound the queue. 1 when it
+        made one (check the message again). Not within _encode:
+        topic_bytes runs Python code, which may not run while _encode holds
+        the message's slots borrowed (nor may anything but this call see
+        the placeholders: a put in another thread then would take one for
+        a bound queue)."""
         cdef _Queue q
         cdef PyObject *t
         cdef PyObject *qid
@@ -2915,16 +2917,18 @@ cdef class Appender:
         t, qid = rmq_slot(msg, self.off[S_TOPIC]), rmq_slot(msg, self.off[S_QUEUE_ID])
         if t is NULL or qid is NULL or not PyUnicode_CheckExact(<object>t) or not PyLong_CheckExact(<object>qid):
             return 0
+        if self._bound(<str>t, <object>qid) is not None:  # (most messages: no Python code runs)
+            return 0
         topic = <object>t  # (references of our own from here on)
-        if PyDict_GetItem(unbound, topic) is not NULL or self._bound(topic, <object>qid) is not None:
+        if PyDict_GetItem(unbound, topic) is not NULL:
             return 0
         b = topic_bytes(topic)
         if PyBytes_CheckExact(b):
             q = _Queue()
             q.topic_b, q.dead = b, True
             unbound[topic] = q
-        else:
-            unbound[topic] = None
+            return 1
+        unbound[topic] = None
         return 0
 
     cdef bint _fits(self, Rec *r, object body, Py_ssize_t file_size) except -1:
@@ -3095,10 +3099,10 @@ cdef class Appender:
         """put; *end* (when not NULL) gets the physical offset past the record."""
         cdef Rec r
         cdef _Batch b
-        cdef _Queue q
-        self._learn_hosts(msg)
-        q = self._encode(msg, &r)
+        cdef _Queue q = self._encode(msg, &r)
         cdef long long phy, ts
+        if q is None and self._learn_hosts(msg):
+            q = self._encode(msg, &r)
         if q is None:
             return None
         try:
@@ -3156,8 +3160,9 @@ cdef class Appender:
                 if q is not None:
                     body = <object>enc.e[i].body
                 else:
-                    self._learn_hosts(msg)
                     q = self._encode(msg, &r)
+                    if q is None and self._learn_hosts(msg):
+                        q = self._encode(msg, &r)
                     body = None if q is None else <object>rmq_slot(msg, self.off[S_BODY])
                 if q is None:
                     break
