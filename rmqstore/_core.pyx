@@ -2242,6 +2242,17 @@ cdef int _slot_offsets(object cls, tuple names, Py_ssize_t *out) except -1:
     return 0
 
 
+cdef inline object _slot_hit(list slots, Py_ssize_t i, object topic, object queue_id):
+    """What *slots[i]* (a ``(topic, queue_id, value)`` or None) keeps for
+    these very topic and queue id objects, else None: the queue caches of
+    ReadGate._queue and Appender._bound, 16 slots by queue id whose strong
+    references keep an identity from being reused."""
+    e = slots[i]
+    if e is not None and (<tuple>e)[0] is topic and (<tuple>e)[1] is queue_id:
+        return (<tuple>e)[2]
+    return None
+
+
 cdef class _Queue:
     """A ConsumeQueue bound to an Appender: the queue, its last file and
     what stays fixed while that file is the last one."""
@@ -2262,6 +2273,19 @@ cdef class _Queue:
 
     def __dealloc__(self):
         PyBuffer_Release(&self.buf)
+
+
+cdef _Queue _placeholder_of(object topic_b):
+    """check_all's and check_columns' stand-in for the unbound queues of a
+    topic: a dead _Queue holding the topic's bytes (put_batch / put_columns
+    encode its messages afresh once a queue is bound), None unless
+    *topic_b* is bytes (the store refuses the topic)."""
+    cdef _Queue q
+    if not PyBytes_CheckExact(topic_b):
+        return None
+    q = _Queue()
+    q.topic_b, q.dead = topic_b, True
+    return q
 
 
 cdef struct _Batch:
@@ -2589,14 +2613,12 @@ cdef class Appender:
         queue-id slots kept by the identity of both: a producer passes the
         same objects message after message, and two dict lookups cost ~0.3k
         instructions. A rebound or unbound queue is dead, so its slot is
-        found again; the slot's strong references keep an identity from
-        being reused."""
+        found again (see _slot_hit)."""
         cdef Py_ssize_t i = PyObject_Hash(queue_id) & 15
         cdef PyObject *o
-        e = self.slots[i]
-        if e is not None and (<tuple>e)[0] is topic and (<tuple>e)[1] is queue_id and \
-                not (<_Queue>(<tuple>e)[2]).dead:
-            return <_Queue>(<tuple>e)[2]
+        hit = _slot_hit(self.slots, i, topic, queue_id)
+        if hit is not None and not (<_Queue>hit).dead:
+            return <_Queue>hit
         o = PyDict_GetItem(self.queues, topic)
         if o is NULL:
             return None
@@ -2711,13 +2733,12 @@ cdef class Appender:
                                                   born_raw, store_raw)
 
     cdef bytes _host_raw(self, PyObject *h):
-        """The raw host a message's born_host / store_host slot stands for:
-        the store's for None, the one learnt for an exact str (see
-        _learn_hosts), else None (the step-by-step path encodes it, or
-        raises its error). No Python code runs: the slot is borrowed."""
+        """The raw host a message's born_host / store_host slot (not None:
+        the caller takes the store's) stands for: the one learnt for an
+        exact str (see _learn_hosts), else None (the step-by-step path
+        encodes it, or raises its error). No Python code runs: the slot is
+        borrowed."""
         cdef PyObject *o
-        if <object>h is None:
-            return self.store_host
         if not PyUnicode_CheckExact(<object>h):
             return None
         o = PyDict_GetItem(self.hosts, <object>h)
@@ -2922,14 +2943,9 @@ cdef class Appender:
         topic = <object>t  # (references of our own from here on)
         if PyDict_GetItem(unbound, topic) is not NULL:
             return 0
-        b = topic_bytes(topic)
-        if PyBytes_CheckExact(b):
-            q = _Queue()
-            q.topic_b, q.dead = b, True
-            unbound[topic] = q
-            return 1
-        unbound[topic] = None
-        return 0
+        q = _placeholder_of(topic_bytes(topic))
+        unbound[topic] = q
+        return q is not None
 
     cdef bint _fits(self, Rec *r, object body, Py_ssize_t file_size) except -1:
         """Whether the encoded record with *body* is one a put may take: a
@@ -3203,10 +3219,7 @@ cdef class Appender:
         if topic_bytes is not None:  # (rows are no message's slots: Python code may run here)
             if self.commit_file is None:
                 size = _idx(file_size)
-            b = topic_bytes(topic) if PyUnicode_CheckExact(topic) else None
-            if PyBytes_CheckExact(b):
-                unbound = _Queue()
-                unbound.topic_b, unbound.dead = b, True
+            unbound = _placeholder_of(topic_bytes(topic) if PyUnicode_CheckExact(topic) else None)
         by_id = self._queues_of(topic)
         while i < n:
             q = self._encode_row(by_id, queue_ids[i], None if tags is None else tags[i],
@@ -3455,9 +3468,9 @@ cdef class ReadGate:
         if queues is None or not PyLong_CheckExact(queue_id) or not PyUnicode_CheckExact(topic):
             return cqs.get((topic, queue_id))
         i = PyObject_Hash(queue_id) & 15
-        e = queues[i]
-        if e is not None and (<tuple>e)[0] is topic and (<tuple>e)[1] is queue_id:
-            return (<tuple>e)[2]
+        cq = _slot_hit(queues, i, topic, queue_id)
+        if cq is not None:
+            return cq
         cq = cqs.get((topic, queue_id))
         if cq is not None:
             queues[i] = (topic, queue_id, cq)

@@ -1124,6 +1124,14 @@ class _Encoded:
         self.of, self.encodings, self.topic = of, encodings, topic
 
 
+def _placeholder_of(topic_b):
+    """check_all's and check_columns' stand-in binding for the unbound
+    queues of a topic: ``(topic_b, None, None)`` (no binding is it, so
+    put_batch / put_columns encode its messages afresh once a queue is
+    bound), None unless *topic_b* is bytes (the store refuses the topic)."""
+    return (topic_b, None, None) if type(topic_b) is bytes else None
+
+
 class Appender:
     """ASYNC_FLUSH put path of one writable store: ``put(msg, store_timestamp)``
     validates and encodes a :class:`~rmqstore.message.Message`, writes its
@@ -1386,27 +1394,28 @@ class Appender:
         size = 0 if file_size is None else operator.index(file_size)
         encodings = []
         for m in msgs:
-            if unbound is not None:
-                self._placeholder(m, topic_bytes, unbound)
-            encodings.append(self._checked(m, unbound, size))
+            e = self._checked(m, unbound, size)
+            # a new queue's topic: learnt, then checked again
+            if e is None and unbound is not None and self._placeholder(m, topic_bytes, unbound):
+                e = self._checked(m, unbound, size)
+            encodings.append(e)
         enc = _Encoded(tuple(msgs), encodings)
         return [i for i, e in enumerate(enc.encodings) if e is None], enc
 
-    def _placeholder(self, msg, topic_bytes, unbound: dict) -> None:
-        """Before check_all checks *msg*: when its queue (an exact str topic,
+    def _placeholder(self, msg, topic_bytes, unbound: dict) -> bool:
+        """After check_all refused *msg*: when its queue (an exact str topic,
         an exact int queue id) is not bound, a placeholder binding for its
-        topic in *unbound*, made once per topic: ``(topic_bytes(topic),
-        None, None)``, None when that is not bytes. No binding is the
-        placeholder, so put_batch encodes such a message afresh."""
+        topic in *unbound*, made once per topic (:func:`_placeholder_of`);
+        True when it made one (check the message again)."""
         if type(msg) is not self._message_type:
-            return
+            return False
         topic, queue_id = getattr(msg, "topic", None), getattr(msg, "queue_id", None)
         if type(topic) is not str or type(queue_id) is not int:
-            return
+            return False
         if topic in unbound or (topic, queue_id) in self._queues:
-            return
-        b = topic_bytes(topic)
-        unbound[topic] = (b, None, None) if type(b) is bytes else None
+            return False
+        unbound[topic] = _placeholder_of(topic_bytes(topic))
+        return unbound[topic] is not None
 
     def _bound(self, e):
         """*e* (an encoding kept by check_all / check_columns) while its
@@ -1537,8 +1546,7 @@ class Appender:
             enc = _Encoded(bodies, [None] * len(bodies), topic)
         unbound: dict | None = None
         if topic_bytes is not None:
-            b = topic_bytes(topic) if type(topic) is str else None
-            unbound = {topic: (b, None, None) if type(b) is bytes else None}
+            unbound = {topic: _placeholder_of(topic_bytes(topic) if type(topic) is str else None)}
         size = 0 if file_size is None else operator.index(file_size)
         i = operator.index(start)
         while i < len(bodies):

@@ -1031,9 +1031,7 @@ class MessageStore:
             raise MessageTypeError(f"expected a Message, got {type(msg).__name__}")
         cfg = self.config
         topic = msg.topic
-        topic_b = self._topics.get(topic)
-        if topic_b is None:
-            topic_b = self._check_topic(topic)
+        topic_b = self._check_topic(topic)
         body = msg.body
         if len(body) > cfg.max_message_size:
             raise MessageTooLargeError(f"body of {len(body)} bytes exceeds max_message_size {cfg.max_message_size}")
@@ -1075,16 +1073,17 @@ class MessageStore:
         refuses the topic (check_all's view of a topic with no bound queue:
         its messages are then prepared in order, which raises the first bad
         message's error, whatever it is)."""
-        topic_b = self._topics.get(topic)
-        if topic_b is None:
-            try:
-                topic_b = self._check_topic(topic)
-            except IllegalMessageError:
-                return None
-        return topic_b
+        try:
+            return self._check_topic(topic)
+        except IllegalMessageError:
+            return None
 
     def _check_topic(self, topic: str) -> bytes:
-        """Validate a topic once; its UTF-8 bytes are then cached (topics are few)."""
+        """The UTF-8 bytes of a valid topic: validated once, then cached
+        (topics are few). Raises IllegalMessageError."""
+        topic_b = self._topics.get(topic)
+        if topic_b is not None:
+            return topic_b
         try:
             topic_b = topic.encode("utf-8")
         except UnicodeEncodeError:
