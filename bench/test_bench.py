@@ -111,6 +111,25 @@ def test_consume(benchmark, impl, filled_store):
         benchmark.pedantic(run, rounds=ROUNDS)
 
 
+def test_consumer(benchmark, impl, filled_store):
+    """``store.consumer()`` iterated to the end, deferred commits (``sync=False``):
+    a pull per 32 messages, a commit per message."""
+    benchmark.group = "consumer"
+    benchmark.extra_info["ops"] = N
+    path, _ = filled_store
+    groups = iter(range(1_000_000))
+    with MessageStore.open(path, config=CONFIG) as s:  # (writable: a consumer commits)
+
+        def setup():  # a new group each round: from the first message
+            return (s.consumer(f"G-{impl}-{next(groups)}", TOPIC, sync=False),), {}
+
+        def run(c):
+            with c:
+                assert sum(1 for _ in c) == N
+
+        benchmark.pedantic(run, setup=setup, rounds=ROUNDS)
+
+
 @pytest.mark.parametrize("tags", ["Tag0", "Tag0 || Tag1"])
 def test_consume_tags(benchmark, impl, filled_store, tags):
     """get_messages with a tag filter (benchdata tags each message Tag0..Tag3

@@ -19,7 +19,7 @@ from .exceptions import (
     StoreReadOnlyError,
 )
 from .message import GetMessageStatus, MessageExt
-from .offsets import _check_name, _check_queue_id
+from .offsets import _check_name, _check_queue_id, offset_key
 
 __all__ = ["Consumer"]
 
@@ -106,11 +106,13 @@ class Consumer:
         self.tags = tags
         self.sync = sync
         self._offsets = store.consumer_offsets()
+        self._key = offset_key(group, topic)
         self._fixed = queue_ids
         self._queues: list = list(queue_ids) if queue_ids is not None else self._discover()
         self._pos: dict = {}  # queue id -> next queue offset to pull
         self._acked: dict = {}  # queue id -> offset everything before which is processed or filtered out
         self._committed: dict = {}  # queue id -> offset last committed by us (or found committed)
+        self._dirty: set = set()  # queue ids whose _acked may differ from _committed (a commit per message looks at these only)
         self._buf: dict = {}  # queue id -> deque of pulled messages not handed out yet
         self._inflight: tuple | None = None  # (queue id, offset after the message last handed out)
         self._rr = 0
@@ -159,9 +161,12 @@ class Consumer:
         return self
 
     def __next__(self) -> MessageExt:
-        self._ensure_open()
-        self._ack_inflight()
-        self._commit_acked()
+        if self._closed or self.store.closed:
+            self._ensure_open()  # raises
+        if self._inflight is not None:
+            self._ack_inflight()
+        if self._dirty:
+            self._commit_acked()
         m = self._next_message()
         if m is None and self._fixed is None:
             found = self._discover()  # queues created since
@@ -178,6 +183,12 @@ class Consumer:
     def _next_message(self):
         queues = self._queues
         n = len(queues)
+        if n:  # most calls: the next queue in turn has a pulled message waiting
+            q = queues[self._rr % n]
+            buf = self._buf.get(q)
+            if buf:
+                self._rr = (self._rr + 1) % n
+                return buf.popleft()
         for i in range(n):
             q = queues[(self._rr + i) % n]
             m = self._take(q)
@@ -194,6 +205,7 @@ class Consumer:
             return buf.popleft()
         # nothing of q is buffered or in flight: everything before pos is done
         self._acked[q] = max(self._acked[q], self._pos[q])
+        self._dirty.add(q)  # (also for what the pulls below skip, and a new group's start)
         store, topic = self.store, self.topic
         while True:
             pos = self._pos[q]
@@ -223,16 +235,25 @@ class Consumer:
             return
         q, nxt = self._inflight
         self._inflight = None
-        self._acked[q] = max(self._acked[q], nxt)
-        if not self._buf[q] and self._pos[q] > self._acked[q]:
-            self._acked[q] = self._pos[q]  # the rest of the batch was filtered out
+        acked = self._acked
+        if nxt > acked[q]:
+            acked[q] = nxt
+        if not self._buf[q] and self._pos[q] > acked[q]:
+            acked[q] = self._pos[q]  # the rest of the batch was filtered out
+        self._dirty.add(q)
 
     def _commit_acked(self) -> None:
-        changed = {q: off for q, off in self._acked.items() if self._committed.get(q) != off}
+        acked, committed, dirty = self._acked, self._committed, self._dirty
+        changed = {q: acked[q] for q in dirty if committed.get(q) != acked[q]}
+        dirty.clear()
         if not changed:
             return
-        self._offsets.commit_many(self.group, self.topic, changed, self.sync)
-        self._committed.update(changed)
+        try:
+            self._offsets._commit_checked(self._key, changed, self.sync)
+        except BaseException:
+            dirty.update(changed)  # not committed (closed offset store, ...): the next commit tries again
+            raise
+        committed.update(changed)
 
     # --- ending -------------------------------------------------------------------------
 

@@ -477,14 +477,21 @@ class ConsumerOffsetStore:
         key = offset_key(_check_name("group", group), _check_name("topic", topic))
         if not isinstance(offsets, dict):
             raise MessageTypeError(f"offsets must be a dict, got {type(offsets).__name__}")
-        checked = {_check_queue_id(q): _check_offset(o) for q, o in offsets.items()}
+        self._commit_checked(key, {_check_queue_id(q): _check_offset(o) for q, o in offsets.items()}, sync)
+
+    def _commit_checked(self, key: str, checked: dict, sync) -> None:
+        """:meth:`commit_many` past its argument checks: *key* an offset key,
+        *checked* valid ``{queue_id: offset}`` (the Consumer checked its names
+        once; a commit per message must not pay for them again)."""
         if self.read_only:
             raise StoreReadOnlyError(f"consumer offsets {self.path} are open read-only")
         with self._lock:
             self._check_open()
             if not checked:
                 return
-            qmap = self._table.setdefault(key, {})
+            qmap = self._table.get(key)
+            if qmap is None:
+                qmap = self._table[key] = {}
             for q, o in checked.items():
                 old = qmap.get(q)
                 if old is not None and o < old:
@@ -500,7 +507,7 @@ class ConsumerOffsetStore:
             mine = self._version
         if self.sync if sync is None else sync:
             self._persist_covering(mine)
-        else:
+        elif self._flusher is None:
             self._start_flusher()
 
     def get(self, group: str, topic: str, queue_id: int):

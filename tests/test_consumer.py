@@ -575,6 +575,29 @@ def test_consumer_commits_each_message_when_the_next_is_asked_for(tmp_path):
         assert s.get_committed_offset("G", "T", 0) == 4
 
 
+def test_consumer_commit_that_failed_is_made_by_the_next_message(tmp_path, monkeypatch):
+    """A persist that fails raises from next() (the message is not handed out);
+    the next call commits that progress again, with nothing else moving."""
+    root = tmp_path / "s"
+    with open_store(root) as s:
+        fill(s, per_queue=(4, 4))
+        c = s.consumer("G", "T")
+        assert ids([next(c), next(c), next(c)]) == [(0, 0), (1, 0), (0, 1)]
+        real_fsync = os.fsync
+
+        def boom(fd):
+            raise OSError(5, "injected fsync failure")
+
+        monkeypatch.setattr(os, "fsync", boom)
+        with pytest.raises(OSError, match="injected"):
+            next(c)  # acknowledges (0, 1): its commit is not on disk
+        assert read_json(offsets_path(root))["offsetTable"] == {"T@G": {"0": 1, "1": 1}}
+        monkeypatch.setattr(os, "fsync", real_fsync)
+        assert ids([next(c)]) == [(1, 1)]  # the failed call handed out nothing
+        assert read_json(offsets_path(root))["offsetTable"] == {"T@G": {"0": 2, "1": 1}}
+        c.close()
+
+
 def test_consumer_exception_in_the_loop_redelivers_that_message(tmp_path):
     with open_store(tmp_path / "s") as s:
         fill(s, per_queue=(5,))
