@@ -209,3 +209,19 @@ def test_time_lookup(benchmark, impl, filled_store):
                 assert s.get_offset_in_queue_by_time(TOPIC, qid, r.store_timestamp) == r.queue_offset
 
         benchmark.pedantic(run, rounds=ROUNDS)
+
+
+def test_msg_id_lookup(benchmark, impl, filled_store):
+    """``look_message_by_msg_id`` (RocketMQ ``viewMessage``): one
+    ``get_message`` by the id's physical offset, its store host compared."""
+    benchmark.group = "msgid-lookup"
+    path, results = filled_store
+    picks = [results[i] for i in random.Random(11).sample(range(N), min(N, 5000))]
+    benchmark.extra_info["ops"] = len(picks)
+    with MessageStore.open(path, read_only=True) as s:
+
+        def run():
+            for r in picks:
+                assert s.look_message_by_msg_id(r.msg_id).physical_offset == r.wrote_offset
+
+        benchmark.pedantic(run, rounds=ROUNDS)

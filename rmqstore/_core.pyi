@@ -50,6 +50,7 @@ __all__ = [
     "read_keyed",
     "time_lookup",
     "query_keyed",
+    "read_ext",
     "pull_views",
     "pull_messages",
 ]
@@ -342,6 +343,9 @@ def query_keyed(
     message_type: type,
     out: list[Any],
     refs: Any,
+) -> list[Any] | None: ...
+def read_ext(
+    commitlog: Any, physical_offset: int, message_type: type, out: list[Any], refs: Any
 ) -> list[Any] | None: ...
 def pull_views(
     cq: Any, commitlog: Any, queue_offset: int, max_count: int, max_units: int, refs: Any

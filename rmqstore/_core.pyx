@@ -400,6 +400,7 @@ __all__ = [
     "read_keyed",
     "time_lookup",
     "query_keyed",
+    "read_ext",
     "pull_views",
     "pull_messages",
 ]
@@ -3673,15 +3674,24 @@ cdef object _ext_at(object message_type, const unsigned char *b, Py_ssize_t p0, 
     return m
 
 
-cdef bint _topic_is(const unsigned char *b, Py_ssize_t p0, const char *tb, Py_ssize_t tl) noexcept:
-    """Whether the valid record at b + p0 stores topic *tb* (UTF-8)."""
+cdef inline const unsigned char *_topic_at(const unsigned char *b, Py_ssize_t p0, Py_ssize_t *n) noexcept:
+    """The topic bytes of the valid record at b + p0, their length in n."""
     cdef int32_t sys_flag = ld32(b + p0 + 36)
     cdef Py_ssize_t p = p0 + 68 + (20 if sys_flag & BORNHOST_V6_FLAG else 8) + \
         (20 if sys_flag & STOREHOSTADDRESS_V6_FLAG else 8)
     p += 4 + ld32(b + p)
     if ld32(b + p0 + 4) == MESSAGE_MAGIC_CODE:
-        return b[p] == tl and memcmp(b + p + 1, tb, tl) == 0
-    return ld16(b + p) == tl and memcmp(b + p + 2, tb, tl) == 0
+        n[0] = b[p]
+        return b + p + 1
+    n[0] = ld16(b + p)
+    return b + p + 2
+
+
+cdef bint _topic_is(const unsigned char *b, Py_ssize_t p0, const char *tb, Py_ssize_t tl) noexcept:
+    """Whether the valid record at b + p0 stores topic *tb* (UTF-8)."""
+    cdef Py_ssize_t n
+    cdef const unsigned char *t = _topic_at(b, p0, &n)
+    return n == tl and memcmp(t, tb, tl) == 0
 
 
 cdef const unsigned char *_props_of(const unsigned char *b, Py_ssize_t p0, Py_ssize_t *n) noexcept:
@@ -3923,6 +3933,36 @@ cdef object _query_keyed(index, commitlog, topic, key, max_num, begin, end, mess
     finally:
         PyBuffer_Release(&iv)
         _free(&found)
+    return out
+
+
+def read_ext(commitlog, physical_offset, message_type, list out not None, refs):
+    cdef _View v
+    cdef Py_ssize_t p0, limit, tl
+    cdef const unsigned char *b
+    cdef const unsigned char *t
+    cdef rmq_i128 phy = _wide(physical_offset)
+    cdef bint gc_was
+    if not _may_read(refs):
+        return None
+    _ext_offsets(message_type)
+    bufs = _view_of(&v, commitlog)
+    if phy < v.lo or phy >= v.hi:
+        return out
+    # a MessageExt is made below: no collection may run Python code (as query_keyed)
+    gc_was = PyGC_Disable()
+    try:
+        b = _view_at(&v, bufs, <long long>phy, &p0, &limit)
+        if b != NULL and _check(b, v.buf.len, p0, limit, True, 0,
+                                _idx(rmq_getattr(commitlog, "max_record_size", &_AC_CL_MAXREC))) > 0 \
+                and ld64(b + p0 + 28) == phy:
+            t = _topic_at(b, p0, &tl)
+            PyList_Append(out, _ext_at(message_type, b, p0, PyUnicode_DecodeUTF8(<const char *>t, tl, "replace"),
+                                       _Repeats.__new__(_Repeats)))
+    finally:
+        if gc_was:
+            PyGC_Enable()
+        PyBuffer_Release(&v.buf)
     return out
 
 

@@ -44,7 +44,7 @@ KERNELS = (
     "scan_records", "read_record", "read_store_timestamp", "cq_put", "cq_get", "cq_units", "cq_scan",
     "cq_search_time", "index_put", "index_put_keys", "index_select", "Appender", "AppendLock", "PutGate", "ReadGate",
     "pull_units",
-    "read_keyed", "time_lookup", "query_keyed", "pull_views", "pull_messages",
+    "read_keyed", "time_lookup", "query_keyed", "read_ext", "pull_views", "pull_messages",
 )
 
 
@@ -78,6 +78,7 @@ if TYPE_CHECKING:
         pull_units,
         pull_views,
         query_keyed,
+        read_ext,
         read_keyed,
         read_record,
         read_store_timestamp,

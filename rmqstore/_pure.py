@@ -82,6 +82,7 @@ __all__ = [
     "read_keyed",
     "time_lookup",
     "query_keyed",
+    "read_ext",
     "pull_views",
     "pull_messages",
 ]
@@ -1895,6 +1896,19 @@ def pull_units(
     return done, event, False
 
 
+def _record_at(view: tuple, phy: int, max_size: int):
+    """decode_record's fields of the valid record (body CRC checked, at most
+    *max_size* bytes) at physical offset *phy* of a CommitLog *view*, or None:
+    below its minimum (cleaned up), past its end, or no valid record there."""
+    bufs, fs, base, lo, hi = view
+    seg = (phy - base) // fs
+    if phy < lo or phy >= hi or phy < base or seg >= len(bufs):
+        return None
+    seg_start = base + seg * fs
+    fields = read_record(bufs[seg], phy - seg_start, min(fs, hi - seg_start), phy, max_size, True)
+    return fields if type(fields) is tuple else None
+
+
 def read_keyed(view: tuple, offsets: list, topic: str, key: str, max_size: int, message_type, out: list) -> None:
     """``query_messages``' reads (fixes RocketMQ #3613 hash collisions,
     P-1/P-16): each physical offset of *offsets* once, in order, skipping
@@ -1910,19 +1924,14 @@ def read_keyed(view: tuple, offsets: list, topic: str, key: str, max_size: int, 
     if type(offsets) is not list:
         raise TypeError("offsets must be a list of int")
     _check_view(*view)
-    bufs, fs, base, lo, hi = view
     seen = set()
     for phy in offsets:
         phy = operator.index(phy)
-        if phy in seen or phy < lo:
+        if phy in seen:
             continue
         seen.add(phy)
-        seg = (phy - base) // fs
-        if phy >= hi or phy < base or seg >= len(bufs):
-            continue
-        seg_start = base + seg * fs
-        fields = read_record(bufs[seg], phy - seg_start, min(fs, hi - seg_start), phy, max_size, True)
-        if type(fields) is not tuple or fields[15] != topic:
+        fields = _record_at(view, phy, max_size)
+        if fields is None or fields[15] != topic:
             continue
         props = parse_properties(fields[16])
         if props.get("UNIQ_KEY") == key or key in (props.get("KEYS") or "").split(" "):
@@ -1972,6 +1981,29 @@ def query_keyed(index, commitlog, topic: str, key: str, max_num: int, begin: int
         offsets = index.query_offsets(topic, key, max_num, begin, end)
         if offsets:
             read_keyed(commitlog.segment_view(), offsets, topic, key, commitlog.max_record_size, message_type, out)
+        return out
+
+    return _held(refs, read)
+
+
+def read_ext(commitlog, physical_offset: int, message_type, out: list, refs):
+    """``get_message`` in one call: the valid record (body CRC checked, at
+    most ``commitlog.max_record_size`` bytes) that starts at CommitLog
+    physical offset *physical_offset*, read through
+    ``commitlog.segment_view()`` and appended to *out* as
+    ``message_type(fields)`` (see ``pull_units``); nothing is appended below
+    the minimum offset, past the end (any int, past int64 too) or where no
+    valid record starts. *refs* as in :func:`time_lookup`. Returns *out*,
+    or None (nothing read) when the caller must hold a reference and call
+    again with ``refs=None``. Raises TypeError unless *physical_offset* is
+    an int (``__index__``)."""
+    _check_ext_type(message_type)
+    phy = operator.index(physical_offset)
+
+    def read():
+        fields = _record_at(commitlog.segment_view(), phy, commitlog.max_record_size)
+        if fields is not None:
+            out.append(message_type(fields))
         return out
 
     return _held(refs, read)

@@ -64,7 +64,6 @@ from .message import (
     PutColumnsResult,
     PutMessageResult,
     PutMessageStatus,
-    decode_offset_msg_id,
     encode_host,
     offset_msg_id,
 )
@@ -1419,16 +1418,19 @@ class MessageStore:
     # --- reading ---------------------------------------------------------------------
 
     def get_message(self, physical_offset: int):
-        """The record starting at *physical_offset* as a :class:`MessageExt`, or
-        None when no valid record starts there (a record whose body CRC does
-        not match is not valid: every read checks it)."""
-        self._ensure_open()
-        self._refs.hold()
-        try:
-            fields = self.commitlog.read(physical_offset)
-        finally:
-            self._refs.release()
-        return None if fields is None else MessageExt(fields)
+        """The record starting at CommitLog physical offset *physical_offset*
+        (an int, bytes) as a :class:`MessageExt`, or None when no valid record
+        starts there: below the minimum offset, at or past the maximum, or not
+        a record boundary (a record whose body CRC does not match is not
+        valid: every read checks it). RocketMQ ``lookMessageByOffset``.
+
+        Raises TypeError unless *physical_offset* is an int; StoreClosedError."""
+        if self._closed:
+            self._ensure_open()
+        out: list = []
+        if k.read_ext(self.commitlog, physical_offset, MessageExt, out, self._refs) is None:  # clean-up at work
+            self._held(k.read_ext, self.commitlog, physical_offset, MessageExt, out)
+        return out[0] if out else None
 
     def iter_messages(self, start_offset: int = 0):
         """Yield every stored message in CommitLog order from physical offset
@@ -1452,10 +1454,13 @@ class MessageStore:
                     offsets = self.commitlog.iter_offsets(mn)
                     continue
                 at = nxt[0]
-                fields = self.commitlog.read(at, strict=True)
+                out: list = []
+                k.read_ext(self.commitlog, at, MessageExt, out, None)
+                if not out:  # raises CorruptedFileError with the reason
+                    out.append(MessageExt(self.commitlog.read(at, strict=True)))
             finally:
                 refs.release()
-            yield MessageExt(fields)
+            yield out[0]
 
     @property
     def min_physical_offset(self) -> int:
@@ -1834,17 +1839,23 @@ class MessageStore:
         return out
 
     def look_message_by_msg_id(self, msg_id: str):
-        """The message with offset message id *msg_id* (SPEC §4.1), or None when
-        the id is malformed, points nowhere, or names another store host."""
-        self._ensure_open()
+        """The message with offset message id *msg_id* (SPEC §4.1: store host
+        and port, then physical offset, as 32 or 56 hex digits in either
+        case), or None when the id is malformed, points nowhere, or names
+        another store host. RocketMQ ``viewMessage`` by offset msgId."""
+        if self._closed:
+            self._ensure_open()
+        if not isinstance(msg_id, str) or len(msg_id) not in (32, 56):
+            return None
         try:
-            _host, offset = decode_offset_msg_id(msg_id)
+            raw = bytes.fromhex(msg_id)
         except ValueError:
             return None
-        m = self.get_message(offset)
-        if m is None or m.msg_id != msg_id.upper():
+        if len(raw) * 2 != len(msg_id):  # (fromhex skips whitespace)
             return None
-        return m
+        m = self.get_message(int.from_bytes(raw[-8:], "big", signed=True))
+        # (the record is at that offset: the same id unless another host stored it)
+        return m if m is not None and m.store_host_raw == raw[:-8] else None
 
     def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp: int, boundary: str = "lower") -> int:
         """Queue offset of the first (``"lower"``) or last (``"upper"``) message

@@ -1,5 +1,6 @@
-"""The whole-lookup kernels: ``time_lookup`` (``get_offset_in_queue_by_time``)
-and ``query_keyed`` (``query_messages``) in one call each.
+"""The whole-lookup kernels: ``time_lookup`` (``get_offset_in_queue_by_time``),
+``query_keyed`` (``query_messages``) and ``read_ext`` (``get_message``) in
+one call each.
 
 The twin defines them by the step-by-step path (``ConsumeQueue.offset_by_time``
 over ``segment_view``; ``IndexService.query_offsets`` then ``read_keyed``); the
@@ -10,6 +11,7 @@ nothing read) while a clean-up holds the reader references.
 
 from __future__ import annotations
 
+import os
 import threading
 from types import SimpleNamespace
 
@@ -18,6 +20,7 @@ from conftest import ListClock
 from test_kernels import _need_core
 
 from rmqstore import Message, MessageStore, StoreConfig, _pure
+from rmqstore._layout import MESSAGE_MAGIC_CODE_V2
 from rmqstore.mapped_file import ReferenceResource
 from rmqstore.message import MessageExt
 
@@ -169,26 +172,34 @@ def test_core_lookups_decline_while_clean_up_holds_the_references(store):
     out: list = []
     assert core.time_lookup(cq, s.commitlog, times[3], False, refs) is None
     assert core.query_keyed(s.index, s.commitlog, "T", "k1", 64, 0, 2**63 - 1, MessageExt, out, refs) is None
+    assert core.read_ext(s.commitlog, 0, MessageExt, out, refs) is None
     assert out == []
     refs.release_exclusive()
     assert core.time_lookup(cq, s.commitlog, times[3], False, refs) == 1  # the first of its group
     assert core.query_keyed(s.index, s.commitlog, "T", "k1", 64, 0, 2**63 - 1, MessageExt, out, refs) is out
     assert out
+    assert core.read_ext(s.commitlog, 0, MessageExt, out, refs) is out and out[-1].physical_offset == 0
 
 
-@pytest.mark.parametrize("lookup", ["time", "key"])
+@pytest.mark.parametrize("lookup", ["time", "key", "offset"])
 def test_store_lookups_wait_for_a_clean_up_then_answer(store, lookup):
     """A lookup that meets a clean-up holding the references waits for it to
     end (RocketMQ's reference counting), then answers from the files as
     they are: both implementations."""
     s, times = store
-    want = (s.get_offset_in_queue_by_time("T", 0, times[9]) if lookup == "time"
-            else _offsets(s.query_messages("T", "k2")))
+    phy = s.query_messages("T", "k2")[-1].physical_offset
+
+    def look():
+        if lookup == "time":
+            return s.get_offset_in_queue_by_time("T", 0, times[9])
+        if lookup == "key":
+            return _offsets(s.query_messages("T", "k2"))
+        return s.get_message(phy).physical_offset
+
+    want = look()
     assert s._refs.acquire_exclusive(1.0)
     got: list = []
-    worker = threading.Thread(target=lambda: got.append(
-        s.get_offset_in_queue_by_time("T", 0, times[9]) if lookup == "time"
-        else _offsets(s.query_messages("T", "k2"))))
+    worker = threading.Thread(target=lambda: got.append(look()))
     try:
         worker.start()
         worker.join(0.2)
@@ -242,3 +253,108 @@ def test_key_lookups_past_the_first_buffers(tmp_path):
             core.query_keyed(s.index, s.commitlog, "T", key, 500, 0, 2**63 - 1, MessageExt, got, None)
             assert got == want and len(got) == count
             assert s.query_messages("T", key, 500) == want
+
+
+# --- read_ext (get_message) ------------------------------------------------------------------
+
+
+def _read_ext_both(commitlog, phy):
+    """read_ext's answer, the same from the twin and the core, with and
+    without a reference to take: the MessageExt at *phy*, or None."""
+    kernels = [_pure] + ([_need_core()])
+    answers = []
+    for k in kernels:
+        for refs in (None, ReferenceResource()):
+            out: list = []
+            assert k.read_ext(commitlog, phy, MessageExt, out, refs) is out
+            assert len(out) <= 1
+            answers.append(out[0] if out else None)
+    assert all(a == answers[0] for a in answers), phy
+    return answers[0]
+
+
+def test_read_ext_reads_what_commitlog_read_reads(store):
+    """Every record start of several CommitLog files, and offsets where no
+    record starts (inside one, past the end, below the start, past int64):
+    read_ext answers ``MessageExt(commitlog.read(phy))``, or None where that
+    is None."""
+    s, _ = store
+    cl = s.commitlog
+    starts = [off for off, _size in cl.iter_offsets(0)]
+    assert len(starts) == sum(GROUPS)
+    odd = {0, 1, 7, starts[5] + 1, starts[5] - 1, cl.max_offset(), cl.max_offset() - 1, cl.max_offset() + 1,
+           cl.file_size, cl.file_size - 1, -1, -(2**70), 2**63 - 1, 2**63, 2**70}
+    for phy in sorted(set(starts) | odd):
+        fields = cl.read(phy) if -(2**63) <= phy < 2**63 else None
+        got = _read_ext_both(cl, phy)
+        if fields is None:
+            assert got is None, phy
+        else:
+            assert got == MessageExt(fields) and got.physical_offset == phy
+    assert s.get_message(starts[3]) == MessageExt(cl.read(starts[3]))
+    assert s.get_message(starts[3] + 1) is None
+
+
+def test_read_ext_skips_files_cleaned_up(store):
+    """Records of a CommitLog file no longer in the queue (clean-up deleted
+    it) are gone, the rest are read."""
+    s, _ = store
+    cl = s.commitlog
+    first = cl.queue.files[0]
+    inside = [off for off, _size in cl.iter_offsets(0) if off < first.file_from_offset + cl.file_size]
+    after = first.file_from_offset + cl.file_size
+    cl.queue.files.remove(first)
+    try:
+        for phy in inside:
+            assert _read_ext_both(cl, phy) is None
+        assert _read_ext_both(cl, after) == MessageExt(cl.read(after))
+    finally:
+        cl.queue.files.insert(0, first)
+
+
+def test_read_ext_refuses_what_is_not_an_int(store):
+    s, _ = store
+    for k in [_pure, _need_core()]:
+        for bad in (1.0, "0", None, b"\0"):
+            with pytest.raises(TypeError):
+                k.read_ext(s.commitlog, bad, MessageExt, [], None)
+    with pytest.raises(TypeError):
+        s.get_message("0")
+
+
+def test_read_ext_checks_the_body_and_decodes_the_topic_as_decode_record(tmp_path):
+    """A record whose body CRC does not match, or whose physical offset field
+    names another offset, is not read; a topic whose bytes are not UTF-8
+    (the body CRC does not cover them) reads with U+FFFD, as decode_record
+    decodes it; v6 hosts and long (v2) topics read whole."""
+    cfg = TINY.replace(auto_message_version_on_topic_len=True, mapped_file_size_commit_log=1 << 16)
+    with MessageStore.open(tmp_path, cfg, clock=ListClock(range(T0, T0 + 100))) as s:
+        rs = [s.put_message(Message("Tx", b"body-a", keys="a")),
+              s.put_message(Message("Ty", b"body-b", keys="b")),
+              s.put_message(Message("L" * 200, b"body-c", born_host="[::1]:9876", store_host="[fe80::1]:10911")),
+              s.put_message(Message("Tz", b"body-d", keys="d"))]
+        s.flush()
+        path = s.commitlog.queue.files[0].path
+        with open(path, "r+b") as fh:  # (the mapping is shared: the store sees these writes)
+            # a record ends: body, topic length (1 byte), topic, properties length (2), properties
+            m0 = s.get_message(rs[0].wrote_offset)
+            fh.seek(rs[0].wrote_offset + rs[0].wrote_bytes - len(m0.properties_blob) - 2 - 2 - 1 - len(m0.body))
+            assert fh.read(1) == b"b"
+            fh.seek(-1, os.SEEK_CUR)
+            fh.write(b"B")  # the first byte of the body
+            topic_at = rs[1].wrote_offset + rs[1].wrote_bytes - len(s.get_message(rs[1].wrote_offset).properties_blob) - 2 - 1
+            fh.seek(topic_at)
+            assert fh.read(1) == b"y"
+            fh.seek(topic_at)
+            fh.write(b"\xff")
+            fh.seek(rs[3].wrote_offset + 28)  # PHYSICALOFFSET: 8 bytes, not under the CRC
+            fh.write((rs[3].wrote_offset + 1).to_bytes(8, "big"))
+        assert s.commitlog.read(rs[0].wrote_offset) is None
+        assert _read_ext_both(s.commitlog, rs[0].wrote_offset) is None
+        m1 = _read_ext_both(s.commitlog, rs[1].wrote_offset)
+        assert m1 == MessageExt(s.commitlog.read(rs[1].wrote_offset)) and m1.topic == "T\ufffd"
+        m2 = _read_ext_both(s.commitlog, rs[2].wrote_offset)
+        assert m2 == MessageExt(s.commitlog.read(rs[2].wrote_offset)) and m2.topic == "L" * 200
+        assert m2.magic_code == MESSAGE_MAGIC_CODE_V2 and m2.sys_flag & 0x30 == 0x30  # a v2 record, both hosts v6
+        assert s.commitlog.read(rs[3].wrote_offset) is None  # a record that is not where it says it is
+        assert _read_ext_both(s.commitlog, rs[3].wrote_offset) is None

@@ -717,7 +717,8 @@ def test_look_message_by_msg_id(tmp_path):
             assert r.msg_id == "0A00000100002A9F" + f"{r.wrote_offset:016X}"
             assert s.look_message_by_msg_id(r.msg_id).physical_offset == r.wrote_offset
         good = rs[1].msg_id
-        for bad in ["", "zz", good[:-1], "G" * 32, good + "00", None, 12345, "0A00000100002A9F" + "F" * 16]:
+        spaced = " ".join(good[i : i + 2] for i in range(0, 32, 2)).ljust(56)  # 56 characters, good's 16 bytes
+        for bad in ["", "zz", good[:-1], "G" * 32, good + "00", None, 12345, "0A00000100002A9F" + "F" * 16, spaced]:
             assert s.look_message_by_msg_id(bad) is None, bad
         other_host = "0A00000200002A9F" + good[16:]
         assert s.look_message_by_msg_id(other_host) is None
