@@ -236,8 +236,7 @@ class Consumer:
         q, nxt = self._inflight
         self._inflight = None
         acked = self._acked
-        if nxt > acked[q]:
-            acked[q] = nxt
+        acked[q] = max(acked[q], nxt)
         if not self._buf[q] and self._pos[q] > acked[q]:
             acked[q] = self._pos[q]  # the rest of the batch was filtered out
         self._dirty.add(q)

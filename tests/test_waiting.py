@@ -3,6 +3,7 @@
 import asyncio
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -93,6 +94,75 @@ def test_close_wakes_long_polls(tmp_path):
     s.close()
     t.join(30)
     assert not t.is_alive() and out[0].messages == []
+
+
+class CountingExecutor(ThreadPoolExecutor):
+    """A thread pool that counts the calls sent to it, by function name."""
+
+    def __init__(self):
+        super().__init__(2)
+        self.calls: list = []
+
+    def submit(self, fn, /, *args, **kwargs):
+        name = getattr(fn, "func", fn).__name__
+        self.calls.append("put_message" if name == "put" else name)  # (the core's PutGate.put)
+        return super().submit(fn, *args, **kwargs)
+
+
+@pytest.mark.parametrize("inline", [True, False])
+def test_asyncio_front_runs_on_the_loop_what_does_not_wait(tmp_path, inline):
+    """A put (ASYNC_FLUSH), a pull that finds messages or is not to wait and
+    the lookups run on the loop's thread (a hop to a thread costs ~100 µs);
+    a pull that is to wait for messages, batches, flush and close go to the
+    executor, and with inline=False everything does. Answers are the store's."""
+    ex = CountingExecutor()
+
+    async def main():
+        async with await AsyncMessageStore.open(tmp_path / "s", config=SMALL, executor=ex, inline=inline) as store:
+            assert ex.calls == ["open"]
+            r = await store.put_message(Message("T", b"a", keys="k"))
+            got = await store.get_messages("T", 0, 0, wait_ms=60_000)  # found: no wait
+            assert [m.body for m in got.messages] == [b"a"]
+            empty = await store.get_messages("T", 0, 1)  # nothing, not to wait
+            assert empty.messages == [] and empty.status is GetMessageStatus.OFFSET_OVERFLOW_ONE
+            assert (await store.get_message(r.wrote_offset)).body == b"a"
+            assert [m.body for m in await store.query_messages("T", "k")] == [b"a"]
+            assert await store.get_offset_in_queue_by_time("T", 0, r.store_timestamp) == 0
+            on_loop = ["put_message", "get_messages", "get_messages", "get_message", "query_messages",
+                       "get_offset_in_queue_by_time"]
+            assert ex.calls == ["open"] + ([] if inline else on_loop)
+            del ex.calls[1:]
+            waiter = asyncio.create_task(store.get_messages("T", 0, 1, wait_ms=60_000))
+            await asyncio.sleep(0.02)
+            assert not waiter.done() and ex.calls == ["open", "get_messages"]  # waiting in a thread
+            await store.put_messages([Message("T", b"b")])
+            assert [m.body for m in (await waiter).messages] == [b"b"]
+            await store.flush()
+            assert ex.calls == ["open", "get_messages", "put_messages", "flush"]
+            with pytest.raises(TypeError):  # a wait_ms that is not an int: the store's method decides
+                await store.get_messages("T", 0, 2, wait_ms="1")
+        assert ex.calls[-2:] == ["get_messages", "close"]
+
+    try:
+        asyncio.run(main())
+    finally:
+        ex.shutdown()
+
+
+def test_asyncio_front_sync_flush_puts_wait_in_the_executor(tmp_path):
+    ex = CountingExecutor()
+
+    async def main():
+        cfg = SMALL.replace(flush_disk_type="SYNC_FLUSH")
+        async with await AsyncMessageStore.open(tmp_path / "s", config=cfg, executor=ex) as store:
+            r = await store.put_message(Message("T", b"a"))
+            assert (await store.get_message(r.wrote_offset)).body == b"a"
+        assert ex.calls == ["open", "put_message", "close"]
+
+    try:
+        asyncio.run(main())
+    finally:
+        ex.shutdown()
 
 
 def test_asyncio_front(tmp_path):
