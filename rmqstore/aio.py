@@ -6,8 +6,9 @@ not in a busy loop, and so do SYNC_FLUSH puts (they wait for the disk),
 batches, ``flush``, ``open`` and ``close``. The others (a pull that finds
 messages, lookups, an ASYNC_FLUSH put) take about a microsecond and run on
 the loop's thread, because a hop to a thread and back costs ~100 µs on a
-small machine (``run_in_executor``: ~10,000 calls/s here). With
-``inline=False`` every call goes to the executor.
+small machine (``run_in_executor``: ~10,000 calls/s here). Like any
+synchronous code, a call run on the loop returns without letting other
+tasks run. With ``inline=False`` every call goes to the executor.
 
     async with await AsyncMessageStore.open(path) as store:
         await store.put_message(Message("T", b"x"))
