@@ -784,3 +784,105 @@ def test_zero_consume_queue_file_after_a_full_one(root, size):
                 r = s.put_message(Message("OrderTopic", b"x", queue_id=0))
                 assert r.queue_offset == 32
                 assert s.get_messages("OrderTopic", 0, 32).messages[0].physical_offset == r.wrote_offset
+
+
+# --- index geometry, as a read-only open infers it ------------------------------------------
+
+
+def _fits_by_definition(data: bytes, s: int, n: int) -> bool:
+    """The rule index._geometry_fits checks, one slot at a time: entry 0
+    unused, header count <= n, as many non-zero slots as the header's slot
+    count, each pointing below the entry count at an entry whose key hash
+    is >= 0 and falls in that slot."""
+    slot_count, count = struct.unpack_from(">ii", data, 32)
+    count = max(count, 1)
+    base = 40 + 4 * s
+    if count > n or any(data[base : base + 20]):
+        return False
+    used = 0
+    for slot in range(s):
+        v = struct.unpack_from(">i", data, 40 + 4 * slot)[0]
+        if v == 0:
+            continue
+        used += 1
+        if not 0 < v < count:
+            return False
+        key_hash = struct.unpack_from(">i", data, base + 20 * v)[0]
+        if key_hash < 0 or key_hash % s != slot:
+            return False
+    return used == slot_count
+
+
+def _golden_index(tmp_path):
+    root = copy_golden_store(GOLD, tmp_path / "s")
+    names = sorted(os.listdir(root / "index"))
+    return [str(root / "index" / name) for name in names]
+
+
+# geometries of the golden files' size (6440 bytes: 100 slots, 300 entries) and two others of that size
+GEOMETRIES = [(100, 300), (105, 299), (95, 301)]
+
+
+def test_index_geometry_of_the_golden_files(tmp_path):
+    """RocketMQ's files fit their own geometry only; a read-only open without
+    a config infers it, and names the file that breaks it."""
+    from rmqstore.index import _geometry_fits, infer_index_geometry
+
+    paths = _golden_index(tmp_path)
+    for p in paths:
+        assert [_geometry_fits(p, s, n) for s, n in GEOMETRIES] == [True, False, False]
+    assert infer_index_geometry(paths) == (100, 300)
+    patch_file(paths[1], 40 + 4 * 7, struct.pack(">i", 299))  # a slot pointing past the entries written
+    with pytest.raises(CorruptedFileError, match="geometry") as e:
+        infer_index_geometry(paths)
+    assert e.value.path == paths[1]
+
+
+@pytest.mark.parametrize("damage", [
+    "entry-0-used", "slot-past-count", "slot-negative", "negative-key-hash", "hash-in-another-slot",
+    "slot-count-high", "slot-count-low", "count-past-n", "empty-file",
+])
+def test_index_geometry_check_refuses_each_broken_rule(tmp_path, damage):
+    from rmqstore.index import _geometry_fits
+
+    p = _golden_index(tmp_path)[0]
+    data = read_bytes(p)
+    slot_count, count = struct.unpack_from(">ii", data, 32)
+    used = [i for i in range(100) if struct.unpack_from(">i", data, 40 + 4 * i)[0]]
+    first = used[0]
+    v = struct.unpack_from(">i", data, 40 + 4 * first)[0]
+    base = 40 + 400
+    free = next(i for i in range(100) if i not in used)
+    patches = {
+        "entry-0-used": [(base + 3, b"\x01")],
+        "slot-past-count": [(40 + 4 * first, struct.pack(">i", count))],
+        "slot-negative": [(40 + 4 * first, struct.pack(">i", -v))],
+        "negative-key-hash": [(base + 20 * v, struct.pack(">i", first - 100))],  # (in its slot, mod 100)
+        "hash-in-another-slot": [(40 + 4 * first, bytes(4)), (40 + 4 * free, struct.pack(">i", v))],
+        "slot-count-high": [(32, struct.pack(">i", slot_count + 1))],
+        "slot-count-low": [(32, struct.pack(">i", slot_count - 1))],
+        "count-past-n": [(36, struct.pack(">i", 301))],
+        "empty-file": [(32, struct.pack(">ii", 0, 0) + bytes(len(data) - 40))],
+    }
+    for off, b in patches[damage]:
+        patch_file(p, off, b)
+    want = damage == "empty-file"  # no keys at all: any geometry of the size fits
+    assert _fits_by_definition(read_bytes(p), 100, 300) is want
+    assert _geometry_fits(p, 100, 300) is want
+
+
+@settings(max_examples=scaled(40), deadline=None, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(patches=st.lists(st.tuples(st.integers(32, 40 + 400 + 20 * 120), st.binary(min_size=1, max_size=4)),
+                        min_size=1, max_size=4))
+def test_index_geometry_check_agrees_with_its_definition(tmp_path_factory, patches):
+    """Bytes overwritten in the header, the slots and the first entries:
+    _geometry_fits answers as the slot-by-slot definition, for the file's
+    geometry and two others of its size."""
+    from rmqstore.index import _geometry_fits
+
+    p = _golden_index(tmp_path_factory.mktemp("geo"))[1]
+    for off, b in patches:
+        patch_file(p, off, b)
+    data = read_bytes(p)
+    for s, n in GEOMETRIES:
+        assert _geometry_fits(p, s, n) is _fits_by_definition(data, s, n), (s, n)
