@@ -15,7 +15,7 @@ import struct
 import pytest
 
 from conftest import copy_golden_store, dump_messages, golden_store, load_dump, load_input
-from rmqstore import Message, MessageStore, StoreConfig
+from rmqstore import Message, MessageStore, StoreConfig, _pure
 from rmqstore.cli import main
 from rmqstore.tools import Problem, recover_store, salvage_store, verify_store
 
@@ -107,6 +107,44 @@ def test_golden_store_has_no_problems_and_is_not_touched(name):
     before = hash_tree(root)
     assert verify_store(root) == []
     assert hash_tree(root) == before
+
+
+def test_verify_keeps_the_records_it_walked_as_columns(tmp_path):
+    """The verifier's record table gives back each record as it was added
+    (keys of every count, topics and files shared by number) and finds
+    records by physical offset only where one starts."""
+    from rmqstore.tools import _Rec, _RecordTable, _Verifier
+
+    recs = [
+        _Rec("commitlog/0", 0, 0, 100, "T", 0, 0, 0, 7, frozenset()),
+        _Rec("commitlog/0", 100, 100, 120, "Other", 3, 2**40, 8, -(2**62), frozenset({5})),
+        _Rec("commitlog/1", 0, 4096, 90, "T", 2**31 - 1, 1, 4, 0, frozenset({0, 2**31 - 1, 77})),
+        _Rec("commitlog/1", 90, 4186, 95, "T", 1, 2, 0, 9, frozenset()),
+    ]
+    table = _RecordTable()
+    for r in recs:
+        table.add(r)
+    assert len(table) == 4 and list(table) == recs
+    assert [table.get(r.phys) for r in recs] == recs
+    assert [table.get(p) for p in (-1, 1, 99, 4095, 4187, 10**6)] == [None] * 6
+    assert table.names == ["T", "commitlog/0", "Other", "commitlog/1"]
+    with pytest.raises(ValueError):
+        table.add(recs[0])  # the walk adds in physical-offset order only
+    # the golden store's walk: every record found where the dump says
+    v = _Verifier(str(golden_store("basic")), None)
+    try:
+        v.commitlog()
+        dump = dump_messages("basic")
+        assert len(v.records) == len(dump)
+        for m in dump:
+            rec = v.lookup(m["physicalOffset"])
+            assert (rec.phys, rec.size, rec.topic, rec.queue_id, rec.queue_offset, rec.tags_code) == (
+                m["physicalOffset"], m["totalSize"], m["topic"], m["queueId"], m["queueOffset"],
+                m["dispatch"]["tagsCode"])
+            keys = [m["dispatch"]["uniqKey"]] + (m["dispatch"]["keys"] or "").split(" ")
+            assert rec.key_hashes == {_pure.index_key_hash(f"{m['topic']}#{key}") for key in keys if key}
+    finally:
+        v.close()
 
 
 def test_cli_verify_golden(capsys):
