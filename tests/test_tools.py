@@ -425,6 +425,18 @@ def test_salvage_of_a_healthy_store_is_byte_identical(tmp_path):
     assert verify_store(tmp_path / "out") == []
 
 
+def test_salvage_takes_bodies_longer_than_the_config_allows(tmp_path):
+    """A source whose bodies pass the given config's max_message_size is
+    copied whole: the output store's limit is raised to the longest body."""
+    src = tmp_path / "src"
+    with MessageStore.open(src, StoreConfig(mapped_file_size_commit_log=1 << 16)) as s:
+        for i in range(5):
+            s.put_message(Message("T", bytes([i]) * (600 + 700 * i)))
+    report = salvage_store(src, tmp_path / "out", StoreConfig(max_message_size=1024))
+    assert report["messages_copied"] == 5 and report["not_copied"] == []
+    assert [len(m.body) for m in _messages(tmp_path / "out")] == [600 + 700 * i for i in range(5)]
+
+
 def test_salvage_of_a_damaged_store(root, tmp_path):
     a = seg_records(0)[70]
     b = seg_records(2)[15]
