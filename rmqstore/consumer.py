@@ -243,10 +243,16 @@ class Consumer:
 
     def _commit_acked(self) -> None:
         acked, committed, dirty = self._acked, self._committed, self._dirty
-        changed = {q: acked[q] for q in dirty if committed.get(q) != acked[q]}
-        dirty.clear()
-        if not changed:
-            return
+        if len(dirty) == 1:  # (a message at a time: its queue only)
+            q = dirty.pop()
+            if committed.get(q) == acked[q]:
+                return
+            changed = {q: acked[q]}
+        else:
+            changed = {q: acked[q] for q in dirty if committed.get(q) != acked[q]}
+            dirty.clear()
+            if not changed:
+                return
         try:
             self._offsets._commit_checked(self._key, changed, self.sync)
         except BaseException:

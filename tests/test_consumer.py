@@ -575,6 +575,26 @@ def test_consumer_commits_each_message_when_the_next_is_asked_for(tmp_path):
         assert s.get_committed_offset("G", "T", 0) == 4
 
 
+@pytest.mark.parametrize("per_queue", [(3,), (3, 2)], ids=["one-queue", "two-queues"])
+def test_consumer_commits_each_acknowledgement_once(tmp_path, monkeypatch, per_queue):
+    """One commit per message acknowledged, none for a pull or a drained
+    queue (with sync=True each would replace the file)."""
+    from rmqstore.offsets import ConsumerOffsetStore
+
+    commits: list = []
+    real = ConsumerOffsetStore._commit_checked
+    monkeypatch.setattr(ConsumerOffsetStore, "_commit_checked",
+                        lambda self, key, checked, sync: (commits.append(dict(checked)), real(self, key, checked, sync)))
+    with open_store(tmp_path / "s") as s:
+        fill(s, per_queue=per_queue)
+        c = s.consumer("G", "T", batch=2)
+        assert len(list(c)) == sum(per_queue)
+        want = [{0: 1}, {0: 2}, {0: 3}] if per_queue == (3,) else [{0: 1}, {1: 1}, {0: 2}, {1: 2}, {0: 3}]
+        assert commits == want
+        assert list(c) == [] and commits == want  # drained: nothing more to commit
+        c.close()
+
+
 def test_consumer_commit_that_failed_is_made_by_the_next_message(tmp_path, monkeypatch):
     """A persist that fails raises from next() (the message is not handed out);
     the next call commits that progress again, with nothing else moving."""
