@@ -159,6 +159,29 @@ def _maps() -> int:
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc (Linux)")
+def test_a_mapped_file_holds_one_descriptor_where_python_allows(tmp_path):
+    """A store maps a file per queue, so descriptors count against ulimit -n:
+    one per mapped file, as RocketMQ's FileChannel, on Python 3.13+ (mmap's
+    trackfd=False); before 3.13 mmap keeps a copy of its own."""
+    from rmqstore.mapped_file import MappedFile
+
+    before = _fds()
+    files = [MappedFile(tmp_path / f"{i * 4096:020d}", 4096, create=True) for i in range(10)]
+    try:
+        per_file = (_fds() - before) / len(files)
+        files[0].mm[:4] = b"abcd"
+        files[0].wrote_position = 4
+        assert files[0].flush()  # fdatasync on the one descriptor
+    finally:
+        for f in files:
+            f.close()
+    assert per_file == (1 if sys.version_info >= (3, 13) else 2)
+    assert _fds() == before
+    with open(tmp_path / f"{0:020d}", "rb") as fh:
+        assert fh.read(4) == b"abcd"
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc (Linux)")
 def test_handles_and_mappings_do_not_grow_over_2000_open_close_cycles(tmp_path):
     cfg = CFG.replace(clean_service_enable=True, clean_resource_initial_delay=60_000)
     with MessageStore.open(tmp_path, config=cfg) as s:
