@@ -2800,9 +2800,14 @@ cdef class Appender:
         return q
 
     cdef object _queues_of(self, topic):
-        """self.queues[topic], None when unbound (or not a key at all: the
-        step-by-step path then raises the row's error)."""
-        cdef PyObject *o = PyDict_GetItem(self.queues, topic)
+        """self.queues[topic], None when unbound (or not a str at all: the
+        step-by-step path then raises the row's error). PyDict_GetItem only
+        sees an exact str: it would swallow another key's hash error (and
+        3.13 reports that as unraisable)."""
+        cdef PyObject *o
+        if not PyUnicode_CheckExact(topic):
+            return None
+        o = PyDict_GetItem(self.queues, topic)
         return None if o is NULL else <object>o
 
     cdef _Queue _encode_row(self, object by_id, queue_id, tags, keys, uniq, Rec *r, _Queue unbound=None):
@@ -2816,6 +2821,8 @@ cdef class Appender:
         cdef _Queue q
         if self.commit_file is None and unbound is None:
             return None
+        if type(queue_id) is not int:
+            return None  # (Message takes ints only, bools not; and an unhashable key would make the lookup fail)
         o = NULL if by_id is None else PyDict_GetItem(by_id, queue_id)
         if o is NULL:
             if unbound is None:
@@ -2823,8 +2830,6 @@ cdef class Appender:
             q = unbound
         else:
             q = <_Queue>o
-        if type(queue_id) is not int:
-            return None  # (Message takes ints only, bools not)
         try:
             r.queue_id = _i32(queue_id)
         except OverflowError:
