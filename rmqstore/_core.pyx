@@ -3700,13 +3700,11 @@ cdef bint _topic_is(const unsigned char *b, Py_ssize_t p0, const char *tb, Py_ss
 
 
 cdef const unsigned char *_props_of(const unsigned char *b, Py_ssize_t p0, Py_ssize_t *n) noexcept:
-    cdef int32_t sys_flag = ld32(b + p0 + 36)
-    cdef Py_ssize_t p = p0 + 68 + (20 if sys_flag & BORNHOST_V6_FLAG else 8) + \
-        (20 if sys_flag & STOREHOSTADDRESS_V6_FLAG else 8)
-    p += 4 + ld32(b + p)
-    p += (1 + b[p]) if ld32(b + p0 + 4) == MESSAGE_MAGIC_CODE else (2 + ld16(b + p))
-    n[0] = ld16(b + p)
-    return b + p + 2
+    """The properties of the valid record at b + p0 (they follow its topic), their length in n."""
+    cdef Py_ssize_t tl
+    cdef const unsigned char *p = _topic_at(b, p0, &tl) + tl
+    n[0] = ld16(p)
+    return p + 2
 
 
 cdef bint _has_key(const unsigned char *props, Py_ssize_t n, const char *kb, Py_ssize_t kl) noexcept:
