@@ -591,10 +591,12 @@ def _geometry_fits(path, s, n) -> bool:
             used = np.flatnonzero(slots)
             if len(used) != slot_count:
                 return False
+            if not len(used):
+                return True  # (no key yet)
             v = slots[used].astype(np.int64)
-            if len(v) and (v.min() <= 0 or v.max() >= count):
+            if v.min() <= 0 or v.max() >= count:
                 return False
             key_hash = heads[v].astype(np.int64)
-            return not len(v) or bool(key_hash.min() >= 0 and (key_hash % s == used).all())
+            return bool(key_hash.min() >= 0 and (key_hash % s == used).all())
         finally:
             del slots, heads  # (views of the mapping: it closes next)
