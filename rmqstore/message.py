@@ -202,12 +202,21 @@ def offset_msg_id(store_host_raw: bytes, physical_offset: int) -> str:
     return (store_host_raw + struct.pack(">q", physical_offset)).hex().upper()
 
 
-def decode_offset_msg_id(msg_id: str) -> tuple:
-    """``(store_host, physical_offset)`` of an offset message id; raises ValueError if malformed."""
+def _split_offset_msg_id(msg_id) -> tuple:
+    """``(raw store host, physical_offset)`` of an offset message id: 32 or
+    56 hex digits in either case, nothing else. Raises ValueError."""
     if not isinstance(msg_id, str) or len(msg_id) not in (32, 56):
         raise ValueError(f"not an offset message id: {msg_id!r}")
     raw = bytes.fromhex(msg_id)
-    return decode_host(raw[:-8]), struct.unpack(">q", raw[-8:])[0]
+    if len(raw) * 2 != len(msg_id):  # (fromhex skips whitespace)
+        raise ValueError(f"not an offset message id: {msg_id!r}")
+    return raw[:-8], int.from_bytes(raw[-8:], "big", signed=True)
+
+
+def decode_offset_msg_id(msg_id: str) -> tuple:
+    """``(store_host, physical_offset)`` of an offset message id; raises ValueError if malformed."""
+    host_raw, offset = _split_offset_msg_id(msg_id)
+    return decode_host(host_raw), offset
 
 
 class _UniqueKeyFactory:

@@ -64,6 +64,7 @@ from .message import (
     PutColumnsResult,
     PutMessageResult,
     PutMessageStatus,
+    _split_offset_msg_id,
     encode_host,
     offset_msg_id,
 )
@@ -1845,17 +1846,13 @@ class MessageStore:
         another store host. RocketMQ ``viewMessage`` by offset msgId."""
         if self._closed:
             self._ensure_open()
-        if not isinstance(msg_id, str) or len(msg_id) not in (32, 56):
-            return None
         try:
-            raw = bytes.fromhex(msg_id)
+            host_raw, offset = _split_offset_msg_id(msg_id)
         except ValueError:
             return None
-        if len(raw) * 2 != len(msg_id):  # (fromhex skips whitespace)
-            return None
-        m = self.get_message(int.from_bytes(raw[-8:], "big", signed=True))
+        m = self.get_message(offset)
         # (the record is at that offset: the same id unless another host stored it)
-        return m if m is not None and m.store_host_raw == raw[:-8] else None
+        return m if m is not None and m.store_host_raw == host_raw else None
 
     def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp: int, boundary: str = "lower") -> int:
         """Queue offset of the first (``"lower"``) or last (``"upper"``) message

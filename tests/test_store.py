@@ -39,7 +39,7 @@ from rmqstore import (
     StoreLockedError,
     StoreReadOnlyError,
 )
-from rmqstore.message import encode_host
+from rmqstore.message import decode_offset_msg_id, encode_host
 
 SMALL = StoreConfig(
     mapped_file_size_commit_log=4096,
@@ -720,6 +720,10 @@ def test_look_message_by_msg_id(tmp_path):
         spaced = " ".join(good[i : i + 2] for i in range(0, 32, 2)).ljust(56)  # 56 characters, good's 16 bytes
         for bad in ["", "zz", good[:-1], "G" * 32, good + "00", None, 12345, "0A00000100002A9F" + "F" * 16, spaced]:
             assert s.look_message_by_msg_id(bad) is None, bad
+        assert decode_offset_msg_id(good.lower()) == ("10.0.0.1:10911", rs[1].wrote_offset)
+        for bad in ["zz", good[:-1], "G" * 32, spaced, None]:
+            with pytest.raises(ValueError):
+                decode_offset_msg_id(bad)
         other_host = "0A00000200002A9F" + good[16:]
         assert s.look_message_by_msg_id(other_host) is None
         other_port = "0A00000100002AA0" + good[16:]
