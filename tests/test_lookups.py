@@ -261,7 +261,7 @@ def test_key_lookups_past_the_first_buffers(tmp_path):
 def _read_ext_both(commitlog, phy):
     """read_ext's answer, the same from the twin and the core, with and
     without a reference to take: the MessageExt at *phy*, or None."""
-    kernels = [_pure] + ([_need_core()])
+    kernels = [_pure, _need_core()]
     answers = []
     for k in kernels:
         for refs in (None, ReferenceResource()):
