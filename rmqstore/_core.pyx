@@ -639,7 +639,6 @@ cdef struct Rec:
     const unsigned char *topic
     const unsigned char *props
     Py_ssize_t born_len, store_len, body_len, topic_len, props_len, props_field, size
-    uint32_t body_crc
     bint v2, append_crc, sep
 
 
@@ -712,7 +711,6 @@ cdef void _emit(unsigned char *d, Rec *r) noexcept:
     cdef unsigned char head[8]
     st32(head, <uint32_t>r.size)
     st32(head + 4, <uint32_t>(MESSAGE_MAGIC_CODE_V2 if r.v2 else MESSAGE_MAGIC_CODE))
-    st32(d + 8, r.body_crc)
     st32(d + 12, <uint32_t>r.queue_id)
     st32(d + 16, <uint32_t>r.flag)
     st64(d + 20, <uint64_t>r.queue_offset)
@@ -732,6 +730,9 @@ cdef void _emit(unsigned char *d, Rec *r) noexcept:
     q += 16
     if r.body_len:  # memmove: a source view may alias the target buffer
         memmove(q, r.body, r.body_len)
+    # the CRC of the bytes written, not of the source: a body another thread
+    # (or C code without the GIL) changes meanwhile still makes a valid record
+    st32(d + 8, _crc(q, r.body_len) if r.body_len else 0)
     q += r.body_len
     if r.v2:
         st16(q, <uint32_t>r.topic_len)
@@ -793,7 +794,6 @@ cdef int _write(Rec *r, object buf, object pos, object born_host, object store_h
     r.born_len = PyBytes_GET_SIZE(born_host)
     r.store = <const unsigned char *>PyBytes_AS_STRING(store_host)
     r.store_len = PyBytes_GET_SIZE(store_host)
-    r.body_crc = _crc(r.body, r.body_len)
     _emit(<unsigned char *>views[3].buf + p0, r)
     return 0
 
@@ -900,7 +900,6 @@ def encode_record(
         r.born_len = PyBytes_GET_SIZE(born_host)
         r.store = <const unsigned char *>PyBytes_AS_STRING(store_host)
         r.store_len = PyBytes_GET_SIZE(store_host)
-        r.body_crc = _crc(r.body, r.body_len)
         out = PyBytes_FromStringAndSize(NULL, r.size)
         _emit(<unsigned char *>PyBytes_AS_STRING(out), &r)
         return out
@@ -2268,6 +2267,8 @@ cdef class _Queue:
     cdef Py_ssize_t pos, pos0  # pos0: where the call found it
     cdef Py_buffer buf
     cdef _Queue next_touched  # the Appender's list of the queues the call wrote
+    cdef Py_ssize_t planned  # Appender.plan: the call's messages for this queue
+    cdef _Queue next_planned
 
     def __cinit__(self):
         _init_view(&self.buf)
@@ -2276,16 +2277,16 @@ cdef class _Queue:
         PyBuffer_Release(&self.buf)
 
 
-cdef _Queue _placeholder_of(object topic_b):
+cdef _Queue _placeholder_of(object topic, object topic_b):
     """check_all's and check_columns' stand-in for the unbound queues of a
-    topic: a dead _Queue holding the topic's bytes (put_batch / put_columns
-    encode its messages afresh once a queue is bound), None unless
-    *topic_b* is bytes (the store refuses the topic)."""
+    topic: a dead _Queue holding the topic (its key, for plan) and its bytes
+    (put_batch / put_columns encode its messages afresh once a queue is
+    bound), None unless *topic_b* is bytes (the store refuses the topic)."""
     cdef _Queue q
     if not PyBytes_CheckExact(topic_b):
         return None
     q = _Queue()
-    q.topic_b, q.dead = topic_b, True
+    q.topic_b, q.dead, q.key = topic_b, True, topic
     return q
 
 
@@ -2308,6 +2309,7 @@ cdef struct _Enc:
     PyObject *store
     long long prepared, born_timestamp
     Py_ssize_t props_at, props_len  # the property blob, in _Encoded.blobs
+    Py_ssize_t size, n_keys  # the record's bytes as checked, its index keys (for plan)
     int sys_flag, queue_id, flag, reconsume_times
     bint born_default
 
@@ -2350,7 +2352,7 @@ cdef class _Encoded:
         return 0
 
     cdef int _keep(self, Py_ssize_t i, Rec *r, bint born_default, _Queue q, tags, keys, uniq, body,
-                   bytes born, bytes store) except -1:
+                   bytes born, bytes store, Py_ssize_t n_keys) except -1:
         """Entry *i* (not kept before): _encode's fields in *r*, its blob
         copied here."""
         cdef _Enc *e = &self.e[i]
@@ -2368,6 +2370,7 @@ cdef class _Encoded:
         self.blobs_len += r.props_len
         e.sys_flag, e.queue_id, e.flag, e.reconsume_times = r.sys_flag, r.queue_id, r.flag, r.reconsume_times
         e.prepared, e.born_timestamp, e.born_default = r.prepared, r.born_timestamp, born_default
+        e.size, e.n_keys = r.size, n_keys
         Py_INCREF(q)
         Py_INCREF(tags)
         Py_INCREF(keys)
@@ -2591,11 +2594,13 @@ cdef class Appender:
     cdef Py_ssize_t _pair(self, Py_ssize_t at, object name, object value, bint plain=False) except -2:
         """Append ``name\\x01value\\x02`` (UTF-8) at *at*; -1 past the
         properties limit (the caller's step-by-step path raises then), or with
-        *plain* for a value holding a separator (Message refuses it)."""
+        *plain* for a name or value holding a separator (Message refuses it,
+        and its attributes may have been changed since it was made)."""
         cdef Py_ssize_t nl, vl, end
         cdef const char *nb = _utf8(name, &nl)
         cdef const char *vb = _utf8(value, &vl)
-        if plain and (memchr(vb, 1, vl) != NULL or memchr(vb, 2, vl) != NULL):
+        if plain and (memchr(vb, 1, vl) != NULL or memchr(vb, 2, vl) != NULL or
+                      memchr(nb, 1, nl) != NULL or memchr(nb, 2, nl) != NULL):
             return -1
         end = at + nl + vl + 2
         if end > MAX_PROPERTIES_LENGTH:
@@ -2716,18 +2721,18 @@ cdef class Appender:
                 elif self.append_crc and _is(nb, nl, "__CRC32#", 8):
                     continue  # the store writes its own
                 try:
-                    plen = self._pair(plen, name, value)
+                    plen = -1 if nl == 0 else self._pair(plen, name, value, True)
                 except UnicodeError:
                     return None
                 if plen < 0:
                     return None
         try:
             if tags is not None and not seen & 1:
-                plen = self._pair(plen, "TAGS", tags)
+                plen = self._pair(plen, "TAGS", tags, True)
             if plen >= 0 and keys is not None and not seen & 2:
-                plen = self._pair(plen, "KEYS", keys)
+                plen = self._pair(plen, "KEYS", keys, True)
             if plen >= 0 and uniq is not None and not seen & 4:
-                plen = self._pair(plen, "UNIQ_KEY", uniq)
+                plen = self._pair(plen, "UNIQ_KEY", uniq, True)
         except (UnicodeError, TypeError):
             return None
         return None if plen < 0 else self._finish(r, self.scratch, plen, q, tags, keys, uniq, unbound is not None,
@@ -2919,7 +2924,8 @@ cdef class Appender:
                 refused.append(i)
             else:
                 enc._keep(i, &r, self.born_default, q, self.tags, self.keys, self.uniq,
-                          <object>rmq_slot(msg, self.off[S_BODY]), self.born, self.store)
+                          <object>rmq_slot(msg, self.off[S_BODY]), self.born, self.store,
+                          self._n_keys(self.keys, self.uniq))
             self.tags = self.keys = self.uniq = None
         return refused, enc
 
@@ -2949,7 +2955,7 @@ cdef class Appender:
         topic = <object>t  # (references of our own from here on)
         if PyDict_GetItem(unbound, topic) is not NULL:
             return 0
-        q = _placeholder_of(topic_bytes(topic))
+        q = _placeholder_of(topic, topic_bytes(topic))
         unbound[topic] = q
         return q is not None
 
@@ -2964,7 +2970,66 @@ cdef class Appender:
             return False
         r.body_len = bv.len
         PyBuffer_Release(&bv)
-        return r.body_len <= self.max_message_size and self._size(r) + 8 <= file_size
+        r.size = self._size(r)
+        return r.body_len <= self.max_message_size and r.size + 8 <= file_size
+
+    cdef inline Py_ssize_t _n_keys(self, object keys, object uniq) noexcept:
+        """The index keys of a message: its unique key and each non-empty
+        space-separated key (none when the index is off)."""
+        if not self.index_enable:
+            return 0
+        return (1 if _nonempty(uniq) else 0) + (_each_key(keys, 0, NULL, 0, 0, 0, 0) if _nonempty(keys) else 0)
+
+    def plan(self, encoded, bint always=False):
+        cdef _Encoded enc = _encoded(encoded)
+        cdef _Enc *e
+        cdef _Queue q, planned = None
+        cdef Py_ssize_t i, total = 0, biggest = 0, count = 0, n_keys = 0, pos, room
+        cdef bint fits = self.commit_file is not None
+        cdef dict counts = {}
+        cdef Py_buffer ix
+        cdef int32_t used
+        for i in range(enc.n):
+            e = &enc.e[i]
+            if e.q == NULL:
+                continue
+            q = <_Queue>e.q
+            total += e.size
+            if e.size > biggest:
+                biggest = e.size
+            count += 1
+            n_keys += e.n_keys
+            if q.dead:  # a placeholder (a new queue) or rebound since: its queue counted by key
+                fits = False
+                key = (q.key, e.queue_id) if PyUnicode_CheckExact(q.key) else q.key
+                counts[key] = counts.get(key, 0) + 1
+                continue
+            if q.planned == 0:
+                q.next_planned, planned = planned, q
+            q.planned += 1
+        # the bound files' room, read as the next put call reads it
+        while planned is not None:
+            q = planned
+            if fits:
+                pos = _idx(rmq_getattr(q.mf, "wrote_position", &_AC_MF_WROTE))
+                room = (q.file_size - pos) // CQ_STORE_UNIT_SIZE if 0 < pos <= q.file_size else 0
+                fits = q.planned <= room
+            counts[q.key] = counts.get(q.key, 0) + q.planned
+            planned, q.next_planned, q.planned = q.next_planned, None, 0
+        if fits:
+            pos = _idx(rmq_getattr(self.commit_file, "wrote_position", &_AC_MF_WROTE))
+            fits = total + 8 <= self.commit_size - pos  # END_FILE_MIN_BLANK_LENGTH
+        if fits and self.index_enable and n_keys:
+            if self.index_mm is None:
+                fits = False
+            else:
+                PyObject_GetBuffer(self.index_mm, &ix, PyBUF_SIMPLE)
+                used = ld32(<unsigned char *>ix.buf + 36) if ix.len >= INDEX_HEADER_SIZE else <int32_t>self.inum
+                PyBuffer_Release(&ix)
+                fits = (used if used > 0 else 1) + n_keys <= self.inum
+        if fits and not always:
+            return None
+        return [total, biggest, count, counts, n_keys]
 
     cdef void _untouch(self) noexcept:
         """Empty the list of touched queues."""
@@ -3094,7 +3159,6 @@ cdef class Appender:
             r.queue_offset = qo
             r.physical_offset = phy
             # record, unit, keys: the order a crash must find them in
-            r.body_crc = _crc(r.body, r.body_len)
             _emit(<unsigned char *>b.cl.buf + pos, r)
             u = <unsigned char *>q.buf.buf + q.pos
             st64(u, <uint64_t>phy)
@@ -3225,7 +3289,7 @@ cdef class Appender:
         if topic_bytes is not None:  # (rows are no message's slots: Python code may run here)
             if self.commit_file is None:
                 size = _idx(file_size)
-            unbound = _placeholder_of(topic_bytes(topic) if PyUnicode_CheckExact(topic) else None)
+            unbound = _placeholder_of(topic, topic_bytes(topic) if PyUnicode_CheckExact(topic) else None)
         by_id = self._queues_of(topic)
         while i < n:
             q = self._encode_row(by_id, queue_ids[i], None if tags is None else tags[i],
@@ -3234,7 +3298,8 @@ cdef class Appender:
             body = bodies[i]
             if q is not None and _message_body(body) and self._fits(&r, body, size):
                 if enc.e[i].q == NULL:
-                    enc._keep(i, &r, self.born_default, q, self.tags, self.keys, self.uniq, body, self.born, self.store)
+                    enc._keep(i, &r, self.born_default, q, self.tags, self.keys, self.uniq, body, self.born,
+                              self.store, self._n_keys(self.keys, self.uniq))
             else:
                 q = None
             self.tags = self.keys = self.uniq = None

@@ -273,7 +273,7 @@ def write_record(
         pos,
         0,
         0,
-        zlib.crc32(body) & 0x7FFFFFFF if body_len else 0,
+        0,  # BODYCRC, below: of the bytes written
         queue_id,
         flag,
         queue_offset,
@@ -289,6 +289,9 @@ def write_record(
     )
     p = pos + hdr.size
     buf[p : p + body_len] = body
+    if body_len:  # the CRC of what was written: a body changed meanwhile still makes a valid record
+        with memoryview(buf) as mv:
+            _I32.pack_into(buf, pos + 8, zlib.crc32(mv[p : p + body_len]) & 0x7FFFFFFF)
     p += body_len
     if v2:
         _I16.pack_into(buf, p, topic_len)
@@ -1269,6 +1272,10 @@ class Appender:
             blob = "".join([f"{n}\x01{v}\x02" for n, v in pairs]).encode("utf-8")
         except UnicodeError:
             return None
+        # an empty name or a separator inside one (the message's attributes
+        # may have changed since it was made): the step-by-step path raises
+        if blob.count(1) != len(pairs) or blob.count(2) != len(pairs) or not all(n for n, _ in pairs):
+            return None
         if len(blob) > MAX_PROPERTIES_LENGTH:
             return None
         return blob, tags, keys, uniq
@@ -1335,7 +1342,9 @@ class Appender:
                 index_keys += [x for x in keys.split(" ") if x]
         body = msg.body
         try:
-            body_len = memoryview(body).nbytes
+            if type(body) is not bytes:  # one snapshot of a mutable body: its size and bytes agree
+                body = bytes(memoryview(body))
+            body_len = len(body)
         except (TypeError, BufferError):
             return None
         topic_b = bound[0]
@@ -1402,6 +1411,48 @@ class Appender:
             encodings.append(e)
         enc = _Encoded(tuple(msgs), encodings)
         return [i for i, e in enumerate(enc.encodings) if e is None], enc
+
+    def plan(self, encoded, always=False):
+        """What the messages *encoded* (:meth:`check_all` or
+        :meth:`check_columns`' second result) need of the files, for the
+        store to make every file a batch needs before it writes any of it:
+        ``[total record bytes, the largest record's bytes, records,
+        {(topic, queue_id): records}, index keys]`` over the messages it
+        encoded (the store adds the others). None, unless *always*, when
+        the bound files take them all as they stand (no roll, no new queue
+        or file), as the next put call would find them; call it under the
+        lock the puts take."""
+        enc = _encoded(encoded)
+        if enc is None:
+            raise TypeError("encoded must be what check_all or check_columns returned")
+        total = biggest = count = n_keys = 0
+        counts: dict = {}
+        fits = self._commit is not None
+        for e in enc.encodings:
+            if e is None:
+                continue
+            key, bound, size = e[0], e[1], e[9]
+            total += size
+            biggest = max(biggest, size)
+            count += 1
+            n_keys += len(e[6])
+            counts[key] = counts.get(key, 0) + 1
+            if self._queues.get(key) is not bound:  # a new queue, or rebound since
+                fits = False
+        if fits:
+            for key, n in counts.items():
+                cmf = self._queues[key][2]
+                pos = cmf.wrote_position
+                room = (cmf.file_size - pos) // CQ_STORE_UNIT_SIZE if 0 < pos <= cmf.file_size else 0
+                if n > room:
+                    fits = False
+                    break
+        if fits:
+            fits = total + 8 <= self._commit.file_size - self._commit.wrote_position  # END_FILE_MIN_BLANK_LENGTH
+        if fits and self._index_enable and n_keys:
+            index = self._index
+            fits = index is not None and _index_count(index.mm) + n_keys <= index.index_num
+        return None if fits and not always else [total, biggest, count, counts, n_keys]
 
     def _placeholder(self, msg, topic_bytes, unbound: dict) -> bool:
         """After check_all refused *msg*: when its queue (an exact str topic,
