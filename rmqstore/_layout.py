@@ -92,3 +92,23 @@ REC_STATUS_TEXT = {
     REC_TORN: "properties do not end with 0x02 (a torn record)",
     REC_BAD_OFFSET: "PHYSICALOFFSET differs from the record's position",
 }
+
+# --- names in a store directory ------------------------------------------------
+MAX_QUEUE_ID = (1 << 31) - 1
+
+
+def is_offset_name(name: str) -> bool:
+    """Whether a directory entry names a segment or index file: ASCII digits
+    only (``str.isdigit`` also takes other scripts' digits and superscripts,
+    which are no store file's name)."""
+    return name.isascii() and name.isdigit()
+
+
+def queue_id_of(name: str):
+    """The queue id a ConsumeQueue directory's name stands for, or None for
+    a name that is none: a queue's directory is its id in canonical
+    decimal ("0", "17"; not "017", "+1" or "١٧"), 0..2**31-1."""
+    if not is_offset_name(name) or (len(name) > 1 and name[0] == "0") or len(name) > 10:
+        return None
+    qid = int(name)
+    return qid if qid <= MAX_QUEUE_ID else None

@@ -33,6 +33,7 @@ except ImportError as e:  # pragma: no cover - depends on the environment
 
 from . import _kernels as k
 from ._layout import (
+    is_offset_name,
     BLANK_MAGIC_CODE,
     CQ_STORE_UNIT_SIZE,
     POS_PHYSICALOFFSET,
@@ -189,7 +190,7 @@ class _Segment:
 def _segments(store_dir: str) -> list:
     d = os.path.join(store_dir, "commitlog")
     try:
-        names = sorted(n for n in os.listdir(d) if n.isdigit())
+        names = sorted(n for n in os.listdir(d) if is_offset_name(n))
     except FileNotFoundError:
         return []
     out = []
@@ -302,7 +303,7 @@ def _queues(store_dir: str) -> dict:
     """``{(topic, queue_id): _QueueFiles}`` of the store's ConsumeQueues."""
     out: dict = {}
     for topic, qid, qdir in queue_dirs(store_dir):
-        paths = [os.path.join(qdir, n) for n in sorted(os.listdir(qdir)) if n.isdigit()]
+        paths = [os.path.join(qdir, n) for n in sorted(os.listdir(qdir)) if is_offset_name(n)]
         paths = [p for p in paths if os.path.getsize(p) >= CQ_STORE_UNIT_SIZE]
         if paths:
             out[(topic, qid)] = _QueueFiles(paths)

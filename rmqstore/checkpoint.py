@@ -7,6 +7,8 @@ import os
 import struct
 
 from ._layout import CHECKPOINT_FILE_SIZE
+from .mapped_file import _NOFOLLOW, open_no_follow
+
 __all__ = ["StoreCheckpoint"]
 
 log = logging.getLogger("rmqstore.checkpoint")
@@ -81,7 +83,8 @@ class StoreCheckpoint:
         data = self.to_bytes()
         if data == self._written:
             return
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        flags = os.O_RDWR | os.O_CREAT | _NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+        fd = open_no_follow(self.path, flags, 0o644)  # never written through a symbolic link
         try:
             os.pwrite(fd, data, 0)
             os.fsync(fd)

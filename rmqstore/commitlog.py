@@ -94,13 +94,17 @@ class CommitLog:
         """Append one record of *size* bytes (already computed by the caller with
         ``record_size``); returns its physical offset. When it does not fit in the
         current segment with 8 bytes to spare, the segment is closed with a
-        blank record and the record goes to a new one (SPEC §3.8)."""
-        mf = self.queue.last_for_append(0)
+        blank record and the record goes to the next one (SPEC §3.8), a
+        spare when :meth:`reserve` made it; a next segment made here is made
+        before the blank record is written, so a failure writes nothing."""
+        q = self.queue
+        mf = q.last_for_append(0)
         pos = mf.wrote_position
         if size + END_FILE_MIN_BLANK_LENGTH > mf.file_size - pos:
+            nxt = q.next_file()
             self._close_segment(mf)
-            mf = self.queue.last_for_append(0)
-            pos = mf.wrote_position
+            q.files.append(nxt)
+            mf, pos = nxt, 0
         phy = mf.file_from_offset + pos
         k.write_record(
             mf.mm, pos, queue_id, flag, queue_offset, phy, sys_flag, born_timestamp, born_host,
@@ -109,6 +113,44 @@ class CommitLog:
         )
         mf.wrote_position = pos + size
         return phy
+
+    def reserve(self, total: int, biggest: int, count: int) -> None:
+        """Make the segments *count* records of *total* bytes, none over
+        *biggest*, may roll into (spares), before the first is written.
+        An upper bound: a segment takes more than ``file_size - biggest - 8``
+        bytes of records before a record no longer fits, and at least one."""
+        if count <= 0:
+            return
+        q = self.queue
+        fs = q.file_size
+        last = q.last
+        need, room = (1, fs) if last is None else (0, fs - last.wrote_position)
+        room -= END_FILE_MIN_BLANK_LENGTH
+        if total > room:
+            left = total - max(0, room - biggest)
+            per = fs - biggest - END_FILE_MIN_BLANK_LENGTH
+            need += count if per <= 0 else min(count, left // per + 1)
+        q.reserve_files(need)
+
+    def undo_to(self, offset: int, extent: int) -> list:
+        """Drop what was appended at or after physical *offset* (a put that
+        failed after writing): segments that start after it are deleted, the
+        one holding it is zeroed from there up to *extent* bytes past it (at
+        least its write position) and its write position moved back. Returns
+        the deleted segments (for ``forget``)."""
+        q = self.queue
+        gone = []
+        while q.files and q.files[-1].file_from_offset > offset:
+            mf = q.files.pop()
+            gone.append(mf)
+            mf.destroy()
+        if q.files:
+            mf = q.files[-1]
+            pos = offset - mf.file_from_offset
+            if pos < mf.file_size:
+                mf.rewind(pos, pos + extent)
+                gone.append(mf)  # (no longer full: its cached facts are stale)
+        return gone
 
     def fits_in_new_segment(self, size: int) -> bool:
         """Whether a record of *size* bytes can be stored at all (P-10)."""

@@ -7,7 +7,8 @@ import os
 
 from . import _kernels as k
 from ._layout import CQ_STORE_UNIT_SIZE as UNIT
-from ._layout import PRE_BLANK_SIZE, PROPERTY_DELAY, PROPERTY_TAGS, SCHEDULE_TOPIC
+from ._layout import PRE_BLANK_SIZE, PROPERTY_DELAY, PROPERTY_TAGS, SCHEDULE_TOPIC, queue_id_of
+from .exceptions import CorruptedFileError
 from .mapped_file import MappedFileQueue
 
 __all__ = ["ConsumeQueue", "is_pre_blank", "queue_dirs", "tags_code"]
@@ -17,27 +18,72 @@ log = logging.getLogger("rmqstore.consumequeue")
 
 def queue_dirs(store_dir) -> list:
     """``[(topic, queue_id, directory)]`` of a store's ConsumeQueues
-    (``consumequeue/<topic>/<queue_id>/``, SPEC §1), sorted by topic and queue
-    id; stray files are skipped, and a store without a ``consumequeue``
-    directory has none."""
+    (``consumequeue/<topic>/<queue_id>/``), sorted by topic and queue id. A
+    store without a ``consumequeue`` directory has none. Entries that are no
+    queue of this store are skipped with a warning (once per path), never
+    an error: files, names that are not a valid UTF-8 topic or a canonical
+    queue id (``"007"``, other scripts' digits), symbolic links (the store
+    never writes through one), directories it may not read."""
     base = os.path.join(os.fspath(store_dir), "consumequeue")
     try:
         topics = os.listdir(base)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return []
     out = []
     for topic in topics:
         tdir = os.path.join(base, topic)
+        if os.path.islink(tdir) or not _valid_topic_name(topic):
+            _stray(tdir, "not a topic's directory")
+            continue
         try:
             names = os.listdir(tdir)
-        except (FileNotFoundError, NotADirectoryError):  # a stray file, or deleted meanwhile
+        except FileNotFoundError:  # deleted meanwhile
+            continue
+        except NotADirectoryError:
+            _stray(tdir, "a file, not a topic's directory")
+            continue
+        except OSError as e:
+            _stray(tdir, f"cannot be read ({e.strerror})")
             continue
         for q in names:
             qdir = os.path.join(tdir, q)
-            if q.isdigit() and os.path.isdir(qdir):
-                out.append((topic, int(q), qdir))
+            qid = queue_id_of(q)
+            if qid is None or os.path.islink(qdir) or not os.path.isdir(qdir):
+                _stray(qdir, "not a queue's directory (a queue's is its id in decimal)")
+                continue
+            out.append((topic, qid, qdir))
     out.sort(key=lambda t: (t[0], t[1]))
     return out
+
+
+_warned: set = set()
+
+
+def _stray(path: str, why: str) -> None:
+    if path not in _warned:
+        if len(_warned) < 10_000:  # (bounded: a follower re-lists the directory every second)
+            _warned.add(path)
+        log.warning("skipping %s: %s", path, why)
+
+
+def _valid_topic_name(name: str) -> bool:
+    """Whether a directory name can be a topic: it has a UTF-8 form (names
+    that are not UTF-8 on disk come back from ``listdir`` with lone
+    surrogates)."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return bool(name)
+
+
+def _rmdirs(dirs) -> None:
+    """Remove the empty directories *dirs*, deepest first, stopping at the first that is not."""
+    for d in dirs:
+        try:
+            os.rmdir(d)
+        except OSError:
+            break
 
 
 def tags_code(topic: str, props: dict, store_timestamp: int, config) -> int:
@@ -189,6 +235,42 @@ class ConsumeQueue:
 
     # --- writing --------------------------------------------------------------------
 
+    def reserve(self, first_queue_offset: int, end_queue_offset: int) -> None:
+        """Make the files that units up to *end_queue_offset* (exclusive) go
+        into, before their records are written; *first_queue_offset* places
+        the first file of a queue that has none. A new queue whose first
+        file cannot be made leaves no directory behind. Raises what making
+        a file raises (OSError, DiskFullError, CorruptedFileError)."""
+        q = self.queue
+        fresh = not q.files and not q.spares
+        made = []  # directories this call creates, deepest first
+        if fresh:
+            d = q.directory
+            for _ in range(3):  # <queue id>, <topic>, consumequeue: never written through a link
+                if os.path.islink(d):
+                    raise CorruptedFileError("a symbolic link where the store keeps a directory of its own; "
+                                             "the store never writes through one", d)
+                if not os.path.isdir(d):
+                    made.append(d)
+                d = os.path.dirname(d)
+        try:
+            q.reserve(end_queue_offset * UNIT, first_queue_offset * UNIT)
+        except BaseException:
+            if fresh:  # what this call made, and nothing else
+                try:
+                    q.drop_spares()
+                except OSError:
+                    pass
+                _rmdirs(made)
+            raise
+
+    def remove_directory(self) -> None:
+        """Remove the directories of a queue left with no file (a put that
+        made the queue was undone), the topic's too when it is empty."""
+        self.queue.drop_spares()
+        d = self.queue.directory
+        _rmdirs([d, os.path.dirname(d)])
+
     def put(self, physical_offset: int, size: int, tags_code: int, queue_offset: int) -> bool:
         """Append the unit for *queue_offset* (SPEC §6.3). Already-present units
         are skipped (idempotent re-dispatch); a gap below *queue_offset* is
@@ -338,7 +420,13 @@ class ConsumeQueue:
         self.queue.flush(least_pages)
 
     def close(self) -> None:
+        """Unmap the files; a queue that only ever had files made ahead
+        (its puts undone) leaves no directory."""
+        unused = not self.queue.files and self.queue.spares
         self.queue.close()
+        if unused:
+            d = self.queue.directory
+            _rmdirs([d, os.path.dirname(d)])
 
     def destroy(self) -> None:
         self.queue.destroy()

@@ -22,9 +22,9 @@ from ._layout import (
     TRANSACTION_ROLLBACK_TYPE,
 )
 from .exceptions import ConfigError, CorruptedFileError
-from .mapped_file import allocate_file, fsync_dir
+from .mapped_file import _NOFOLLOW, allocate_file, fsync_dir, open_no_follow
 
-__all__ = ["IndexFile", "IndexService", "index_file_size"]
+__all__ = ["IndexFile", "IndexService", "index_file_size", "keys_of"]
 
 log = logging.getLogger("rmqstore.index")
 
@@ -35,6 +35,18 @@ _ENTRY = struct.Struct(">iqii")
 def index_file_size(hash_slot_num: int, index_num: int) -> int:
     """Bytes of an IndexFile: 40 + 4 * slots + 20 * entries."""
     return INDEX_HEADER_SIZE + INDEX_HASH_SLOT_SIZE * hash_slot_num + INDEX_ENTRY_SIZE * index_num
+
+
+def _new_header(end_phy_offset: int, end_timestamp: int) -> bytes:
+    """The header of a new index file: begin = end = the previous file's end
+    values (when positive), no slot used, index count 1."""
+    head = bytearray(INDEX_HEADER_SIZE)
+    if end_phy_offset > 0:
+        struct.pack_into(">qq", head, 16, end_phy_offset, end_phy_offset)
+    if end_timestamp > 0:
+        struct.pack_into(">qq", head, 0, end_timestamp, end_timestamp)
+    struct.pack_into(">i", head, 36, 1)
+    return bytes(head)
 
 
 class IndexFile:
@@ -50,7 +62,8 @@ class IndexFile:
 
     __slots__ = ("hash_slot_num", "index_num", "mm", "name", "path", "read_only")
 
-    def __init__(self, path, hash_slot_num, index_num, read_only=False, create=False, end_phy_offset=0, end_timestamp=0):
+    def __init__(self, path, hash_slot_num, index_num, read_only=False, create=False, end_phy_offset=0, end_timestamp=0,
+                 spare=False):
         self.path = str(path)
         self.name = os.path.basename(self.path)
         self.hash_slot_num = hash_slot_num
@@ -58,8 +71,11 @@ class IndexFile:
         self.read_only = read_only
         size = index_file_size(hash_slot_num, index_num)
         if create:
-            self._create(size, end_phy_offset, end_timestamp)
-        fd = os.open(self.path, (os.O_RDONLY if read_only else os.O_RDWR) | getattr(os, "O_CLOEXEC", 0))
+            self._create(size, end_phy_offset, end_timestamp, spare)
+            if spare:
+                self.path += ".tmp"  # until publish(): no reader lists it
+        flags = os.O_RDONLY if read_only else os.O_RDWR | _NOFOLLOW
+        fd = open_no_follow(self.path, flags | getattr(os, "O_CLOEXEC", 0))
         try:
             actual = os.fstat(fd).st_size
             if actual != size:
@@ -71,27 +87,37 @@ class IndexFile:
         finally:
             os.close(fd)  # the mapping keeps the file
 
-    def _create(self, size: int, end_phy_offset: int, end_timestamp: int) -> None:
+    def _create(self, size: int, end_phy_offset: int, end_timestamp: int, spare: bool) -> None:
         """Build the new file under a temporary name and rename it into place,
-        so a crash can never leave a short or empty index file behind."""
+        so a crash can never leave a short or empty index file behind (a
+        *spare* keeps the temporary name until :meth:`publish`)."""
         tmp = self.path + ".tmp"
-        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o644)
+        flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | _NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+        try:
+            fd = open_no_follow(tmp, flags, 0o644)
+        except FileExistsError:  # a creation a crash interrupted, never published: ours to replace
+            os.unlink(tmp)
+            fd = open_no_follow(tmp, flags, 0o644)
         try:
             allocate_file(fd, size, tmp)  # reserved: a full disk fails here, not as SIGBUS later
-            head = bytearray(INDEX_HEADER_SIZE)
-            if end_phy_offset > 0:
-                struct.pack_into(">qq", head, 16, end_phy_offset, end_phy_offset)
-            if end_timestamp > 0:
-                struct.pack_into(">qq", head, 0, end_timestamp, end_timestamp)
-            struct.pack_into(">i", head, 36, 1)
-            os.pwrite(fd, head, 0)
+            os.pwrite(fd, _new_header(end_phy_offset, end_timestamp), 0)
             os.fsync(fd)
         except BaseException:
             os.close(fd)
             os.unlink(tmp)
             raise
         os.close(fd)
-        os.rename(tmp, self.path)
+        if not spare:
+            os.rename(tmp, self.path)
+
+    def publish(self, path, end_phy_offset: int, end_timestamp: int) -> None:
+        """A spare file made ahead becomes index file *path*: its header set
+        as a file made now would have it, then renamed into place."""
+        self.mm[:INDEX_HEADER_SIZE] = _new_header(end_phy_offset, end_timestamp)
+        self.mm.flush(0, min(mmap.PAGESIZE, len(self.mm)))
+        os.rename(self.path, path)
+        self.path = str(path)
+        self.name = os.path.basename(self.path)
 
     def header(self) -> dict:
         """The header fields (SPEC §7.1); ``index_count`` as stored (entries + 1)."""
@@ -220,6 +246,15 @@ class IndexFile:
             pass
 
 
+def keys_of(uniq_key, keys) -> list:
+    """The keys a record is indexed under, in order: its UNIQ_KEY, then each
+    non-empty space-separated piece of its KEYS (both str or None)."""
+    todo = [uniq_key] if uniq_key else []
+    if keys:
+        todo += [key for key in keys.split(KEY_SEPARATOR) if key]
+    return todo
+
+
 class IndexService:
     """All index files of a store (RocketMQ ``IndexService``).
 
@@ -233,7 +268,7 @@ class IndexService:
 
     __slots__ = (
         "_last_name", "directory", "files", "hash_slot_num", "index_num", "keys_added", "last_full_end_timestamp",
-        "max_msgs_num_batch", "read_only",
+        "max_msgs_num_batch", "read_only", "spares",
     )
 
     def __init__(self, directory, hash_slot_num, index_num, read_only=False, max_msgs_num_batch=64):
@@ -248,6 +283,8 @@ class IndexService:
         self.last_full_end_timestamp = 0
         #: keys put since the service was created (for recovery reports)
         self.keys_added = 0
+        #: files made ahead (:meth:`reserve`), under temporary names until a roll takes them
+        self.spares: list = []
 
     def load(self) -> None:
         """Map every index file, ordered by (end physical offset, name) rather
@@ -312,17 +349,44 @@ class IndexService:
             return last
         end_phy = last.end_phy_offset if last else 0
         end_ts = last.end_timestamp if last else 0
+        path = os.path.join(self.directory, self._new_file_name())
+        if self.spares:
+            f = self.spares[0]
+            f.publish(path, end_phy, end_ts)
+            del self.spares[0]
+        else:
+            os.makedirs(self.directory, exist_ok=True)
+            f = IndexFile(path, self.hash_slot_num, self.index_num, create=True, end_phy_offset=end_phy,
+                          end_timestamp=end_ts)
+        fsync_dir(self.directory)
         if last is not None:
             last.flush()
             self.last_full_end_timestamp = end_ts
-        os.makedirs(self.directory, exist_ok=True)
-        f = IndexFile(
-            os.path.join(self.directory, self._new_file_name()), self.hash_slot_num, self.index_num,
-            create=True, end_phy_offset=end_phy, end_timestamp=end_ts,
-        )
-        fsync_dir(self.directory)
         self.files.append(f)
         return f
+
+    def reserve(self, n_keys: int) -> None:
+        """Make the files *n_keys* more keys may roll into, and the first file
+        when there is none (spares, under
+        temporary names until a roll takes them), before their records are
+        written: a put makes every file it needs first. Raises what making
+        a file raises; spares made before a failure stay."""
+        last = self.files[-1] if self.files else None
+        per = self.index_num - 1  # entries a file holds (index_count runs 1..index_num)
+        free = (self.index_num - last.index_count if last is not None else 0) + per * len(self.spares)
+        # (a store's first dispatch makes the first file, keys or not, as RocketMQ's does)
+        while free < n_keys or (last is None and not self.spares):
+            os.makedirs(self.directory, exist_ok=True)
+            f = IndexFile(os.path.join(self.directory, self._new_file_name()), self.hash_slot_num, self.index_num,
+                          create=True, spare=True)
+            self.spares.append(f)
+            free += per
+
+    def drop_spares(self) -> None:
+        """Delete the files made ahead."""
+        spares, self.spares = self.spares, []
+        for f in spares:
+            f.destroy()
 
     def build_index(self, topic: str, physical_offset: int, store_timestamp: int, sys_flag: int, uniq_key, keys) -> None:
         """Index one dispatched record (SPEC §7.6): ``topic#UNIQ_KEY`` first, then
@@ -332,9 +396,7 @@ class IndexService:
         keys a crash kept it from writing."""
         if sys_flag & 0xC == TRANSACTION_ROLLBACK_TYPE:
             return
-        todo = [uniq_key] if uniq_key else []
-        if keys:
-            todo += [key for key in keys.split(KEY_SEPARATOR) if key]
+        todo = keys_of(uniq_key, keys)
         last = self.files[-1] if self.files else None
         if last is not None and todo:
             # fast path: the kernel checks the file's end offset and puts all keys
@@ -491,6 +553,11 @@ class IndexService:
     def close(self) -> None:
         for f in self.files:
             f.close()
+        if self.spares:
+            try:
+                self.drop_spares()
+            except OSError:  # (a store that cannot unlink must still close)
+                log.warning("could not delete the index files made ahead in %s", self.directory, exc_info=True)
 
 
 def infer_index_geometry(paths, hash_slot_num=None, index_num=None) -> tuple:

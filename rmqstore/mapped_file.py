@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 
+from ._layout import is_offset_name
 from .exceptions import ConfigError, CorruptedFileError, DiskFullError, StoreClosedError
 
 __all__ = ["MappedFile", "MappedFileQueue", "ReferenceResource", "offset_to_file_name", "fsync_dir"]
@@ -56,7 +57,7 @@ class MappedFile:
     __slots__ = (
         "path", "file_from_offset", "file_size", "mm", "read_only", "_fd",
         "wrote_position", "flushed_position", "first_created_in_queue",
-        "available", "first_shutdown_ms",
+        "available", "first_shutdown_ms", "_rewinds",
     )
 
     def __init__(self, path, file_size: int, read_only: bool = False, create: bool = False):
@@ -68,10 +69,11 @@ class MappedFile:
             self.file_from_offset = int(os.path.basename(self.path))
         except ValueError:
             raise CorruptedFileError("segment file name is not a number", self.path) from None
-        flags = os.O_RDONLY if read_only else os.O_RDWR
+        # a writer never follows a symbolic link: it would write outside the store
+        flags = os.O_RDONLY if read_only else os.O_RDWR | _NOFOLLOW
         if create:
             flags |= os.O_CREAT | os.O_EXCL
-        self._fd = os.open(self.path, flags | getattr(os, "O_CLOEXEC", 0), 0o644)
+        self._fd = open_no_follow(self.path, flags | getattr(os, "O_CLOEXEC", 0), 0o644)
         try:
             if create:
                 allocate_file(self._fd, file_size, self.path)
@@ -94,6 +96,7 @@ class MappedFile:
         self.available = True
         #: ms (store clock) of the first shutdown attempt, 0 before
         self.first_shutdown_ms = 0
+        self._rewinds = 0  # rewind() calls: a flush that raced one does not count
 
     @property
     def closed(self) -> bool:
@@ -111,13 +114,30 @@ class MappedFile:
             raise StoreClosedError(f"{self.path} is closed")
         wrote = self.wrote_position  # captured first: bytes after it are not promised
         flushed = self.flushed_position
+        rewinds = self._rewinds
         if self.read_only or wrote <= flushed:
             return False
         if least_pages > 0 and wrote < self.file_size and wrote // PAGE - flushed // PAGE < least_pages:
             return False
         _sync(self)
-        self.flushed_position = wrote
+        if self._rewinds == rewinds:  # else bytes below *wrote* were rewritten during the sync
+            self.flushed_position = wrote
         return True
+
+    def rewind(self, position: int, extent: int) -> None:
+        """Undo appends: zero ``[position, extent)`` (clipped to the file) and
+        move the write position back to *position*; bytes already forced to
+        disk are forced again as zeros, so no reopen finds them. For a put
+        that failed after writing (``MessageStore``'s undo)."""
+        extent = min(max(extent, self.wrote_position), self.file_size)
+        if extent > position:
+            self.mm[position:extent] = bytes(extent - position)
+        synced = self.flushed_position > position
+        self._rewinds += 1
+        self.wrote_position = position
+        self.flushed_position = min(self.flushed_position, position)
+        if synced and not self.read_only:
+            _sync(self)
 
     def zero_tail(self, position: int) -> bool:
         """Zero ``[position, file_size)`` where it is not zero yet, so stale bytes
@@ -203,6 +223,24 @@ def allocate_file(fd: int, size: int, path: str) -> None:
         if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL, getattr(errno, "ENOTSUP", errno.EOPNOTSUPP)):
             raise
     os.ftruncate(fd, size)
+
+
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+
+
+def open_no_follow(path, flags: int, mode: int = 0o644) -> int:
+    """``os.open`` for a file the store writes: *flags* should hold
+    ``O_NOFOLLOW``; a symbolic link in the file's place is then a
+    :class:`CorruptedFileError` naming it (the store never writes through
+    one, so a link planted in a store directory cannot make it write
+    elsewhere), not a bare ``ELOOP``."""
+    try:
+        return os.open(path, flags, mode)
+    except OSError as e:
+        if e.errno in (errno.ELOOP, errno.EEXIST) and flags & _NOFOLLOW and os.path.islink(path):
+            raise CorruptedFileError("a symbolic link where the store keeps a file of its own; "
+                                     "the store never writes through one", path) from None
+        raise
 
 
 def _unlink_quietly(path) -> None:
@@ -302,13 +340,16 @@ class MappedFileQueue:
         read_only (bool): map read-only and never create, delete or truncate.
     """
 
-    __slots__ = ("directory", "file_size", "files", "read_only")
+    __slots__ = ("directory", "file_size", "files", "read_only", "spares")
 
     def __init__(self, directory, file_size, read_only: bool = False):
         self.directory = str(directory)
         self.file_size = file_size
         self.read_only = read_only
         self.files: list = []
+        #: segments made ahead (:meth:`reserve`), in order after the last
+        #: file, not yet part of the queue: the next rolls take them
+        self.spares: list = []
 
     # --- loading ------------------------------------------------------------
 
@@ -327,7 +368,7 @@ class MappedFileQueue:
         paths = []
         for name in names:
             path = os.path.join(self.directory, name)
-            if not name.isdigit() or not os.path.isfile(path):
+            if not is_offset_name(name) or not os.path.isfile(path):
                 if not os.path.isdir(path):
                     log.warning("ignoring non-segment file %s", path)
                 continue
@@ -401,28 +442,82 @@ class MappedFileQueue:
     # --- writing ----------------------------------------------------------------
 
     def last_for_append(self, start_offset: int = 0):
-        """The last segment if it has room, else a new one (SPEC §2.2 create next):
-        at ``start_offset`` rounded down when the queue is empty."""
+        """The last segment if it has room, else the next one, taken from the
+        spares or made now: at ``start_offset`` rounded down when the queue
+        is empty."""
         last = self.last
         if last is not None and not last.is_full():
             return last
-        if last is None:
-            start = start_offset - start_offset % self.file_size
-        else:
-            start = last.file_from_offset + self.file_size
-        os.makedirs(self.directory, exist_ok=True)
-        mf = MappedFile(
-            os.path.join(self.directory, offset_to_file_name(start)), self.file_size, create=True
-        )
-        mf.first_created_in_queue = last is None
-        fsync_dir(self.directory)
+        mf = self.next_file(start_offset)
         self.files.append(mf)
         return mf
+
+    def _next_start(self, start_offset: int) -> int:
+        """Where the segment after the last one (or the spares) starts."""
+        tail = self.spares[-1] if self.spares else self.last
+        if tail is None:
+            return start_offset - start_offset % self.file_size
+        return tail.file_from_offset + self.file_size
+
+    def _make(self, start: int):
+        os.makedirs(self.directory, exist_ok=True)
+        mf = MappedFile(os.path.join(self.directory, offset_to_file_name(start)), self.file_size, create=True)
+        try:
+            fsync_dir(self.directory)
+        except BaseException:
+            mf.destroy()
+            raise
+        return mf
+
+    def next_file(self, start_offset: int = 0):
+        """The segment that follows the last one, not yet appended to
+        ``files``: the first spare, or one made now (``start_offset``
+        rounded down for an empty queue). Raises what making a file raises
+        (OSError, DiskFullError), with the queue unchanged."""
+        if self.spares:
+            mf = self.spares.pop(0)
+        else:
+            mf = self._make(self._next_start(start_offset))
+        mf.first_created_in_queue = not self.files
+        return mf
+
+    def covered_end(self) -> int:
+        """Logical offset up to which segments (files and spares) exist; 0
+        when there are none."""
+        tail = self.spares[-1] if self.spares else self.last
+        return 0 if tail is None else tail.file_from_offset + self.file_size
+
+    def reserve(self, end_offset: int, start_offset: int = 0) -> None:
+        """Make segments ahead (spares) until the queue's segments cover
+        logical offsets up to *end_offset* (exclusive), the first of an
+        empty queue at *start_offset* rounded down: a put makes every file
+        it needs before it writes its first byte. Raises what making a file
+        raises; spares made before the failure stay for later rolls."""
+        if not self.files and not self.spares:
+            if end_offset <= start_offset:
+                return
+            self.spares.append(self._make(start_offset - start_offset % self.file_size))
+        while self.covered_end() < end_offset:
+            self.spares.append(self._make(self.covered_end()))
+
+    def reserve_files(self, count: int) -> None:
+        """Make spares until *count* segments follow the last one."""
+        while len(self.spares) < count:
+            self.spares.append(self._make(self._next_start(0)))
+
+    def drop_spares(self) -> None:
+        """Delete the segments made ahead."""
+        spares, self.spares = self.spares, []
+        for mf in spares:
+            mf.destroy()
 
     def truncate_dirty(self, offset: int) -> None:
         """Drop everything at or after logical *offset* (SPEC §2.2
         truncateDirtyFiles): later segments are deleted, the containing one gets
-        its positions reset and — unlike RocketMQ (P-12) — its tail zeroed."""
+        its positions reset and — unlike RocketMQ (P-12) — its tail zeroed.
+        Spares are deleted too (they followed the old end)."""
+        if self.spares:
+            self.drop_spares()
         keep = []
         removed = False
         for mf in self.files:
@@ -447,7 +542,9 @@ class MappedFileQueue:
             fsync_dir(self.directory)
 
     def delete_last(self) -> None:
-        """Remove the last segment (closing it only, when read-only)."""
+        """Remove the last segment (closing it only, when read-only) and the spares."""
+        if self.spares:
+            self.drop_spares()
         mf = self.files.pop()
         if self.read_only:
             mf.close()
@@ -525,7 +622,7 @@ class MappedFileQueue:
         start = last.file_from_offset + self.file_size if last is not None else None
         if start is None:
             try:
-                names = sorted(n for n in os.listdir(self.directory) if n.isdigit())
+                names = sorted(n for n in os.listdir(self.directory) if is_offset_name(n))
             except FileNotFoundError:
                 return 0
             if not names:
@@ -552,10 +649,17 @@ class MappedFileQueue:
                 mf.flush(least_pages)
 
     def close(self) -> None:
+        """Unmap every segment; spares, never written, are deleted."""
         for mf in self.files:
             mf.close()
+        if self.spares:
+            try:
+                self.drop_spares()
+            except OSError:  # (a store that cannot unlink must still close)
+                log.warning("could not delete the segments made ahead in %s", self.directory, exc_info=True)
 
     def destroy(self) -> None:
         for mf in self.files:
             mf.destroy()
         self.files = []
+        self.drop_spares()
