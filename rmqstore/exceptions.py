@@ -103,12 +103,11 @@ class DiskFullError(RmqStoreError, OSError):
     Attributes:
         status (PutMessageStatus): the RocketMQ put status this stands for.
         ratio (float | None): the disk use ratio (0..1) that caused it, if known.
-        stored (bool): True only when the record itself was appended and only
-            its ConsumeQueue/index entries could not get a new file: they are
-            written once space returns (or by recovery), and the put must not
-            be retried blindly. False in every other case.
-        results (list | None): from ``put_messages``: the PutMessageResult of
-            each message of the batch that was stored before space ran out.
+        stored (bool): always False: a put makes every file it needs before
+            it writes, and undoes what it wrote when it fails after that, so
+            nothing of a refused put is stored and it may be retried.
+            (Kept for callers written against earlier versions.)
+        results (list | None): always None, for the same reason.
     """
 
     def __init__(self, *args, status=None, ratio=None, stored: bool = False, results=None):

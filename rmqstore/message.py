@@ -411,11 +411,24 @@ class Message:
 
     def encode_properties(self, props: dict | None = None) -> bytes:
         """The UTF-8 property blob (``name\x01value\x02`` per pair) of *props*
-        (default: :meth:`property_map`). Raises PropertiesSizeExceededError
-        above 32767 bytes."""
+        (default: :meth:`property_map`). Every name and value is checked
+        again here, as the message's attributes may have been changed since
+        it was made: MessageTypeError for a name or value that is not a str,
+        IllegalMessageError for an empty name, a separator inside, or a
+        string with no UTF-8 form (a lone surrogate);
+        PropertiesSizeExceededError above 32767 bytes."""
         if props is None:
             props = self.property_map()
-        blob = "".join([f"{k}\x01{v}\x02" for k, v in props.items()]).encode("utf-8")
+        for name, value in props.items():
+            _check_str("property name", name)
+            _check_str(f"property {name!r}", value)
+            if not name:
+                raise IllegalMessageError("property names must not be empty")
+        try:
+            blob = "".join([f"{k}\x01{v}\x02" for k, v in props.items()]).encode("utf-8")
+        except UnicodeEncodeError:
+            bad = next(t for kv in props.items() for t in kv if not _encodable(t))
+            raise IllegalMessageError(f"property name or value {bad!r} has no UTF-8 form (a lone surrogate)") from None
         if len(blob) > MAX_PROPERTIES_LENGTH:
             raise PropertiesSizeExceededError(
                 f"properties of {len(blob)} bytes exceed {MAX_PROPERTIES_LENGTH}"
@@ -424,6 +437,15 @@ class Message:
 
     def __repr__(self):
         return f"Message(topic={self.topic!r}, queue_id={self.queue_id}, body={bytes(self.body[:32])!r}...)"
+
+
+def _encodable(text: str) -> bool:
+    """Whether *text* has a UTF-8 form (no lone surrogate)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _twice(name: str, old: str, value: str) -> NoReturn:

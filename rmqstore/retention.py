@@ -186,7 +186,6 @@ class Retention:
                 cq_files, index_files, done = self._clean_logics(cl_min)
                 if done:
                     self._cq_cleaned_at = cl_min
-            store._retry_stuck_dispatch()
             return CleanupReport(
                 tuple(deleted), tuple(cq_files), tuple(index_files), store.commitlog.min_offset(),
                 "+".join(reasons), bool(reasons) and clean_at_once, ratio, busy,

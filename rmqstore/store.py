@@ -15,11 +15,13 @@ import os
 import threading
 import time
 import warnings
+import weakref
 from typing import Any
 
 from . import _kernels as k
 from ._layout import (
     BORNHOST_V6_FLAG,
+    TRANSACTION_ROLLBACK_TYPE,
     MAX_PROPERTIES_LENGTH,
     MAX_TOPIC_LENGTH_V1,
     MAX_TOPIC_LENGTH_V2,
@@ -52,8 +54,8 @@ from .exceptions import (
     StoreLockedError,
     StoreReadOnlyError,
 )
-from .index import IndexService
-from .mapped_file import ReferenceResource
+from .index import IndexService, keys_of
+from .mapped_file import _NOFOLLOW, ReferenceResource, open_no_follow
 from .message import (
     GetColumnsResult,
     GetMessageResult,
@@ -64,6 +66,8 @@ from .message import (
     PutColumnsResult,
     PutMessageResult,
     PutMessageStatus,
+    _INT64,
+    _check_int,
     _split_offset_msg_id,
     encode_host,
     offset_msg_id,
@@ -88,42 +92,73 @@ _WAITABLE = frozenset(
 # (RocketMQ's maxFilterMessageSize of 16000 bytes)
 _MAX_FILTER_UNITS = 800
 
-# writable stores open in this process: fcntl locks do not exclude the same process
+# writable stores open in this process, by the (device, inode) of their
+# directory: fcntl locks do not exclude the same process, and one directory
+# has many paths (a symbolic link, a rename, a bind mount)
 _open_writers: set = set()
 _open_writers_lock = threading.Lock()
+# every open store of this process: a forked child must not use them
+_open_stores: "weakref.WeakSet" = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    """In a forked child: every store the parent had open is closed here
+    (its calls raise StoreClosedError; nothing is written, the parent's
+    lock and files are untouched), and the child may open stores itself."""
+    for store in list(_open_stores):
+        store._forked()
+    _open_stores.clear()
+    _open_writers.clear()
+    global _open_writers_lock
+    _open_writers_lock = threading.Lock()  # (a parent thread may have held it at the fork)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class StoreLock:
-    """The writer lock of a store directory (RocketMQ's ``lock`` file, SPEC
-    §8.3): an exclusive fcntl lock on ``<root_dir>/lock``, plus this
-    process's registry of open writers (fcntl locks do not exclude the same
-    process). :meth:`MessageStore.open` takes it for a writable store; jobs
-    that rewrite or swap a store's files (the Spark writer and rebuilds)
-    take it to keep writers out. Use as a context manager or
-    ``acquire()``/``release()``.
+    """The writer lock of a store directory (RocketMQ's ``lock`` file): an
+    exclusive fcntl lock on ``<root_dir>/lock``, plus this process's
+    registry of open writers, which knows a directory by its device and
+    inode (fcntl locks do not exclude the same process, and a directory may
+    be reached by several paths). :meth:`MessageStore.open` takes it for a
+    writable store; jobs that rewrite or swap a store's files (the Spark
+    writer and rebuilds) take it to keep writers out. Use as a context
+    manager or ``acquire()``/``release()``. The ``lock`` file is never
+    reached through a symbolic link.
 
     Raises StoreLockedError (from ``acquire``) when a writer holds the store,
-    in this process or another."""
+    in this process or another; CorruptedFileError when ``lock`` is a
+    symbolic link."""
 
     def __init__(self, root_dir):
         self.root_dir = os.fspath(root_dir)
-        self._key = os.path.realpath(self.root_dir)
+        self._key = None
         self._fd = -1
 
     def acquire(self) -> "StoreLock":
         with _open_writers_lock:
-            if self._key in _open_writers:
+            st = os.stat(self.root_dir)
+            key = (st.st_dev, st.st_ino)
+            if key in _open_writers:
                 raise StoreLockedError(f"store {self.root_dir} is already open for writing in this process")
-            flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
-            fd = os.open(os.path.join(self.root_dir, "lock"), flags, 0o644)
+            flags = os.O_RDWR | os.O_CREAT | _NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+            fd = open_no_follow(os.path.join(self.root_dir, "lock"), flags, 0o644)
             try:
                 fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
             except OSError:
                 os.close(fd)
                 raise StoreLockedError(f"store {self.root_dir} is locked by another process") from None
-            os.pwrite(fd, b"lock", 0)
-            os.fsync(fd)
-            _open_writers.add(self._key)
+            try:
+                if os.pread(fd, 4, 0) != b"lock":  # (the same bytes: an existing lock file is left as it was)
+                    os.pwrite(fd, b"lock", 0)
+                    os.fsync(fd)
+            except BaseException:
+                os.close(fd)
+                raise
+            _open_writers.add(key)
+            self._key = key
             self._fd = fd
         return self
 
@@ -133,6 +168,11 @@ class StoreLock:
             self._fd = -1
             with _open_writers_lock:
                 _open_writers.discard(self._key)
+
+    def _forget(self) -> None:
+        """In a forked child: the parent holds the lock; keep its descriptor
+        (closing a copy drops nothing, but the child has no business with it)."""
+        self._fd = -1
 
     def __enter__(self) -> "StoreLock":
         return self.acquire()
@@ -192,6 +232,7 @@ class MessageStore:
 
     def __init__(self, root_dir, config: StoreConfig, store_host, clock, read_only: bool, disk_usage=None):
         self.root_dir = os.path.abspath(os.fspath(root_dir))
+        self._opened_by = os.getpid()  # a forked child finds another pid (see _forked)
         self.config = config
         self.read_only = read_only
         self._store_host_raw = encode_host(store_host)
@@ -202,14 +243,16 @@ class MessageStore:
         self._cqs: dict = {}  # (topic, queue_id) -> ConsumeQueue; only ever added to (ReadGate keeps what it found)
         self._queue_offsets: dict = {}
         self._topics: dict = {}  # validated topic -> UTF-8 bytes
+        self._limits: tuple | None = None  # _name_limits()
         self._fast: Any = None  # k.Appender: the ASYNC_FLUSH put path, bound in _start
         self._put_gate: Any = None  # k.PutGate: put_message's checks and bookkeeping around _fast
         self._read_gate: Any = None  # k.ReadGate: the common case of lookups and pulls, bound in _start
         self._kernel_clock: Any = None  # the store clock as kernels take it (None: their own wall clock)
         self._append_crc = config.enabled_append_prop_crc
         self._sync_flush = config.flush_disk_type == SYNC_FLUSH
-        # records appended but not yet dispatched, in CommitLog order
+        # records appended but not yet dispatched, in CommitLog order, and their index keys
         self._pending: collections.deque = collections.deque()
+        self._pending_keys = 0
         self._dispatch_lock = threading.Lock()
         self._flush_lock = threading.Lock()  # one CommitLog sync at a time
         self._commit_cond = threading.Condition()  # SYNC_FLUSH producers wait here
@@ -236,7 +279,6 @@ class MessageStore:
         self._disk_full = False  # RocketMQ's DISK_FULL running flag (or a stuck dispatch): puts refused
         self._disk_ratio = -1.0
         self._disk_next_check = 0.0  # time.monotonic() of the next probe
-        self._dispatch_stuck: DiskFullError | None = None  # no room for a CQ/index file
         self._next_full_refresh = 0.0  # read-only follow mode: next directory re-scan
         self.checkpoint = StoreCheckpoint(os.path.join(self.root_dir, "checkpoint"))
         ro = read_only
@@ -299,6 +341,7 @@ class MessageStore:
             store._closed = True
             store._release()
             raise
+        _open_stores.add(store)
         return store
 
     def _start(self) -> None:
@@ -309,6 +352,10 @@ class MessageStore:
         else:
             os.makedirs(root, exist_ok=True)
             self._take_lock()
+            for name in ("commitlog", "consumequeue", "index", "config", "abort", "checkpoint"):
+                if os.path.islink(os.path.join(root, name)):  # a writer never writes through one
+                    raise CorruptedFileError("a symbolic link where the store keeps a file or directory of its "
+                                             "own; the store never writes through one", os.path.join(root, name))
         abort_path = os.path.join(root, "abort")
         self.last_exit_ok = not os.path.exists(abort_path)
         if not self.read_only:
@@ -363,10 +410,13 @@ class MessageStore:
 
     @staticmethod
     def _write_abort(path) -> None:
-        with open(path, "w") as fh:
-            fh.write(str(os.getpid()))
-            fh.flush()
-            os.fsync(fh.fileno())
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+        fd = open_no_follow(path, flags, 0o644)
+        try:
+            os.write(fd, str(os.getpid()).encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
     def _load_consume_queues(self) -> None:
         base = os.path.join(self.root_dir, "consumequeue")
@@ -412,7 +462,16 @@ class MessageStore:
         if self.index.keys_added:
             log.warning("recovery indexed %d keys the index was missing", self.index.keys_added)
         cl_min = self.commitlog.min_offset()
-        for key, cq in self._cqs.items():
+        for key, cq in list(self._cqs.items()):
+            if cq.max_offset_in_queue() == 0 and cq.queue.files:
+                # no unit ever: files a put made ahead and a crash left unused
+                if self.read_only:
+                    cq.close()
+                else:
+                    cq.destroy()
+                    cq.remove_directory()
+                del self._cqs[key]
+                continue
             self._queue_offsets[key] = cq.max_offset_in_queue()
             cq.correct_min_offset(cl_min)
         self.recovery_report = report
@@ -737,7 +796,25 @@ class MessageStore:
 
     def _ensure_open(self) -> None:
         if self._closed:
+            if self._opened_by != os.getpid():
+                raise StoreClosedError(
+                    f"store {self.root_dir} was opened by process {self._opened_by}: a forked child cannot use it "
+                    "(open the store in the child, once the parent has closed it)"
+                )
             raise StoreClosedError(f"store {self.root_dir} is closed")
+
+    def _forked(self) -> None:
+        """In a forked child (see :func:`_after_fork_in_child`): closed
+        without a write. The gates are detached, so their methods go to the
+        store's, which raise; the threads, the lock and the files stay the
+        parent's."""
+        self._closed = True
+        for gate in (self._put_gate, self._read_gate):
+            if gate is not None:
+                gate.detach()
+        if self._store_lock is not None:
+            self._store_lock._forget()
+            self._store_lock = None
 
     def _ensure_writable(self) -> None:
         self._ensure_open()
@@ -828,8 +905,6 @@ class MessageStore:
         ratio = self._probe_disk(self.commitlog.queue.directory)
         self._disk_next_check = time.monotonic() + self.config.disk_check_interval / 1000
         self._set_disk_full(ratio > self.config.disk_space_warning_level, ratio)
-        if not self._disk_full or self._dispatch_stuck is not None:
-            self._retry_stuck_dispatch()
         return ratio
 
     @property
@@ -842,9 +917,9 @@ class MessageStore:
         if full and not self._disk_full:
             log.error("disk of %s is %.0f%% used: refusing puts until it is below %.0f%%", self.root_dir,
                       ratio * 100, self.config.disk_space_warning_level * 100)
-        elif not full and self._disk_full and self._dispatch_stuck is None:
+        elif not full and self._disk_full:
             log.info("disk of %s is %.0f%% used: accepting puts again", self.root_dir, ratio * 100)
-        self._disk_full = full or self._dispatch_stuck is not None
+        self._disk_full = full
 
     def _refuse_if_disk_full(self) -> None:
         """Put-side hook, entered only while the disk-full state is set:
@@ -853,67 +928,12 @@ class MessageStore:
             self.check_disk_space()
         if not self._disk_full:
             return
-        stuck = self._dispatch_stuck
-        if stuck is not None:
-            raise DiskFullError(
-                errno.ENOSPC, "no room for a ConsumeQueue or index file; puts resume once there is",
-                stuck.filename, status=stuck.status,
-            )
         raise DiskFullError(
             errno.ENOSPC,
             f"disk use {self._disk_ratio:.0%} is above disk_space_warning_level_ratio "
             f"({self.config.disk_space_warning_level:.0%}); puts resume when it falls back",
             self.commitlog.queue.directory, status=PutMessageStatus.SERVICE_NOT_AVAILABLE, ratio=self._disk_ratio,
         )
-
-    def _stuck_dispatch(self, e: DiskFullError) -> DiskFullError:
-        """A record is in the CommitLog but its ConsumeQueue/index file could
-        not be created: keep it pending, refuse puts until it is dispatched."""
-        self._dispatch_stuck = e
-        self._disk_full = True
-        self._disk_next_check = 0.0  # the next put re-checks at once
-        log.error("dispatch of %s stopped: %s", self.root_dir, e)
-        err = DiskFullError(
-            e.errno or errno.ENOSPC,
-            f"stored in the CommitLog, but no room for its ConsumeQueue/index file ({e.strerror}); "
-            "it is dispatched once there is room", e.filename, status=e.status, stored=True,
-        )
-        return err
-
-    def _retry_stuck_dispatch(self) -> None:
-        if self._dispatch_stuck is None or self._closed:
-            return
-        with self._lock:
-            if self._dispatch_stuck is None:
-                return
-            try:
-                self._dispatch_pending(self._flushed_where if self._sync_flush else MAX_OFFSET)
-            except DiskFullError:
-                return
-            self._dispatch_stuck = None
-            self._set_disk_full(self._disk_ratio > self.config.disk_space_warning_level, self._disk_ratio)
-
-    def _batch_disk_full(self, e: DiskFullError, prepared, w0: int) -> DiskFullError:
-        """``put_messages`` hit a full disk after appending part of the batch
-        (from physical offset *w0* on): dispatch what was appended (under
-        ASYNC_FLUSH; under SYNC_FLUSH it is made durable and dispatched by the
-        next put or close) and report it as ``results`` on the error, rebuilt
-        from the records themselves."""
-        results = []
-        for (phy, size), p in zip(self.commitlog.iter_offsets(w0), prepared):
-            f = self.commitlog.read(phy, with_body=False)
-            if f is None:  # pragma: no cover - a record appended under our lock
-                break
-            host = self._store_host_raw if p is None else p[5]  # None: the Appender's, the store's host
-            results.append(PutMessageResult(PutMessageStatus.PUT_OK, offset_msg_id(host, phy), phy, size, f[5], f[10]))
-        if not self._sync_flush and self._pending:
-            try:
-                self._dispatch_pending(MAX_OFFSET)
-            except DiskFullError as stuck:  # stored, not all dispatched yet
-                e = stuck
-        e.results = results
-        e.stored = bool(results)
-        return e
 
     # --- reader references and follow mode ------------------------------------------------
 
@@ -1026,22 +1046,43 @@ class MessageStore:
     # --- writing ---------------------------------------------------------------------
 
     def _prepare(self, msg):
-        """Validate and encode what does not depend on the append position."""
+        """Validate and encode what does not depend on the append position,
+        from one reading of each of the message's attributes (they may be
+        changed after the message was made, by this thread or another): the
+        fields are checked again here, and a body that is not bytes is
+        copied once, so its length and its bytes agree whatever happens to
+        it meanwhile. Returns ``(topic, topic bytes, (queue_id, flag,
+        born_timestamp, reconsume_times, prepared_transaction_offset),
+        sys_flag, born host, store host, body, property blob, properties,
+        record size)``."""
         if not isinstance(msg, Message):
             raise MessageTypeError(f"expected a Message, got {type(msg).__name__}")
         cfg = self.config
         topic = msg.topic
+        if not isinstance(topic, str):
+            raise MessageTypeError(f"topic must be a str, got {type(topic).__name__}")
         topic_b = self._check_topic(topic)
         body = msg.body
+        if type(body) is not bytes:
+            if not isinstance(body, (bytearray, memoryview)):
+                raise MessageTypeError(f"body must be bytes-like, got {type(body).__name__}")
+            body = bytes(body)
         if len(body) > cfg.max_message_size:
             raise MessageTooLargeError(f"body of {len(body)} bytes exceeds max_message_size {cfg.max_message_size}")
+        born_ts = msg.born_timestamp
+        fields = (
+            _check_int("queue_id", msg.queue_id, minimum=0), _check_int("flag", msg.flag),
+            None if born_ts is None else _check_int("born_timestamp", born_ts, _INT64),
+            _check_int("reconsume_times", msg.reconsume_times),
+            _check_int("prepared_transaction_offset", msg.prepared_transaction_offset, _INT64),
+        )
         props = msg.property_map()
         if self._append_crc:
             props.pop(PROPERTY_CRC32, None)  # the store appends its own
         props_b = msg.encode_properties(props)
         born_raw = self._store_host_raw if msg.born_host is None else encode_host(msg.born_host)
         store_raw = self._store_host_raw if msg.store_host is None else encode_host(msg.store_host)
-        sys_flag = msg.sys_flag & ~(BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG)
+        sys_flag = _check_int("sys_flag", msg.sys_flag) & ~(BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG)
         if len(born_raw) == 20:
             sys_flag |= BORNHOST_V6_FLAG
         if len(store_raw) == 20:
@@ -1058,7 +1099,7 @@ class MessageStore:
             raise MessageTooLargeError(
                 f"record of {size} bytes cannot fit in a {self.commitlog.file_size}-byte CommitLog file"
             )
-        return (topic, topic_b, msg, sys_flag, born_raw, store_raw, body, props_b, props, size)
+        return (topic, topic_b, fields, sys_flag, born_raw, store_raw, body, props_b, props, size)
 
     def check_message(self, msg: Message) -> int:
         """Validate *msg* as :meth:`put_message` would, writing nothing (for
@@ -1094,10 +1135,148 @@ class MessageStore:
             raise IllegalMessageError(f"topic of {len(topic_b)} UTF-8 bytes is over {MAX_TOPIC_LENGTH_V2}")
         if "/" in topic or "\x00" in topic or topic in (".", ".."):
             raise IllegalMessageError(f"topic {topic!r} cannot name a ConsumeQueue directory")
+        name_max, path_room = self._name_limits()
+        if len(topic_b) > name_max or len(topic_b) > path_room:
+            raise IllegalMessageError(
+                f"topic of {len(topic_b)} UTF-8 bytes cannot name a ConsumeQueue directory under {self.root_dir} "
+                f"(the file system takes names of up to {name_max} bytes, and paths of up to "
+                f"{path_room} more bytes there)"
+            )
         if len(self._topics) >= 4096:  # bound the cache against endless distinct topics
             self._topics.clear()
         self._topics[topic] = topic_b
         return topic_b
+
+    def _name_limits(self) -> tuple:
+        """``(longest file name, bytes a topic may take in a path)`` on the
+        store's file system: ``consumequeue/<topic>/<queue id>/<20 digits>``
+        must fit PATH_MAX under the root (asked once, POSIX minimums
+        where the system does not say)."""
+        limits = self._limits
+        if limits is None:
+            try:
+                name_max = os.pathconf(self.root_dir, "PC_NAME_MAX")
+                path_max = os.pathconf(self.root_dir, "PC_PATH_MAX")
+            except (OSError, ValueError):
+                name_max, path_max = 255, 4096
+            name_max = name_max if name_max and name_max > 0 else 255
+            path_max = path_max if path_max and path_max > 0 else 4096
+            # "<root>/consumequeue/" + topic + "/2147483647/" + 20 digits, and the NUL
+            fixed = len(os.fsencode(self.root_dir)) + len("/consumequeue/") + len("/2147483647/") + 20 + 1
+            limits = self._limits = (name_max, path_max - fixed)
+        return limits
+
+    # --- a put is all or nothing ----------------------------------------------------
+
+    def _index_keys(self, sys_flag: int, props: dict) -> int:
+        """How many index entries a record takes: none with the index off or
+        for a transaction rollback record."""
+        if not self.config.message_index_enable or sys_flag & TRANSACTION_MASK == TRANSACTION_ROLLBACK_TYPE:
+            return 0
+        return len(keys_of(props.get(PROPERTY_UNIQ_KEY), props.get(PROPERTY_KEYS)))
+
+    def _plan_prepared(self, prepared, plan=None) -> list:
+        """What prepared messages (:meth:`_prepare`'s tuples) need of the
+        files, added to *plan* (``Appender.plan``'s form, made if None):
+        ``[total record bytes, the largest record's bytes, records,
+        {(topic, queue_id): records that get a ConsumeQueue unit}, index
+        keys]``."""
+        if plan is None:
+            plan = [0, 0, 0, {}, 0]
+        counts = plan[3]
+        for topic, _tb, fields, sys_flag, _born, _store, _body, _blob, props, size in prepared:
+            plan[0] += size
+            if size > plan[1]:
+                plan[1] = size
+            plan[2] += 1
+            tran = sys_flag & TRANSACTION_MASK
+            if tran == TRANSACTION_NOT_TYPE or tran == TRANSACTION_COMMIT_TYPE:
+                key = (topic, fields[0])
+                counts[key] = counts.get(key, 0) + 1
+            plan[4] += self._index_keys(sys_flag, props)
+        return plan
+
+    def _reserve(self, plan) -> None:
+        """Make every file the records of *plan* (:meth:`_plan_prepared`)
+        need before the first of them is written, so that writing them
+        cannot fail half way for a file that cannot be made: the CommitLog
+        segments they roll into, each queue's files (and, for a new queue,
+        its directory) and the index files their keys roll into. RocketMQ
+        makes its next CommitLog file ahead in the same way; files made
+        ahead wait as spares for the rolls that take them. Under SYNC_FLUSH
+        what is appended but not yet dispatched counts too. Raises what
+        making a file raises (DiskFullError, OSError, CorruptedFileError)
+        with no record written. The append lock is held."""
+        total, biggest, count, counts, n_keys = plan
+        if count:
+            self.commitlog.reserve(total, biggest, count)
+        for key, n in counts.items():
+            known = self._cqs.get(key)
+            cq = self._new_consume_queue(*key) if known is None else known
+            first = self._queue_offsets.get(key, 0)
+            cq.reserve(first, first + n)
+            if known is None:  # (registered once its files exist)
+                self._cqs[key] = cq
+        if count and self.config.message_index_enable:
+            self.index.reserve(n_keys + self._pending_keys)
+
+    def _new_consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
+        """A ConsumeQueue object for a queue this store writes first (no file yet)."""
+        return ConsumeQueue(
+            os.path.join(self.root_dir, "consumequeue"), topic, queue_id, self.config.mapped_file_size_consume_queue
+        )
+
+    def _mark(self) -> tuple:
+        """Where the CommitLog ends now and the bookkeeping :meth:`_undo` to
+        here restores (taken under the append lock before a put writes)."""
+        return self.commitlog.max_offset(), self._written_end, self._last_store_ts, self._last_logics_ts
+
+    def _undo(self, mark) -> None:
+        """A put raised after it began writing (an interrupt, or anything
+        :meth:`_reserve` could not foresee): remove what it wrote since
+        *mark* — the records from that physical offset on, their units and
+        index entries, the files made for them — and restore the
+        bookkeeping, so the store is as before the put and a retry stores
+        no duplicate. If the undo itself fails the store takes no more
+        writes (reopening recovers it). The append lock is held."""
+        w0 = mark[0]
+        cl = self.commitlog
+        try:
+            firsts: dict = {}  # (topic, queue_id) -> the first queue offset undone
+            try:
+                for phy, _size in cl.iter_offsets(w0):
+                    f = cl.read(phy, with_body=False)
+                    if f is None:
+                        break
+                    tran = f[7] & TRANSACTION_MASK
+                    if tran == TRANSACTION_NOT_TYPE or tran == TRANSACTION_COMMIT_TYPE:
+                        firsts.setdefault((f[15], f[3]), f[5])
+            except CorruptedFileError:  # (a record torn by the failure itself: nothing after it is ours)
+                pass
+            with self._dispatch_lock:
+                pending = self._pending
+                while pending and pending[-1][3] >= w0:
+                    pending.pop()
+                self._pending_keys = sum(self._index_keys(p[5], p[7]) for p in pending)
+                for key, cq in list(self._cqs.items()):
+                    if key in firsts or cq.max_physic_offset > w0:
+                        cq.truncate_dirty_logic_files(w0)
+                        self._queue_offsets[key] = firsts.get(key, cq.max_offset_in_queue())
+                    if not cq.queue.files:  # a queue this put made (or reserved): no trace of it
+                        self._queue_offsets.pop(key, None)
+                        cq.remove_directory()
+                if self.config.message_index_enable and self.index.files:
+                    self.index.truncate(w0, lambda phy: cl.store_timestamp_at(phy, 1))
+            cl.forget(cl.undo_to(w0, cl.max_record_size))
+            if self._fast is not None:  # its bindings may name files the undo deleted
+                self._fast.unbind()
+                self._rebind()
+            self._written_end, self._last_store_ts, self._last_logics_ts = mark[1:]
+            self._flushed_where = min(self._flushed_where, w0)
+        except BaseException as e:
+            err = e if isinstance(e, OSError) else OSError(errno.EIO, f"undo of a failed put: {e!r}")
+            self._fail_write(err)
+            log.exception("could not undo a failed put in %s", self.root_dir)
 
     def _append(self, prepared, store_ts=None) -> PutMessageResult:
         """Append one prepared message step by step; the caller holds the
@@ -1106,22 +1285,24 @@ class MessageStore:
         reading per record, whichever path writes it)."""
         if store_ts is None:
             store_ts = self._clock()
-        topic, topic_b, msg, sys_flag, born_raw, store_raw, body, props_b, props, size = prepared
-        qid = msg.queue_id
+        topic, topic_b, (qid, flag, born_ts, reconsume, prepared_off), sys_flag, born_raw, store_raw, body, props_b, \
+            props, size = prepared
         tran = sys_flag & TRANSACTION_MASK
         consumed = tran == TRANSACTION_NOT_TYPE or tran == TRANSACTION_COMMIT_TYPE
         key = (topic, qid)
         queue_offset = self._queue_offsets.get(key, 0) if consumed else 0
-        born_ts = store_ts if msg.born_timestamp is None else msg.born_timestamp
+        if born_ts is None:
+            born_ts = store_ts
         phy = self.commitlog.append(
-            size, qid, msg.flag, queue_offset, sys_flag, born_ts, born_raw, store_ts, store_raw,
-            msg.reconsume_times, msg.prepared_transaction_offset, body, topic_b, props_b, self._append_crc,
+            size, qid, flag, queue_offset, sys_flag, born_ts, born_raw, store_ts, store_raw,
+            reconsume, prepared_off, body, topic_b, props_b, self._append_crc,
         )
         if consumed:
             self._queue_offsets[key] = queue_offset + 1
         self._written_end = phy + size
         self._last_store_ts = store_ts
         self._pending.append((topic, qid, queue_offset, phy, size, sys_flag, store_ts, props))
+        self._pending_keys += self._index_keys(sys_flag, props)
         return PutMessageResult(
             PutMessageStatus.PUT_OK, offset_msg_id(store_raw, phy), phy, size, queue_offset, store_ts
         )
@@ -1132,7 +1313,7 @@ class MessageStore:
         result = self._append(prepared, store_ts)
         self._dispatch_pending(MAX_OFFSET)
         if self._fast is not None:
-            self._rebind(prepared[0], prepared[2].queue_id)
+            self._rebind(prepared[0], prepared[2][0])
         return result
 
     def _wake_waiters(self) -> None:
@@ -1164,12 +1345,11 @@ class MessageStore:
         in CommitLog order."""
         pending = self._pending
         with self._dispatch_lock:
-            try:
-                while pending and pending[0][3] + pending[0][4] <= upto:
-                    self._dispatch(*pending[0])
-                    pending.popleft()
-            except DiskFullError as e:  # kept pending: dispatched again once there is room
-                raise self._stuck_dispatch(e) from e
+            while pending and pending[0][3] + pending[0][4] <= upto:
+                p = pending[0]
+                self._dispatch(*p)
+                pending.popleft()
+                self._pending_keys -= self._index_keys(p[5], p[7])
         if self._waiting:  # read after the units are in: a waiter that missed it sees them
             self._wake_waiters()
 
@@ -1202,20 +1382,28 @@ class MessageStore:
         SYNC_FLUSH it returns only once the record is on disk; concurrent
         producers share one sync (group commit).
 
+        All or nothing: every file the record needs (a CommitLog segment,
+        its queue's directory and file, an index file) is made before its
+        first byte is written, and a failure after that (an interrupt
+        included) undoes the record, so whatever this raises nothing of the
+        message is stored and the store goes on; retrying stores no
+        duplicate. The one exception is FlushError under SYNC_FLUSH (below).
+
         Returns a :class:`PutMessageResult` with status PUT_OK.
 
         Raises:
             MessageTypeError, IllegalMessageError, MessageTooLargeError,
-            PropertiesSizeExceededError: bad input; nothing is written.
+            PropertiesSizeExceededError: bad input.
             StoreReadOnlyError, StoreClosedError: the store cannot take writes.
             FlushError: the sync failed (SYNC_FLUSH), now or earlier; the store
                 takes no more writes. The record may still be found after a
                 restart (the outcome of this put is unknown, never PUT_OK).
             DiskFullError: disk use is above the warning level (status
-                SERVICE_NOT_AVAILABLE; nothing written; puts resume by
-                themselves when it falls), or no room for a new store file
-                (CREATE_MAPPED_FILE_FAILED; the record was not written unless
-                the error's ``stored`` is True, see :class:`DiskFullError`).
+                SERVICE_NOT_AVAILABLE; puts resume by themselves when it
+                falls), or no room for a file the record needs
+                (CREATE_MAPPED_FILE_FAILED).
+            OSError: any other failure to make such a file (no descriptor
+                left, no permission).
         """
         gate = self._put_gate  # (an open store's instances call gate.put directly, see _start)
         if gate is not None:
@@ -1224,7 +1412,9 @@ class MessageStore:
 
     def _put_one(self, msg, store_ts=None) -> PutMessageResult:
         """put_message step by step (SYNC_FLUSH, and whatever the Appender
-        leaves: new files and queues, transactions, delays, bad input)."""
+        leaves: new files and queues, transactions, delays, bad input):
+        every file the record needs is made first, and a failure after its
+        first byte is written undoes it (see :meth:`_reserve`)."""
         self._ensure_writable()
         if self._disk_full:
             self._refuse_if_disk_full()
@@ -1232,10 +1422,16 @@ class MessageStore:
         with self._lock:
             self._ensure_open()
             self._check_write_error()
-            if self._sync_flush:
-                result = self._append(prepared, store_ts)
-            else:
-                result = self._append_dispatched(prepared, store_ts)
+            self._reserve(self._plan_prepared([prepared]))
+            mark = self._mark()
+            try:
+                if self._sync_flush:
+                    result = self._append(prepared, store_ts)
+                else:
+                    result = self._append_dispatched(prepared, store_ts)
+            except BaseException:
+                self._undo(mark)
+                raise
         if self._sync_flush:
             self._commit(result.wrote_offset + result.wrote_bytes)
         return result
@@ -1243,8 +1439,11 @@ class MessageStore:
     def put_messages(self, msgs) -> list:
         """Put each message of *msgs* (an iterable of :class:`Message`) under one
         append lock, as separate records (and, under SYNC_FLUSH, one sync).
-        Every message is validated first, so bad input raises before anything
-        is written. Returns the list of :class:`PutMessageResult`."""
+        All or nothing: every message is validated and every file the batch
+        needs is made before the first record is written, and a failure
+        after that (an interrupt included) undoes what the call wrote, so a
+        caller may retry the whole batch. Returns the list of
+        :class:`PutMessageResult`; raises what :meth:`put_message` raises."""
         self._ensure_writable()
         if self._disk_full:
             self._refuse_if_disk_full()
@@ -1252,9 +1451,8 @@ class MessageStore:
         msgs = list(msgs)
         # validated first: the Appender vouches for what it encodes itself
         # (and keeps the encoding for put_batch), _prepare checks and encodes
-        # the rest
-        # (a new queue's, or a new store's, messages too: checked against
-        # the topic's bytes and the CommitLog file size)
+        # the rest (a new queue's, or a new store's, messages too: checked
+        # against the topic's bytes and the CommitLog file size)
         refused, encoded = (range(len(msgs)), None) if fast is None else \
             fast.check_all(msgs, self._topic_bytes, self.commitlog.file_size)
         prepared: list = [None] * len(msgs)
@@ -1263,20 +1461,21 @@ class MessageStore:
         with self._lock:
             self._ensure_open()
             self._check_write_error()
-            w0 = self._written_end
+            own = [p for p in prepared if p is not None]
+            plan = None if encoded is None else fast.plan(encoded, bool(own))
+            if own:
+                plan = self._plan_prepared(own, plan)
+            if plan is not None:
+                self._reserve(plan)
+            mark = self._mark()
             try:
-                if fast is not None and not self._pending:
+                if fast is not None:
                     results = self._append_batch(fast, msgs, prepared, encoded)
                 else:
-                    results = [self._append(p or self._prepare(m)) for m, p in zip(msgs, prepared)]
-            except DiskFullError as e:
-                raise self._batch_disk_full(e, prepared, w0) from e
-            if not self._sync_flush:
-                try:
-                    self._dispatch_pending(MAX_OFFSET)
-                except DiskFullError as e:  # all stored, some not dispatched yet
-                    e.results = results
-                    raise
+                    results = [self._append(p) for p in prepared]
+            except BaseException:
+                self._undo(mark)
+                raise
         if self._sync_flush and results:
             self._commit(results[-1].wrote_offset + results[-1].wrote_bytes)
         return results
@@ -1356,26 +1555,34 @@ class MessageStore:
 
         phys, sizes, qoffs = np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n, np.int64)
         fast = self._fast
-        if fast is None or self._disk_full or self._pending:  # step by step: put_messages' path
+        if fast is None:  # step by step: put_messages' path
             results = self.put_messages([message(i) for i in range(n)])
             for i, r in enumerate(results):
                 phys[i], sizes[i], qoffs[i] = r.wrote_offset, r.wrote_bytes, r.queue_offset
             ts = results[-1].store_timestamp if results else self._clock()
             return PutColumnsResult(PutMessageStatus.PUT_OK, phys, sizes, qoffs, ts)
         self._ensure_writable()
+        if self._disk_full:
+            self._refuse_if_disk_full()
         # validated first: the kernel vouches for the rows it encodes itself,
-        # the rest are checked as the Message they stand for
+        # the rest are checked as the Message they stand for (and kept so)
+        own: dict = {}
         i, encoded = 0, None
         while i < n:  # (the kernel keeps its encodings for put_columns)
             i, encoded = fast.check_columns(topic, bodies, qids, tags_c, keys_c, uniq_c, i, encoded,
                                             self._topic_bytes, self.commitlog.file_size)
             if i < n:
-                self._prepare(message(i))
+                own[i] = self._prepare(message(i))
                 i += 1
         with self._lock:
             self._ensure_open()
             self._check_write_error()
-            w0 = self._written_end
+            plan = None if encoded is None else fast.plan(encoded, bool(own))
+            if own:
+                plan = self._plan_prepared(list(own.values()), plan)
+            if plan is not None:
+                self._reserve(plan)  # (all or nothing, as put_messages)
+            mark = self._mark()
             ts = self._clock()
             i = 0
             try:
@@ -1383,11 +1590,12 @@ class MessageStore:
                     i = fast.put_columns(topic, bodies, qids, tags_c, keys_c, uniq_c, i, ts, phys, sizes, qoffs,
                                          encoded)
                     if i < n:  # a new file or queue: this row step by step, then on in one call
-                        r = self._append_dispatched(self._prepare(message(i)), ts)
+                        r = self._append_dispatched(own.get(i) or self._prepare(message(i)), ts)
                         phys[i], sizes[i], qoffs[i] = r.wrote_offset, r.wrote_bytes, r.queue_offset
                         i += 1
-            except DiskFullError as e:
-                raise self._batch_disk_full(e, [None] * n, w0) from e
+            except BaseException:
+                self._undo(mark)
+                raise
             if n:  # rows are stored in order: the last one ends the CommitLog
                 self._written_end = int(phys[-1] + sizes[-1])
                 self._last_store_ts = self._last_logics_ts = ts
@@ -1400,12 +1608,8 @@ class MessageStore:
         tran = sys_flag & TRANSACTION_MASK
         if tran == TRANSACTION_NOT_TYPE or tran == TRANSACTION_COMMIT_TYPE:
             cq = self._cqs.get((topic, queue_id))
-            if cq is None:
-                cq = ConsumeQueue(
-                    os.path.join(self.root_dir, "consumequeue"), topic, queue_id,
-                    self.config.mapped_file_size_consume_queue,
-                )
-                self._cqs[(topic, queue_id)] = cq
+            if cq is None:  # (recovery's re-dispatch: puts reserve their queues first)
+                cq = self._cqs[(topic, queue_id)] = self._new_consume_queue(topic, queue_id)
             if topic == SCHEDULE_TOPIC:
                 code = tags_code(topic, props, store_ts, self.config)
             else:  # tags_code without the delay rule
@@ -1479,7 +1683,7 @@ class MessageStore:
 
     def queues(self) -> list:
         """Every (topic, queue_id) that has a ConsumeQueue, sorted."""
-        return sorted(self._cqs)
+        return sorted(key for key, cq in self._cqs.items() if cq.queue.files)
 
     def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int:
         """First queue offset whose message is still stored (0 for an unknown queue)."""
