@@ -554,49 +554,51 @@ def test_enospc_on_a_new_commitlog_file_writes_nothing(tmp_path, monkeypatch):
     assert [p for p in verify_store(tmp_path) if p.severity == "error"] == []
 
 
-def test_enospc_mid_batch_reports_what_was_stored(tmp_path, monkeypatch):
+def test_enospc_mid_batch_stores_nothing_of_the_batch(tmp_path, monkeypatch):
     import rmqstore.mapped_file as mfmod
 
     clock = FakeClock()
     with open_store(tmp_path, clock, mapped_file_size_consume_queue=20_000) as s:  # only the CommitLog rolls
         fill(s, clock, 3)
+        end, qmax = s.max_physical_offset, s.get_max_offset_in_queue(TOPIC, 0)
+        real = mfmod.allocate_file
         monkeypatch.setattr(mfmod, "allocate_file", _enospc)
         batch = [Message(TOPIC, body_of(i), queue_id=0, keys=f"k{i}") for i in range(100, 200)]
         with pytest.raises(DiskFullError) as ei:
-            s.put_messages(batch)
-        stored = ei.value.results
-        assert ei.value.stored and 0 < len(stored) < len(batch)
-        for m, r in zip(batch, stored):
-            assert s.get_message(r.wrote_offset).body == m.body
-            assert s.get_messages(TOPIC, 0, r.queue_offset, 1).messages[0].body == m.body
-        assert s.get_max_offset_in_queue(TOPIC, 0) == stored[-1].queue_offset + 1
+            s.put_messages(batch)  # needs a new CommitLog file, made before the first record is written
+        assert ei.value.status is PutMessageStatus.CREATE_MAPPED_FILE_FAILED and not ei.value.stored
+        assert s.max_physical_offset == end and s.get_max_offset_in_queue(TOPIC, 0) == qmax
+        assert s.query_messages(TOPIC, "k100") == []
+        monkeypatch.setattr(mfmod, "allocate_file", real)
+        results = s.put_messages(batch)  # the retry stores each message once
+        assert [r.queue_offset for r in results] == list(range(qmax, qmax + len(batch)))
+        assert [m.body for m in s.query_messages(TOPIC, "k150")] == [body_of(150)]
 
 
 @pytest.mark.parametrize("flush", ["ASYNC_FLUSH", "SYNC_FLUSH"])
-def test_enospc_on_a_consume_queue_file_keeps_the_record_pending(tmp_path, monkeypatch, flush):
+def test_enospc_on_a_consume_queue_file_writes_nothing(tmp_path, monkeypatch, flush):
     import rmqstore.mapped_file as mfmod
 
     clock = FakeClock()
     with open_store(tmp_path, clock, flush_disk_type=flush) as s:
         fill(s, clock, 4)  # one unit in each queue
+        end = s.max_physical_offset
         real = mfmod.allocate_file
         monkeypatch.setattr(mfmod, "allocate_file", _enospc)
-        # a new queue needs a new ConsumeQueue file: the record is stored, its unit is not
+        # a new queue needs a new ConsumeQueue file: made first, so the record is not written
         with pytest.raises(DiskFullError) as ei:
             s.put_message(Message("NewTopic", b"pending", keys="kp"))
-        assert ei.value.stored and s.disk_full
-        assert s.get_max_offset_in_queue("NewTopic", 0) == 0
-        with pytest.raises(DiskFullError) as ei2:  # refused before writing while stuck
-            s.put_message(Message(TOPIC, b"refused", queue_id=0))
-        assert not ei2.value.stored
+        assert not ei.value.stored and not s.disk_full
+        assert s.max_physical_offset == end and ("NewTopic", 0) not in s.queues()
+        r = s.put_message(Message(TOPIC, b"meanwhile", queue_id=0))  # the other queues go on
         monkeypatch.setattr(mfmod, "allocate_file", real)
-        r = s.put_message(Message(TOPIC, b"resumed", queue_id=0))  # re-checks, dispatches, writes
-        assert not s.disk_full
+        r2 = s.put_message(Message("NewTopic", b"pending", keys="kp"))
+        assert r2.queue_offset == 0
         assert s.get_messages("NewTopic", 0, 0, 5).messages[0].body == b"pending"
-        assert s.get_messages(TOPIC, 0, r.queue_offset, 5).messages[0].body == b"resumed"
+        assert s.get_messages(TOPIC, 0, r.queue_offset, 5).messages[0].body == b"meanwhile"
         assert [m.body for m in s.query_messages("NewTopic", "kp")] == [b"pending"]
     with MessageStore.open(tmp_path, read_only=True) as ro:
-        assert ro.get_messages(TOPIC, 0, 0, 100).messages[-1].body == b"resumed"
+        assert [m.body for m in ro.iter_messages()][-2:] == [b"meanwhile", b"pending"]
 
 
 def _try_mount_tmpfs(path, size: str) -> str | None:
