@@ -11,7 +11,9 @@ import errno
 import json
 import math
 import os
+import shlex
 import shutil
+import stat
 import sys
 import time
 from datetime import datetime, timedelta, timezone
@@ -20,7 +22,7 @@ from . import IMPLEMENTATION, __version__
 from .config import StoreConfig
 from .exceptions import ConfigError, RmqStoreError
 from .message import Message, decode_offset_msg_id
-from .store import MAX_OFFSET, MessageStore
+from .store import MAX_OFFSET, MessageStore, StoreLock
 
 __all__ = ["main"]
 
@@ -332,19 +334,64 @@ def cmd_offset_for_time(args) -> int:
     return 0
 
 
+# The demo marks the directory it makes with this file, and later runs replace
+# only such a directory: never a store (or anything else) it did not make.
+DEMO_MARKER = ".rmqstore-demo"
 DEMO_MAX_COUNT = 10_000_000  # (the demo builds its messages in memory first)
+_DEMO_DIRS = frozenset({"commitlog", "consumequeue", "index"})
+_DEMO_FILES = frozenset({DEMO_MARKER, "checkpoint", "abort", "lock"})
+
+
+def _not_demo_made(path):
+    """Why directory *path* is not a store an earlier demo made, or None when
+    it is: the marker file, and only the entries a store has, each of its
+    kind (no symlinks)."""
+    names = sorted(os.listdir(path))
+    if DEMO_MARKER not in names:
+        return f"no {DEMO_MARKER} file marks it as the demo's"
+    for name in names:
+        mode = os.lstat(os.path.join(path, name)).st_mode
+        if not ((name in _DEMO_DIRS and stat.S_ISDIR(mode)) or (name in _DEMO_FILES and stat.S_ISREG(mode))):
+            return f"it holds {name!r}, which the demo does not write"
+    return None
+
+
+def _demo_dir(path, keep: bool) -> None:
+    """Make *path* ready for the demo: a new or empty directory is marked as
+    the demo's; an earlier demo's store is emptied (unless *keep*). Anything
+    else refuses (UsageError) before a byte is written or deleted."""
+    if os.path.lexists(path) and not os.path.isdir(path):
+        raise UsageError(f"{_show(path)} exists and is not a directory")
+    os.makedirs(path, exist_ok=True)
+    marker = os.path.join(path, DEMO_MARKER)
+    if not os.listdir(path):
+        with open(marker, "w") as fh:
+            fh.write("a store written by `rmqstore demo`, which replaces it on its next run\n")
+        return
+    why = _not_demo_made(path)
+    if why:
+        raise UsageError(f"refusing to write into {_show(path)}: it is not empty and not an earlier demo's store "
+                         f"({why}); pass another --dir")
+    if keep:
+        return
+    with StoreLock(path):  # (StoreLockedError: a demo is running there)
+        for name in os.listdir(path):
+            if name in _DEMO_DIRS:
+                shutil.rmtree(os.path.join(path, name))
+            elif name not in (DEMO_MARKER, "lock"):  # (the lock file is held: the new store takes it over)
+                os.remove(os.path.join(path, name))
 
 
 def cmd_demo(args) -> int:
     """Write, consume and query a store with default settings, timing each step."""
     path = os.path.abspath(args.dir)
-    if os.path.exists(path):
-        if not args.keep:
-            shutil.rmtree(path)
+    _demo_dir(path, args.keep)
     n, queues, topic = args.count, 8, "DemoTopic"
     body = bytes(range(256)) * (args.body_size // 256) + bytes(args.body_size % 256)
-    print(f"rmqstore {__version__} ({IMPLEMENTATION} core): demo store at {path}")
+    print(f"rmqstore {__version__} ({IMPLEMENTATION} core): demo store at {_show(path)}")
     with MessageStore.open(path) as s:
+        # where this run's messages start: with --keep, an earlier run's come first
+        start = [s.get_max_offset_in_queue(topic, q) for q in range(queues)]
         msgs = [
             Message(topic, body, queue_id=i % queues, tags=f"Tag{i % 4}", keys=f"order-{i}")
             for i in range(n)
@@ -361,10 +408,10 @@ def cmd_demo(args) -> int:
         print(f"flush    {s.max_physical_offset:>9,} bytes to disk in {time.perf_counter() - t0:.2f} s")
 
         def drain(pull, count) -> int:
-            """Messages pulled 32 at a time from every queue, start to end."""
+            """This run's messages, pulled 32 at a time from every queue."""
             got = 0
             for q in range(queues):
-                off = 0
+                off = start[q]
                 while True:
                     r = pull(topic, q, off, 32)
                     if not count(r):
@@ -380,7 +427,7 @@ def cmd_demo(args) -> int:
         if got != n:
             print(f"ERROR: consumed {got} of {n} messages", file=sys.stderr)
             return 1
-        first = s.get_message_views(topic, 0, 0, 1)  # (outside the timing: its first call imports numpy)
+        first = s.get_message_views(topic, 0, start[0], 1)  # (outside the timing: its first call imports numpy)
         t0 = time.perf_counter()
         got = drain(s.get_message_views, lambda r: len(r.units))
         t_view = time.perf_counter() - t0
@@ -391,8 +438,9 @@ def cmd_demo(args) -> int:
         k = min(n, 10_000)
         t0 = time.perf_counter()
         for i in range(0, n, max(1, n // k)):
-            found = s.query_messages(topic, f"order-{i}")
-            if len(found) != 1 or found[0].physical_offset != results[i].wrote_offset:
+            found = [m.physical_offset for m in s.query_messages(topic, f"order-{i}")]
+            # (with --keep, earlier runs' messages carry the same keys)
+            if results[i].wrote_offset not in found or (len(found) != 1 and not args.keep):
                 print(f"ERROR: key order-{i} not found", file=sys.stderr)
                 return 1
         t_key = time.perf_counter() - t0
@@ -408,7 +456,7 @@ def cmd_demo(args) -> int:
         print(f"time     {k:>9,} lookups (get_offset_in_queue_by_time) in {t_time:.2f} s  ({k / t_time:,.0f} lookups/s)")
         print(f"store    physical offsets [{s.min_physical_offset}, {s.max_physical_offset}), "
               f"{len(s.commitlog.queue.files)} CommitLog file(s), {len(s.index.files)} index file(s)")
-    print(f"done. Inspect it with: rmqstore info {args.dir}")
+    print(f"done. Inspect it with: rmqstore info {shlex.quote(_show(args.dir))}")
     return 0
 
 
@@ -669,13 +717,16 @@ def _parser() -> argparse.ArgumentParser:
 
     sp = sub.add_parser("demo", help="write, consume and query a demo store with default settings",
                         description="Writes messages into a store under the current directory with RocketMQ's "
-                                    "default settings, consumes them, queries by key and time, prints timings.")
-    sp.add_argument("--dir", default="rmqstore-demo", help="store directory (default ./rmqstore-demo, replaced)")
+                                    "default settings, consumes them, queries by key and time, prints timings. "
+                                    "It replaces only a store an earlier demo made (marked by a "
+                                    f"{DEMO_MARKER} file) and refuses any other directory that is not empty.")
+    sp.add_argument("--dir", default="rmqstore-demo",
+                    help="store directory (default ./rmqstore-demo; an earlier demo's store there is replaced)")
     sp.add_argument("--count", type=_int_range(1, DEMO_MAX_COUNT), default=100_000,
                     help=f"messages to write (1 to {DEMO_MAX_COUNT:,}; default 100,000)")
     sp.add_argument("--body-size", type=_int_range(0, StoreConfig().max_message_size), default=256,
                     help="bytes per message body (default 256, at most maxMessageSize)")
-    sp.add_argument("--keep", action="store_true", help="append to an existing demo store instead of replacing it")
+    sp.add_argument("--keep", action="store_true", help="append to an earlier demo's store instead of replacing it")
     sp.set_defaults(func=cmd_demo)
 
     # Spark jobs live in rmqstore.spark (extra rmqstore[spark]), imported only when asked for
