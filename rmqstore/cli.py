@@ -7,20 +7,37 @@ real broker's store directory and beside a running writer.
 from __future__ import annotations
 
 import argparse
+import errno
 import json
+import math
 import os
+import shlex
 import shutil
+import stat
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 from . import IMPLEMENTATION, __version__
 from .config import StoreConfig
-from .exceptions import RmqStoreError
-from .message import Message
-from .store import MAX_OFFSET, MessageStore
+from .exceptions import ConfigError, RmqStoreError
+from .message import Message, decode_offset_msg_id
+from .store import MAX_OFFSET, MessageStore, StoreLock
 
 __all__ = ["main"]
+
+INT32_MAX = (1 << 31) - 1
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_MS = timedelta(milliseconds=1)
+
+
+class UsageError(Exception):
+    """A mistake in what the user asked for (an argument, a path): reported as
+    one line on stderr, exit status 2. *prog* names the command when known."""
+
+    def __init__(self, message: str, prog=None):
+        super().__init__(message)
+        self.prog = prog
 
 
 def _ts(ms) -> str:
@@ -29,16 +46,10 @@ def _ts(ms) -> str:
     return datetime.fromtimestamp(ms / 1000, timezone.utc).isoformat(timespec="milliseconds")
 
 
-def _parse_time(text: str) -> int:
-    """ms since epoch from an integer or an ISO-8601 time (UTC when no zone)."""
-    try:
-        return int(text)
-    except ValueError:
-        pass
-    dt = datetime.fromisoformat(text)
-    if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=timezone.utc)
-    return int(dt.timestamp() * 1000)
+def _show(path) -> str:
+    """*path* as text that any stdout can take: bytes that are not UTF-8 (a
+    name made elsewhere, passed through argv) as \\xNN escapes."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
 
 
 def _open(path) -> MessageStore:
@@ -46,7 +57,145 @@ def _open(path) -> MessageStore:
 
 
 def _print_json(obj) -> None:
-    sys.stdout.write(json.dumps(obj, ensure_ascii=False) + "\n")
+    line = json.dumps(obj, ensure_ascii=False)
+    try:
+        sys.stdout.write(line + "\n")
+    except UnicodeEncodeError:
+        # a lone surrogate (a non-UTF-8 path from argv) or a stdout that is
+        # not UTF-8: \u escapes keep the line valid JSON, and lossless
+        sys.stdout.write(json.dumps(obj) + "\n")
+
+
+# --- argument types: a bad value is an argparse error (one line, exit 2) -------
+
+
+def _int_range(lo: int, hi: int):
+    """An argparse type: an integer in [lo, hi]."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+        if not lo <= value <= hi:
+            raise argparse.ArgumentTypeError(f"{text!r} is out of range [{lo}, {hi}]")
+        return value
+
+    return parse
+
+
+_count = _int_range(1, MAX_OFFSET)  # a count of 0 asks for nothing: a mistake
+_offset = _int_range(0, MAX_OFFSET)  # physical and queue offsets: Java longs, never negative
+_queue_id = _int_range(0, INT32_MAX)  # RocketMQ queue ids: Java ints, never negative
+
+
+def _time(text: str) -> int:
+    """An argparse type: ms since epoch from an integer or an ISO-8601 time
+    (UTC when no zone), from the epoch to Java's Long.MAX_VALUE."""
+    try:
+        ms = int(text)
+    except ValueError:
+        try:
+            dt = datetime.fromisoformat(text)
+        except ValueError as e:
+            why = "" if str(e).startswith("Invalid isoformat") else f"{e}; "  # (that one only repeats the text)
+            raise argparse.ArgumentTypeError(
+                f"not a time: {text!r} ({why}give ms since epoch or ISO-8601, e.g. 2024-09-19T08:00:30)"
+            ) from None
+        if dt.tzinfo is None:
+            dt = dt.replace(tzinfo=timezone.utc)
+        ms = (dt - _EPOCH) // _MS  # exact: no float rounding of the milliseconds
+    if not 0 <= ms <= MAX_OFFSET:
+        raise argparse.ArgumentTypeError(f"time {text!r} is out of range (1970-01-01 up to {MAX_OFFSET} ms)")
+    return ms
+
+
+def _seconds(text: str) -> float:
+    """An argparse type: a finite number of seconds, 0 or more."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number of seconds >= 0")
+    return value
+
+
+def _text(what: str):
+    """An argparse type: non-empty text with a UTF-8 form (what the store
+    writes and compares). Bytes on the command line that are not UTF-8 arrive
+    as lone surrogates, which have none."""
+
+    def parse(text: str) -> str:
+        if not text:
+            raise argparse.ArgumentTypeError(f"the {what} is empty")
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise argparse.ArgumentTypeError(f"the {what} {text!r} is not valid UTF-8 text") from None
+        return text
+
+    return parse
+
+
+def _msg_id(text: str) -> str:
+    """An argparse type: an offset msgId (32 or 56 hex digits, a physical offset >= 0)."""
+    try:
+        _, offset = decode_offset_msg_id(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an offset msgId: {text!r} (32 or 56 hex digits)") from None
+    if offset < 0:
+        raise argparse.ArgumentTypeError(f"msgId {text!r} holds a negative physical offset ({offset})")
+    return text
+
+
+def _config_file(path: str) -> StoreConfig:
+    """An argparse type: the StoreConfig of a broker .properties file."""
+    try:
+        return StoreConfig.from_properties(path)
+    except (OSError, ConfigError, UnicodeError) as e:
+        raise argparse.ArgumentTypeError(f"cannot use {path!r}: {e}") from None
+
+
+# --- store paths ----------------------------------------------------------------
+
+# the entries by which a directory is recognised as a store (as recover_store does)
+_STORE_DIRS = ("commitlog", "consumequeue", "index")
+_STORE_FILES = ("checkpoint",)
+
+
+def _store_entries(path) -> list:
+    """The store entries found in directory *path*; UsageError when one has the wrong kind."""
+    found = []
+    for name in _STORE_DIRS + _STORE_FILES:
+        p = os.path.join(path, name)
+        if not os.path.lexists(p):
+            continue
+        if (name in _STORE_DIRS) != os.path.isdir(p):
+            kind = "a directory" if name in _STORE_DIRS else "a file"
+            raise UsageError(f"{_show(path)} is not a store: its {name} is not {kind}")
+        found.append(name)
+    return found
+
+
+def _check_store(path) -> None:
+    """Refuse a *path* that is not a store directory, before anything opens it:
+    the writing commands (recover, clean) must not create a store in a
+    mistaken directory, and the read commands would show an empty one."""
+    if not os.path.exists(path):
+        raise UsageError(f"cannot read the store: no store directory at {_show(path)}")
+    if not os.path.isdir(path):
+        raise UsageError(f"cannot read the store: {_show(path)} is not a directory")
+    try:
+        os.listdir(path)
+    except OSError as e:  # (unreadable: PermissionError)
+        raise UsageError(f"cannot read the store: {e}") from e
+    if _store_entries(path):
+        return
+    inner = os.path.join(path, "store")
+    if os.path.isdir(inner) and _store_entries(inner):
+        raise UsageError(f"{_show(path)} is not a store, but {_show(inner)} is (a broker keeps its store in store/)")
+    raise UsageError(f"{_show(path)} is not a store (no commitlog/, consumequeue/, index/ or checkpoint in it)")
 
 
 # --- commands -----------------------------------------------------------------
@@ -57,7 +206,7 @@ def cmd_info(args) -> int:
         cl = s.commitlog
         files = cl.queue.files
         out = {
-            "store": s.root_dir,
+            "store": s.root_dir,  # (_print_json keeps a non-UTF-8 path lossless)
             "commitlog": {
                 "file_size": cl.file_size,
                 "files": [os.path.basename(f.path) for f in files],
@@ -90,7 +239,7 @@ def cmd_info(args) -> int:
         if args.json:
             _print_json(out)
             return 0
-        print(f"store            {out['store']}  ({'clean shutdown' if s.last_exit_ok else 'NOT shut down cleanly'})")
+        print(f"store            {_show(out['store'])}  ({'clean shutdown' if s.last_exit_ok else 'NOT shut down cleanly'})")
         print(f"commitlog        {len(files)} file(s) of {cl.file_size} bytes, physical offsets "
               f"[{s.min_physical_offset}, {s.max_physical_offset})")
         print(f"index            {len(s.index.files)} file(s), {s.index.hash_slot_num} slots x {s.index.index_num} entries")
@@ -106,8 +255,11 @@ def cmd_info(args) -> int:
 
 
 def cmd_dump(args) -> int:
-    begin = _parse_time(args.begin) if args.begin else None
-    end = _parse_time(args.end) if args.end else None
+    begin, end = args.begin, args.end
+    if begin is not None and end is not None and begin > end:
+        raise UsageError(f"--begin ({begin}) is after --end ({end})")
+    if args.to_offset is not None and args.from_offset > args.to_offset:
+        raise UsageError(f"--from-offset ({args.from_offset}) is past --to-offset ({args.to_offset})")
     n = 0
     with _open(args.store) as s:
         for m in s.iter_messages(args.from_offset):
@@ -127,9 +279,11 @@ def cmd_dump(args) -> int:
 
 
 def cmd_query_key(args) -> int:
+    begin = 0 if args.begin is None else args.begin
+    end = MAX_OFFSET if args.end is None else args.end
+    if begin > end:
+        raise UsageError(f"--begin ({begin}) is after --end ({end})")
     with _open(args.store) as s:
-        begin = _parse_time(args.begin) if args.begin else 0
-        end = _parse_time(args.end) if args.end else MAX_OFFSET
         if args.offsets_only:
             _print_json(s.query_offsets(args.topic, args.key, args.max, begin, end))
             return 0
@@ -173,23 +327,71 @@ def cmd_print_queue(args) -> int:
 
 def cmd_offset_for_time(args) -> int:
     with _open(args.store) as s:
-        ts = _parse_time(args.timestamp)
+        ts = args.timestamp
         off = s.get_offset_in_queue_by_time(args.topic, args.queue_id, ts, args.boundary)
         _print_json({"topic": args.topic, "queue_id": args.queue_id, "timestamp": ts,
                      "boundary": args.boundary, "queue_offset": off})
     return 0
 
 
+# The demo marks the directory it makes with this file, and later runs replace
+# only such a directory: never a store (or anything else) it did not make.
+DEMO_MARKER = ".rmqstore-demo"
+DEMO_MAX_COUNT = 10_000_000  # (the demo builds its messages in memory first)
+_DEMO_DIRS = frozenset({"commitlog", "consumequeue", "index"})
+_DEMO_FILES = frozenset({DEMO_MARKER, "checkpoint", "abort", "lock"})
+
+
+def _not_demo_made(path):
+    """Why directory *path* is not a store an earlier demo made, or None when
+    it is: the marker file, and only the entries a store has, each of its
+    kind (no symlinks)."""
+    names = sorted(os.listdir(path))
+    if DEMO_MARKER not in names:
+        return f"no {DEMO_MARKER} file marks it as the demo's"
+    for name in names:
+        mode = os.lstat(os.path.join(path, name)).st_mode
+        if not ((name in _DEMO_DIRS and stat.S_ISDIR(mode)) or (name in _DEMO_FILES and stat.S_ISREG(mode))):
+            return f"it holds {name!r}, which the demo does not write"
+    return None
+
+
+def _demo_dir(path, keep: bool) -> None:
+    """Make *path* ready for the demo: a new or empty directory is marked as
+    the demo's; an earlier demo's store is emptied (unless *keep*). Anything
+    else refuses (UsageError) before a byte is written or deleted."""
+    if os.path.lexists(path) and not os.path.isdir(path):
+        raise UsageError(f"{_show(path)} exists and is not a directory")
+    os.makedirs(path, exist_ok=True)
+    marker = os.path.join(path, DEMO_MARKER)
+    if not os.listdir(path):
+        with open(marker, "w") as fh:
+            fh.write("a store written by `rmqstore demo`, which replaces it on its next run\n")
+        return
+    why = _not_demo_made(path)
+    if why:
+        raise UsageError(f"refusing to write into {_show(path)}: it is not empty and not an earlier demo's store "
+                         f"({why}); pass another --dir")
+    if keep:
+        return
+    with StoreLock(path):  # (StoreLockedError: a demo is running there)
+        for name in os.listdir(path):
+            if name in _DEMO_DIRS:
+                shutil.rmtree(os.path.join(path, name))
+            elif name not in (DEMO_MARKER, "lock"):  # (the lock file is held: the new store takes it over)
+                os.remove(os.path.join(path, name))
+
+
 def cmd_demo(args) -> int:
     """Write, consume and query a store with default settings, timing each step."""
     path = os.path.abspath(args.dir)
-    if os.path.exists(path):
-        if not args.keep:
-            shutil.rmtree(path)
+    _demo_dir(path, args.keep)
     n, queues, topic = args.count, 8, "DemoTopic"
     body = bytes(range(256)) * (args.body_size // 256) + bytes(args.body_size % 256)
-    print(f"rmqstore {__version__} ({IMPLEMENTATION} core): demo store at {path}")
+    print(f"rmqstore {__version__} ({IMPLEMENTATION} core): demo store at {_show(path)}")
     with MessageStore.open(path) as s:
+        # where this run's messages start: with --keep, an earlier run's come first
+        start = [s.get_max_offset_in_queue(topic, q) for q in range(queues)]
         msgs = [
             Message(topic, body, queue_id=i % queues, tags=f"Tag{i % 4}", keys=f"order-{i}")
             for i in range(n)
@@ -206,10 +408,10 @@ def cmd_demo(args) -> int:
         print(f"flush    {s.max_physical_offset:>9,} bytes to disk in {time.perf_counter() - t0:.2f} s")
 
         def drain(pull, count) -> int:
-            """Messages pulled 32 at a time from every queue, start to end."""
+            """This run's messages, pulled 32 at a time from every queue."""
             got = 0
             for q in range(queues):
-                off = 0
+                off = start[q]
                 while True:
                     r = pull(topic, q, off, 32)
                     if not count(r):
@@ -225,7 +427,7 @@ def cmd_demo(args) -> int:
         if got != n:
             print(f"ERROR: consumed {got} of {n} messages", file=sys.stderr)
             return 1
-        first = s.get_message_views(topic, 0, 0, 1)  # (outside the timing: its first call imports numpy)
+        first = s.get_message_views(topic, 0, start[0], 1)  # (outside the timing: its first call imports numpy)
         t0 = time.perf_counter()
         got = drain(s.get_message_views, lambda r: len(r.units))
         t_view = time.perf_counter() - t0
@@ -236,8 +438,9 @@ def cmd_demo(args) -> int:
         k = min(n, 10_000)
         t0 = time.perf_counter()
         for i in range(0, n, max(1, n // k)):
-            found = s.query_messages(topic, f"order-{i}")
-            if len(found) != 1 or found[0].physical_offset != results[i].wrote_offset:
+            found = [m.physical_offset for m in s.query_messages(topic, f"order-{i}")]
+            # (with --keep, earlier runs' messages carry the same keys)
+            if results[i].wrote_offset not in found or (len(found) != 1 and not args.keep):
                 print(f"ERROR: key order-{i} not found", file=sys.stderr)
                 return 1
         t_key = time.perf_counter() - t0
@@ -253,14 +456,13 @@ def cmd_demo(args) -> int:
         print(f"time     {k:>9,} lookups (get_offset_in_queue_by_time) in {t_time:.2f} s  ({k / t_time:,.0f} lookups/s)")
         print(f"store    physical offsets [{s.min_physical_offset}, {s.max_physical_offset}), "
               f"{len(s.commitlog.queue.files)} CommitLog file(s), {len(s.index.files)} index file(s)")
-    print(f"done. Inspect it with: rmqstore info {args.dir}")
+    print(f"done. Inspect it with: rmqstore info {shlex.quote(_show(args.dir))}")
     return 0
 
 
 def _config_arg(args):
-    """The StoreConfig of ``--config broker.properties``, or None."""
-    path = getattr(args, "config", None)
-    return StoreConfig.from_properties(path) if path else None
+    """The StoreConfig of ``--config broker.properties`` (read while parsing), or None."""
+    return getattr(args, "config", None)
 
 
 def cmd_verify(args) -> int:
@@ -270,8 +472,7 @@ def cmd_verify(args) -> int:
     try:
         problems = verify_store(args.store, config=config)
     except OSError as e:
-        print(f"rmqstore verify: cannot read the store: {e}", file=sys.stderr)
-        return 2
+        raise UsageError(f"cannot read the store: {e}") from e
     errors = sum(1 for p in problems if p.severity == "error")
     warnings = len(problems) - errors
     if args.json:
@@ -280,9 +481,9 @@ def cmd_verify(args) -> int:
         for p in problems:
             print(str(p))
         if problems:
-            print(f"{args.store}: {errors} error(s), {warnings} warning(s)")
+            print(f"{_show(args.store)}: {errors} error(s), {warnings} warning(s)")
         else:
-            print(f"{args.store}: OK, no problems found")
+            print(f"{_show(args.store)}: OK, no problems found")
     if errors or (args.strict and warnings):
         return 1
     return 0
@@ -293,12 +494,11 @@ def cmd_salvage(args) -> int:
 
     try:
         report = salvage_store(args.store, args.out, config=_config_arg(args))
-    except (OSError, ValueError) as e:
-        print(f"rmqstore salvage: {e}", file=sys.stderr)
-        return 2
+    except (OSError, ValueError) as e:  # (ValueError: the output inside the source)
+        raise UsageError(str(e)) from e
     _print_json(report)
     lost = bool(report["bad_regions"] or report["not_copied"])
-    print(f"salvaged {report['messages_copied']} of {report['records_found']} valid message(s) into {report['output']}; "
+    print(f"salvaged {report['messages_copied']} of {report['records_found']} valid message(s) into {_show(report['output'])}; "
           f"{report['bytes_skipped']} byte(s) skipped in {len(report['bad_regions'])} bad region(s), "
           f"{len(report['not_copied'])} message(s) not copied")
     return 1 if lost else 0
@@ -311,12 +511,11 @@ def cmd_recover(args) -> int:
     try:
         report = recover_store(args.store, config=_config_arg(args))
     except StoreLockedError as e:
-        print(f"rmqstore recover: refusing to recover: {e} (stop the writer first)", file=sys.stderr)
-        return 2
+        raise UsageError(f"refusing to recover: {e} (stop the writer first)") from e
     _print_json(report)
     kind = "normal recovery" if report.get("last_exit_ok") else "abnormal recovery (the store was not shut down cleanly)"
     why = report.get("stopped_because")
-    print(f"{kind} of {report['store']}: valid data ends at physical offset {report.get('process_offset')}; "
+    print(f"{kind} of {_show(report['store'])}: valid data ends at physical offset {report.get('process_offset')}; "
           f"truncated {report.get('truncated_bytes', 0)} byte(s)" + (f" because: {why}" if why else "")
           + f"; {report['consume_queue_units_dropped']} ConsumeQueue unit(s) dropped")
     return 0
@@ -342,8 +541,7 @@ def cmd_clean(args) -> int:
     try:
         store = MessageStore.open(args.store, config=config)
     except StoreLockedError as e:
-        print(f"rmqstore clean: {e} (a running writer cleans its own store)", file=sys.stderr)
-        return 2
+        raise UsageError(f"{e} (a running writer cleans its own store)") from e
     with store:
         report = store.delete_expired(force=args.force, reserved_hours=args.reserved_hours)
     out = report._asdict()
@@ -354,8 +552,8 @@ def cmd_clean(args) -> int:
     for key, label in (("commit_log_files", "CommitLog"), ("consume_queue_files", "ConsumeQueue"),
                        ("index_files", "index")):
         for path in out[key]:
-            print(f"deleted {label:<12} {path}")
-    print(f"{args.store}: deleted {report.deleted} CommitLog, {len(report.consume_queue_files)} ConsumeQueue and "
+            print(f"deleted {label:<12} {_show(path)}")
+    print(f"{_show(args.store)}: deleted {report.deleted} CommitLog, {len(report.consume_queue_files)} ConsumeQueue and "
           f"{len(report.index_files)} index file(s); CommitLog now starts at physical offset "
           f"{report.min_physical_offset}" + ("; readers held a file, run again later" if report.busy else ""))
     return 0
@@ -412,10 +610,19 @@ def cmd_tail(args) -> int:
 # --- parser -------------------------------------------------------------------
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports a mistake as one line (no usage block): main()
+    prints it and returns 2. Subparsers are of this class too."""
+
+    def error(self, message):
+        raise UsageError(message, prog=self.prog)
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="rmqstore", description="Read and write Apache RocketMQ store directories.")
+    p = _Parser(prog="rmqstore", description="Read and write Apache RocketMQ store directories.")
     p.add_argument("--version", action="version", version=f"rmqstore {__version__} ({IMPLEMENTATION})")
     sub = p.add_subparsers(dest="command", required=True)
+    topic_arg = _text("topic")
 
     def store_cmd(name, help_):
         sp = sub.add_parser(name, help=help_, description=help_)
@@ -426,90 +633,100 @@ def _parser() -> argparse.ArgumentParser:
         sp.add_argument("--body", choices=["base64", "text", "hex", "none"], default="text",
                         help="how to print message bodies (default: text)")
 
+    def config_opt(sp, help_):
+        sp.add_argument("--config", type=_config_file, help=help_)
+
     sp = store_cmd("info", "files, offset ranges, per topic/queue counts and time spans")
     sp.add_argument("--json", action="store_true", help="print one JSON object")
     sp.set_defaults(func=cmd_info)
 
     sp = store_cmd("dump", "every message as a JSON line, in CommitLog order")
-    sp.add_argument("--topic")
-    sp.add_argument("--queue-id", type=int)
-    sp.add_argument("--from-offset", type=int, default=0, help="physical offset to start at (a record boundary)")
-    sp.add_argument("--to-offset", type=int, help="stop before this physical offset")
-    sp.add_argument("--begin", help="store time lower bound (ms since epoch or ISO-8601)")
-    sp.add_argument("--end", help="store time upper bound (ms since epoch or ISO-8601)")
-    sp.add_argument("--limit", type=int)
+    sp.add_argument("--topic", type=topic_arg)
+    sp.add_argument("--queue-id", type=_queue_id)
+    sp.add_argument("--from-offset", type=_offset, default=0, help="physical offset to start at (a record boundary)")
+    sp.add_argument("--to-offset", type=_offset, help="stop before this physical offset")
+    sp.add_argument("--begin", type=_time, help="store time lower bound (ms since epoch or ISO-8601)")
+    sp.add_argument("--end", type=_time, help="store time upper bound (ms since epoch or ISO-8601)")
+    sp.add_argument("--limit", type=_count, help="print at most this many messages (1 or more)")
     body_opt(sp)
     sp.set_defaults(func=cmd_dump)
 
     sp = store_cmd("query-key", "messages by key (UNIQ_KEY or KEYS) through the IndexFile")
-    sp.add_argument("topic")
-    sp.add_argument("key")
-    sp.add_argument("--max", type=int, default=64)
-    sp.add_argument("--begin", help="ms since epoch or ISO-8601")
-    sp.add_argument("--end", help="ms since epoch or ISO-8601")
+    sp.add_argument("topic", type=topic_arg)
+    sp.add_argument("key", type=_text("key"))
+    sp.add_argument("--max", type=_int_range(1, INT32_MAX), default=64)
+    sp.add_argument("--begin", type=_time, help="ms since epoch or ISO-8601")
+    sp.add_argument("--end", type=_time, help="ms since epoch or ISO-8601")
     sp.add_argument("--offsets-only", action="store_true", help="print RocketMQ's raw queryOffset answer")
     body_opt(sp)
     sp.set_defaults(func=cmd_query_key)
 
     sp = store_cmd("query-msgid", "a message by its offset msgId")
-    sp.add_argument("msg_id")
+    sp.add_argument("msg_id", type=_msg_id)
     body_opt(sp)
     sp.set_defaults(func=cmd_query_msgid)
 
     sp = store_cmd("print-queue", "the units of one ConsumeQueue")
-    sp.add_argument("topic")
-    sp.add_argument("queue_id", type=int)
-    sp.add_argument("--start", type=int, default=0, help="first queue offset")
-    sp.add_argument("--count", type=int, help="units to print (default all)")
+    sp.add_argument("topic", type=topic_arg)
+    sp.add_argument("queue_id", type=_queue_id)
+    sp.add_argument("--start", type=_offset, default=0, help="first queue offset")
+    sp.add_argument("--count", type=_count, help="units to print (default all)")
     sp.set_defaults(func=cmd_print_queue)
 
     sp = store_cmd("offset-for-time", "queue offset for a store time (getOffsetInQueueByTime)")
-    sp.add_argument("topic")
-    sp.add_argument("queue_id", type=int)
-    sp.add_argument("timestamp", help="ms since epoch or ISO-8601 (UTC unless a zone is given)")
+    sp.add_argument("topic", type=topic_arg)
+    sp.add_argument("queue_id", type=_queue_id)
+    sp.add_argument("timestamp", type=_time, help="ms since epoch or ISO-8601 (UTC unless a zone is given)")
     sp.add_argument("--boundary", choices=["lower", "upper"], default="lower")
     sp.set_defaults(func=cmd_offset_for_time)
 
     sp = store_cmd("verify", "check every file of a store (read-only); non-zero exit when something is wrong")
     sp.add_argument("--json", action="store_true", help="print the problems as one JSON list")
     sp.add_argument("--strict", action="store_true", help="exit 1 on warnings too")
-    sp.add_argument("--config", help="broker .properties file (delay levels, maxMessageSize)")
+    config_opt(sp, "broker .properties file (delay levels, maxMessageSize)")
     sp.set_defaults(func=cmd_verify)
 
     sp = store_cmd("salvage", "copy every verifiable message into a new store (the source is only read)")
     sp.add_argument("out", help="new store directory (must not exist or be empty)")
-    sp.add_argument("--config", help="broker .properties file for settings not inferred from the files")
+    config_opt(sp, "broker .properties file for settings not inferred from the files")
     sp.set_defaults(func=cmd_salvage)
 
     sp = store_cmd("recover", "open the store for writing, which runs recovery, and report what was truncated")
-    sp.add_argument("--config", help="broker .properties file for settings not inferred from the files")
+    config_opt(sp, "broker .properties file for settings not inferred from the files")
     sp.set_defaults(func=cmd_recover)
 
     sp = store_cmd("clean", "delete expired files now (RocketMQ's deleteExpiredCommitLog), then print what went")
     sp.add_argument("--force", action="store_true",
                     help="delete every CommitLog file but the current one, whatever its age")
-    sp.add_argument("--reserved-hours", type=int, help="keep files younger than this (default: fileReservedTime, 72)")
-    sp.add_argument("--config", help="broker .properties file (fileReservedTime, deleteFileBatchMax, ...)")
+    sp.add_argument("--reserved-hours", type=_int_range(0, MAX_OFFSET // 3_600_000),
+                    help="keep files younger than this (default: fileReservedTime, 72)")
+    config_opt(sp, "broker .properties file (fileReservedTime, deleteFileBatchMax, ...)")
     sp.add_argument("--json", action="store_true", help="print the report as one JSON object")
     sp.set_defaults(func=cmd_clean)
 
     sp = store_cmd("tail", "print a topic's new messages as a writer stores them (read-only, Ctrl-C stops)")
-    sp.add_argument("--topic", required=True)
-    sp.add_argument("--queue", type=int, help="one queue id (default: every queue of the topic, new ones too)")
+    sp.add_argument("--topic", required=True, type=topic_arg)
+    sp.add_argument("--queue", type=_queue_id, help="one queue id (default: every queue of the topic, new ones too)")
     sp.add_argument("--from-beginning", action="store_true", help="start at the oldest stored message")
-    sp.add_argument("--max", type=int, help="exit after this many messages")
-    sp.add_argument("--timeout", type=float, help="exit after this many seconds")
-    sp.add_argument("--interval", type=int, default=50, help="ms between polls when idle (default 50)")
+    sp.add_argument("--max", type=_count, help="exit after this many messages")
+    sp.add_argument("--timeout", type=_seconds, help="exit after this many seconds")
+    sp.add_argument("--interval", type=_int_range(0, 3_600_000), default=50,
+                    help="ms between polls when idle (default 50)")
     body_opt(sp)
     sp.set_defaults(func=cmd_tail)
 
     sp = sub.add_parser("demo", help="write, consume and query a demo store with default settings",
                         description="Writes messages into a store under the current directory with RocketMQ's "
-                                    "default settings, consumes them, queries by key and time, prints timings.")
-    sp.add_argument("--dir", default="rmqstore-demo", help="store directory (default ./rmqstore-demo, replaced)")
-    sp.add_argument("--count", type=int, default=100_000)
-    sp.add_argument("--body-size", type=int, default=256)
-    sp.add_argument("--keep", action="store_true", help="append to an existing demo store instead of replacing it")
+                                    "default settings, consumes them, queries by key and time, prints timings. "
+                                    "It replaces only a store an earlier demo made (marked by a "
+                                    f"{DEMO_MARKER} file) and refuses any other directory that is not empty.")
+    sp.add_argument("--dir", default="rmqstore-demo",
+                    help="store directory (default ./rmqstore-demo; an earlier demo's store there is replaced)")
+    sp.add_argument("--count", type=_int_range(1, DEMO_MAX_COUNT), default=100_000,
+                    help=f"messages to write (1 to {DEMO_MAX_COUNT:,}; default 100,000)")
+    sp.add_argument("--body-size", type=_int_range(0, StoreConfig().max_message_size), default=256,
+                    help="bytes per message body (default 256, at most maxMessageSize)")
+    sp.add_argument("--keep", action="store_true", help="append to an earlier demo's store instead of replacing it")
     sp.set_defaults(func=cmd_demo)
 
     # Spark jobs live in rmqstore.spark (extra rmqstore[spark]), imported only when asked for
@@ -522,16 +739,50 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+# Errors that mean "what the user pointed at or handed in is wrong": a path
+# (missing, of the wrong kind, unreadable, too long), a store or config file
+# the library refuses (RmqStoreError: corrupt, locked, ...), text that is not
+# valid UTF-8. They get one line and exit status 2; any other exception is a
+# bug and keeps its traceback.
+_USER_ERRORS = (RmqStoreError, UsageError, UnicodeError, FileNotFoundError, FileExistsError,
+                NotADirectoryError, IsADirectoryError, PermissionError)
+_USER_ERRNOS = frozenset(
+    getattr(errno, name) for name in ("ENAMETOOLONG", "ELOOP", "EROFS", "ENOSPC", "EDQUOT") if hasattr(errno, name)
+)
+
+
+def _fail(prog: str, message) -> int:
+    """Print ``<prog>: error: <message>`` as exactly one line on stderr; return 2."""
+    text = str(message) or type(message).__name__
+    # control characters (a newline in a path, say) and lone surrogates escaped: one printable line
+    text = "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+    print(f"{prog}: error: {text}", file=sys.stderr)
+    return 2
+
+
 def main(argv=None) -> int:
-    args = _parser().parse_args(argv)
+    """Run ``rmqstore <command> ...`` (*argv* defaults to ``sys.argv[1:]``) and
+    return the exit status: 0 done, 1 for a command's own "not found" or
+    "damaged" answer (see each command), 2 for a mistake in the arguments or
+    a path that is not a store, reported as one line on stderr."""
     try:
+        args = _parser().parse_args(argv)
+    except UsageError as e:
+        return _fail(e.prog or "rmqstore", e)
+    prog = f"rmqstore {args.command}"
+    try:
+        if getattr(args, "store", None) is not None:
+            _check_store(args.store)
         return args.func(args)
-    except (RmqStoreError, FileNotFoundError) as e:
-        print(f"rmqstore {args.command}: {e}", file=sys.stderr)
-        return 2
     except BrokenPipeError:  # `rmqstore dump | head`
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except _USER_ERRORS as e:
+        return _fail(prog, e)
+    except OSError as e:
+        if e.errno not in _USER_ERRNOS:
+            raise
+        return _fail(prog, e)
 
 
 if __name__ == "__main__":  # pragma: no cover
