@@ -15,6 +15,8 @@ from . import _kernels as k
 from ._layout import (
     BLANK_MAGIC_CODE,
     END_FILE_MIN_BLANK_LENGTH,
+    MESSAGE_MAGIC_CODE,
+    MESSAGE_MAGIC_CODE_V2,
     POS_PHYSICALOFFSET,
     RECORD_SIZE_SLACK,
     REC_STATUS_TEXT,
@@ -48,6 +50,7 @@ def _data_after(mf, pos: int, last: bool = False):
         p = q
     return found
 _I64 = struct.Struct(">q")
+_MAGICS = (struct.pack(">i", MESSAGE_MAGIC_CODE), struct.pack(">i", MESSAGE_MAGIC_CODE_V2))
 
 
 class CommitLog:
@@ -61,7 +64,7 @@ class CommitLog:
         read_only (bool): never write.
     """
 
-    __slots__ = ("_last_ts", "_view_buffers", "max_record_size", "queue", "read_only")
+    __slots__ = ("_last_ts", "_view_buffers", "damaged", "max_record_size", "queue", "read_only")
 
     def __init__(self, directory, file_size, max_message_size: int, read_only: bool = False):
         self.queue = MappedFileQueue(directory, file_size, read_only)
@@ -69,6 +72,8 @@ class CommitLog:
         self.max_record_size = max_message_size + RECORD_SIZE_SLACK
         self.read_only = read_only
         self._last_ts: dict = {}  # segment start -> its last record's store time (retention)
+        #: read-only: damage recovery read around, {physical offset: where valid records resume}
+        self.damaged: dict = {}
 
     @property
     def file_size(self) -> int:
@@ -258,13 +263,18 @@ class CommitLog:
     def iter_offsets(self, start_offset: int = 0):
         """Yield ``(physical_offset, size)`` of every valid record from
         *start_offset* (rounded up to the first segment) to the end of written
-        data, crossing blank records. Raises CorruptedFileError at a record that
+        data, crossing blank records and the damage a read-only open read
+        around (``damaged``). Raises CorruptedFileError at a record that
         does not validate before the written end."""
         files = self.queue.files
         if not files:
             return
         offset = max(start_offset, files[0].file_from_offset)
+        damaged = self.damaged
         while True:
+            if damaged and offset in damaged:  # read around it (a read-only open found it)
+                offset = damaged[offset]
+                continue
             mf = self.queue.find(offset)
             if mf is None:
                 return
@@ -286,7 +296,8 @@ class CommitLog:
 
     # --- recovery -------------------------------------------------------------------
 
-    def scan_valid(self, start_index: int, check_crc: bool, verify_prop_crc: int, on_run=None):
+    def scan_valid(self, start_index: int, check_crc: bool, verify_prop_crc: int, on_run=None, start_pos: int = 0,
+                   stop_index=None):
         """Recovery scan (SPEC §10.2 step 2) from segment *start_index*: walk
         records while they validate (length formula, magic, CRC when asked —
         *verify_prop_crc* as for ``check_record`` — and the stored physical
@@ -296,14 +307,18 @@ class CommitLog:
 
         Returns ``(process_offset, stop_reason)``: the physical offset just past
         the last valid record, and None or a text saying why the scan stopped
-        before the end of written data.
+        before the end of written data. *start_pos*: where in the first
+        segment to start (a record boundary); *stop_index*: a segment the
+        scan ends at (exclusive) instead of the last one.
         """
+        if stop_index is None:
+            stop_index = len(self.queue.files)
         files = self.queue.files
         if not files:
             return 0, None
         i = start_index
         mf = files[i]
-        pos = 0
+        pos = start_pos
         reason = None
         while True:
             end = k.scan_records(
@@ -319,7 +334,9 @@ class CommitLog:
                 reason = "physical offset field disagrees with the record's position"
                 break
             if status == 0 or (status < 0 and mf.file_size - pos < END_FILE_MIN_BLANK_LENGTH):
-                if i + 1 >= len(files):
+                if i + 1 >= stop_index:
+                    if i + 1 < len(files):  # (ended where asked: the next segment's start)
+                        mf, pos = files[i + 1], 0
                     break
                 i += 1
                 mf = files[i]
@@ -337,6 +354,49 @@ class CommitLog:
         if reason is not None:
             log.warning("CommitLog recovery stops at %s position %d: %s", mf.path, pos, reason)
         return mf.file_from_offset + pos, reason
+
+    def find_valid_record(self, offset: int, check_crc: bool, verify_prop_crc: int):
+        """The physical offset of the first record after *offset*, in its
+        segment or a later one, that validates as recovery validates it
+        (*check_crc*, *verify_prop_crc* as for :meth:`scan_valid`) and whose
+        PHYSICALOFFSET field names its own position; None when there is
+        none. So recovery can tell a torn end (nothing valid follows) from
+        damage with records behind it. Candidates are found by their magic
+        code, only where the file system says data may be
+        (:meth:`MappedFile.data_ranges`): a preallocated tail costs nothing."""
+        files = self.queue.files
+        mf = self.queue.find(offset)
+        if mf is None:
+            return None
+        i = files.index(mf)
+        pos = offset - mf.file_from_offset + 1
+        while True:
+            found = self._find_in(mf, pos, check_crc, verify_prop_crc)
+            if found is not None:
+                return mf.file_from_offset + found
+            i += 1
+            if i >= len(files):
+                return None
+            mf, pos = files[i], 0
+
+    def _find_in(self, mf, pos: int, check_crc: bool, verify_prop_crc: int):
+        mm, base, size = mf.mm, mf.file_from_offset, mf.file_size
+        for lo, hi in mf.data_ranges(pos):
+            lo = max(lo, pos)
+            # the next v1 and v2 magic codes (4 bytes into a record), nearest first
+            found = [mm.find(m, lo + 4, hi + 4) for m in _MAGICS]
+            while True:
+                live = [c for c in found if c >= 0]
+                if not live:
+                    break
+                c = min(live)
+                q = c - 4
+                if k.check_record(mm, q, size, check_crc, verify_prop_crc, self.max_record_size) > 0 and \
+                        _I64.unpack_from(mm, q + POS_PHYSICALOFFSET)[0] == base + q:
+                    return q
+                j = found.index(c)
+                found[j] = mm.find(_MAGICS[j], c + 1, hi + 4)
+        return None
 
     def data_end_estimate(self, offset: int) -> int:
         """Physical offset past the last non-zero byte at or after *offset*:

@@ -177,11 +177,19 @@ class ConsumeQueue:
     # --- recovery -------------------------------------------------------------------
 
     def recover(self) -> None:
-        """SPEC §6.6: scan the last three files, stop at the first invalid unit,
-        cut the queue there."""
+        """Scan the last three files, stop at the first invalid unit, cut the
+        queue there (RocketMQ ``ConsumeQueue.recover``)."""
+        end = self.recover_end()
+        if end is not None:
+            self.queue.truncate_dirty(end)
+
+    def recover_end(self):
+        """Where :meth:`recover` cuts the queue (a logical byte offset; None
+        without files), with ``max_physic_offset`` set as after it; writes
+        nothing."""
         files = self.queue.files
         if not files:
-            return
+            return None
         fs = self.file_size
         i = max(0, len(files) - 3)
         max_phy = -1
@@ -195,7 +203,7 @@ class ConsumeQueue:
                 continue
             break
         self.max_physic_offset = max_phy
-        self.queue.truncate_dirty(mf.file_from_offset + end)
+        return mf.file_from_offset + end
 
     def truncate_dirty_logic_files(self, phy_offset: int) -> None:
         """SPEC §6.7: drop units whose record starts at or after *phy_offset*;

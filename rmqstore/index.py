@@ -268,7 +268,7 @@ class IndexService:
 
     __slots__ = (
         "_last_name", "directory", "files", "hash_slot_num", "index_num", "keys_added", "last_full_end_timestamp",
-        "max_msgs_num_batch", "read_only", "spares",
+        "junk", "max_msgs_num_batch", "read_only", "spares",
     )
 
     def __init__(self, directory, hash_slot_num, index_num, read_only=False, max_msgs_num_batch=64):
@@ -285,6 +285,22 @@ class IndexService:
         self.keys_added = 0
         #: files made ahead (:meth:`reserve`), under temporary names until a roll takes them
         self.spares: list = []
+        #: files :meth:`load` found to be leftovers, removed by :meth:`remove_junk`
+        self.junk: list = []
+
+    def remove_junk(self) -> None:
+        """Delete what :meth:`load` listed in ``junk``: temporary files of
+        creations a crash interrupted, a newest file of the wrong size
+        (recovery indexes its records again). Load itself writes nothing,
+        so an open that fails leaves them; a writer calls this once it has
+        decided to write."""
+        for path in self.junk:
+            log.warning("removing %s (an index file a crash left unfinished)", path)
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+        self.junk = []
 
     def load(self) -> None:
         """Map every index file, ordered by (end physical offset, name) rather
@@ -297,8 +313,8 @@ class IndexService:
         paths = [os.path.join(self.directory, n) for n in names if os.path.isfile(os.path.join(self.directory, n))]
         if not self.read_only:
             for n in entries:
-                if n.endswith(".tmp") and n[:-4].isdigit():  # a creation a crash interrupted
-                    os.unlink(os.path.join(self.directory, n))
+                if n.endswith(".tmp") and n[:-4].isdigit():  # a creation a crash interrupted (or a spare)
+                    self.junk.append(os.path.join(self.directory, n))
             if paths and self.hash_slot_num is not None:
                 want = index_file_size(self.hash_slot_num, self.index_num)
                 newest = paths[-1]
@@ -308,8 +324,7 @@ class IndexService:
                     # only the newest file is damaged (older ones fit the config;
                     # with none, only an empty one counts: a wrong size is then a
                     # config mismatch): drop it, recovery re-indexes its records
-                    log.warning("removing damaged index file %s (%d bytes)", newest, os.path.getsize(newest))
-                    os.unlink(newest)
+                    self.junk.append(newest)
                     paths.pop()
         else:
             paths = [p for p in paths if os.path.getsize(p) > 0]

@@ -156,6 +156,31 @@ class MappedFile:
             _sync(self)
         return wrote_any
 
+    def data_ranges(self, start: int):
+        """Yield ``(lo, hi)``: the byte ranges from *start* on that may hold
+        data, as the file system tells them (``SEEK_DATA``/``SEEK_HOLE``:
+        holes and unwritten preallocated blocks hold none), or the whole
+        rest where it cannot say. For searches that must not read (and
+        fault in) a preallocated, never written tail."""
+        size = self.file_size
+        pos = start
+        while pos < size:
+            try:
+                lo = os.lseek(self._fd, pos, os.SEEK_DATA)
+                hi = os.lseek(self._fd, lo, os.SEEK_HOLE)
+            except OSError as e:
+                if e.errno == errno.ENXIO:  # no data from pos on
+                    return
+                yield pos, size  # the file system cannot tell: all of it
+                return
+            except AttributeError:  # pragma: no cover - no SEEK_DATA on this system
+                yield pos, size
+                return
+            if lo >= size:
+                return
+            yield lo, min(hi, size)
+            pos = hi
+
     def close(self) -> None:
         """Unmap and close; idempotent.
 
@@ -340,7 +365,7 @@ class MappedFileQueue:
         read_only (bool): map read-only and never create, delete or truncate.
     """
 
-    __slots__ = ("directory", "file_size", "files", "read_only", "spares")
+    __slots__ = ("directory", "file_size", "files", "junk", "read_only", "spares")
 
     def __init__(self, directory, file_size, read_only: bool = False):
         self.directory = str(directory)
@@ -350,13 +375,24 @@ class MappedFileQueue:
         #: segments made ahead (:meth:`reserve`), in order after the last
         #: file, not yet part of the queue: the next rolls take them
         self.spares: list = []
+        #: files :meth:`load` found to be leftovers, removed by :meth:`remove_junk`
+        self.junk: list = []
+
+    def remove_junk(self) -> None:
+        """Delete what :meth:`load` listed in ``junk`` (a writer, once it writes)."""
+        for path in self.junk:
+            log.warning("removing empty segment %s (a creation a crash interrupted)", path)
+            _unlink_quietly(path)
+        self.junk = []
 
     # --- loading ------------------------------------------------------------
 
     def load(self) -> None:
-        """Map every segment (SPEC §2.2 load): sub-directories and non-numeric
-        names are skipped, an empty last file is removed (ignored read-only),
-        every other file must have the queue's size.
+        """Map every segment: sub-directories and non-numeric names are
+        skipped, an empty last file (a creation a crash interrupted) is
+        ignored, and every other file must have the queue's size. Writes
+        nothing: the empty file is only listed in ``junk``, for the caller
+        to remove once it has decided to write (:meth:`remove_junk`).
 
         Raises:
             CorruptedFileError: a segment has the wrong size, or segments overlap.
@@ -375,8 +411,7 @@ class MappedFileQueue:
             paths.append(path)
         if paths and os.path.getsize(paths[-1]) == 0:
             if not self.read_only:
-                log.warning("removing empty last segment %s", paths[-1])
-                os.unlink(paths[-1])
+                self.junk.append(paths[-1])
             paths.pop()
         sizes = [os.path.getsize(p) for p in paths]
         if sizes:

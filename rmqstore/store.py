@@ -358,16 +358,24 @@ class MessageStore:
                                              "own; the store never writes through one", os.path.join(root, name))
         abort_path = os.path.join(root, "abort")
         self.last_exit_ok = not os.path.exists(abort_path)
-        if not self.read_only:
-            # before recovery writes anything: a crash during recovery then
-            # leads to abnormal recovery next time (recovery is idempotent)
-            self._write_abort(abort_path)
+        # read every file and decide what recovery does, writing nothing: an
+        # open that fails up to here leaves the directory as it found it
         self.commitlog.load()
         self._load_consume_queues()
         self.checkpoint.load()
         self.index.load()
         self.index.last_full_end_timestamp = self.checkpoint.index_msg_timestamp
-        self._recover()
+        plan = self._plan_recovery()
+        if not self.read_only:
+            # from the first write on, a failure is a crash to the next open,
+            # whose recovery does the same again (and never cuts records
+            # that validate)
+            self._write_abort(abort_path)
+            self.commitlog.queue.remove_junk()
+            for cq in self._cqs.values():
+                cq.queue.remove_junk()
+            self.index.remove_junk()
+        self._recover(plan)
         self._written_end = self._flushed_where = self.commitlog.max_offset()
         self._last_store_ts = self.checkpoint.physic_msg_timestamp
         self._last_logics_ts = self.checkpoint.logics_msg_timestamp
@@ -426,37 +434,152 @@ class MessageStore:
             cq.load()
             self._cqs[(topic, qid)] = cq
 
-    def _recover(self) -> None:
-        """Load-time recovery (SPEC §10): find the CommitLog's valid end, dispatch
-        what the queues and index miss, cut queues and CommitLog at that end."""
+    def _plan_recovery(self) -> dict:
+        """What load-time recovery will do, read from the files without
+        writing: where each ConsumeQueue ends, where the CommitLog scan
+        starts, the runs of valid records it found (to dispatch) and where
+        valid data ends (RocketMQ's normal and abnormal recovery).
+
+        A crash can only tear what was being written last: nothing valid
+        lies behind a torn end. Where records that validate follow the point
+        the scan stopped at, or a record the index must be rebuilt from does
+        not validate (an older segment), the damage is the disk's, not a
+        crash's, and recovery must not cut there: a writable open raises
+        :class:`CorruptedFileError` (nothing has been written), a read-only
+        one reads around it and lists it in ``recovery_report["damage"]``."""
         cfg = self.config
-        for cq in self._cqs.values():
-            cq.recover()
+        cl = self.commitlog
+        cq_ends = {key: cq.recover_end() for key, cq in self._cqs.items()}
         max_cq_phy = max((cq.max_physic_offset for cq in self._cqs.values()), default=-1)
-        files = self.commitlog.queue.files
-        report = self.recovery_report = {"last_exit_ok": self.last_exit_ok, "max_cq_physical_offset": max_cq_phy}
+        files = cl.queue.files
+        crc = cfg.check_crc_on_recover
+        # body CRC, and the store's own __CRC32# entry when it writes one
+        crc_mode = 1 if cfg.force_verify_prop_crc else (2 if cfg.enabled_append_prop_crc else 0)
+        plan: dict = {"cq_ends": cq_ends, "max_cq_phy": max_cq_phy, "runs": [], "process_offset": 0,
+                      "reason": None, "damage": [], "start_file": None, "drop_last_index": False,
+                      "dispatch_from": max_cq_phy if self.last_exit_ok else -1}
         if not files:
-            process_offset = 0
-            reason = None
-        else:
-            start = self._normal_start(max_cq_phy) if self.last_exit_ok else self._abnormal_start()
-            dispatch_from = max_cq_phy if self.last_exit_ok else -1
-            on_run = None if self.read_only else self._recovery_dispatcher(dispatch_from)
-            # body CRC, and the store's own __CRC32# entry when it writes one
-            crc_mode = 1 if cfg.force_verify_prop_crc else (2 if cfg.enabled_append_prop_crc else 0)
-            process_offset, reason = self.commitlog.scan_valid(start, cfg.check_crc_on_recover, crc_mode, on_run)
-            report["start_file"] = files[start].path
-        report["process_offset"] = process_offset
-        report["index_keys_added"] = 0
-        report["stopped_because"] = reason
+            return plan
+        start = self._normal_start(max_cq_phy) if self.last_exit_ok else self._abnormal_start()
+        plan["start_file"] = files[start].path
+        runs = plan["runs"]
+        end, reason = cl.scan_valid(start, crc, crc_mode, lambda mf, lo, hi: runs.append((mf, lo, hi)))
+        plan["reason"] = reason
+        while reason is not None:
+            if not self._disk_damage(end):
+                break  # where a crash tears: recovery cuts there, as RocketMQ does
+            nxt = cl.find_valid_record(end, crc, crc_mode)
+            if nxt is None:
+                break  # nothing valid behind it: the end of the data
+            mf = cl.queue.find(end)
+            if not self.read_only:
+                raise CorruptedFileError(
+                    f"the CommitLog does not validate at physical offset {end} ({reason}), but records that "
+                    f"validate follow it (the first at physical offset {nxt}): damage a crash cannot cause, as a "
+                    "crash tears only what was written last. Opening the store for writing would cut them, so "
+                    "nothing was changed. Read it with read_only=True, or copy every valid record into a new "
+                    f"store with: rmqstore salvage {self.root_dir} <new directory>",
+                    mf.path if mf else cl.queue.directory, end - mf.file_from_offset if mf else end,
+                )
+            plan["damage"].append({"path": mf.path if mf else None, "physical_offset": end, "reason": reason,
+                                   "resumes_at": nxt})
+            log.warning("read-only open of %s: damage at physical offset %d (%s), reading on from %d",
+                        self.root_dir, end, reason, nxt)
+            seg = cl.queue.find(nxt)
+            end, reason = cl.scan_valid(files.index(seg), crc, crc_mode, None, nxt - seg.file_from_offset)
+        plan["process_offset"] = end
+        if not self.read_only and cfg.message_index_enable:
+            # a last index file a crash tore (power loss) is rebuilt
+            files_ = self.index.files
+            plan["drop_last_index"] = not self.last_exit_ok and bool(files_) and not files_[-1].is_consistent()
+            self._check_index_source(plan, start, crc_mode)
+        return plan
+
+    def _disk_damage(self, offset: int) -> bool:
+        """Whether damage at CommitLog physical *offset* lies where no crash
+        can have torn the data: below the offset the checkpoint names as
+        flushed (``confirmPhyOffset``, which this store keeps at its
+        flushed end; a value past the files is not believed), or in a
+        segment before the last two that hold data (a crash tears what was
+        being written: the last segment, or the one before it just after a
+        roll)."""
+        cl = self.commitlog
+        files = cl.queue.files
+        flushed = self.checkpoint.confirm_phy_offset
+        if 0 < flushed <= cl.max_offset() and offset < flushed:
+            return True
+        last = len(files) - 1
+        while last > 0 and not any(files[last].mm[:8]):  # a segment made ahead, never written
+            last -= 1
+        mf = cl.queue.find(offset)
+        return mf is not None and files.index(mf) < last - 1
+
+    def _check_index_source(self, plan: dict, scan_start: int, crc_mode: int) -> None:
+        """Recovery indexes the records the index lacks, from the CommitLog:
+        those before the scanned segments must validate (body CRC included)
+        before anything is written, or the open raises CorruptedFileError
+        (damage in a segment before the ones being written is the disk's)."""
+        cl = self.commitlog
+        files = cl.queue.files
+        end = plan["process_offset"]
+        index_files = list(self.index.files)
+        if plan["drop_last_index"]:
+            index_files.pop()  # recovery rebuilds it
+        # where the index catch-up starts: the end of what the kept files index
+        # below the valid end (a lower bound where the last file is cut)
+        indexed = max((f.end_phy_offset for f in index_files if f.end_phy_offset < end), default=0)
+        lo = max(indexed, cl.min_offset())
+        hi = files[scan_start].file_from_offset
+        if lo >= hi:
+            return
+        seg = cl.queue.find(lo)
+        reached, reason = cl.scan_valid(files.index(seg), True, crc_mode, None, lo - seg.file_from_offset,
+                                        stop_index=scan_start)
+        if reached < hi:
+            mf = cl.queue.find(reached)
+            raise CorruptedFileError(
+                f"the index lacks the records from physical offset {lo} on, and the CommitLog does not validate "
+                f"at physical offset {reached} ({reason or 'no record'}): damage in a segment before the ones "
+                "being written, which a crash cannot cause. Nothing was changed. Read the store with "
+                f"read_only=True, or copy every valid record into a new store with: rmqstore salvage "
+                f"{self.root_dir} <new directory>",
+                mf.path if mf else cl.queue.directory, reached - mf.file_from_offset if mf else reached,
+            )
+
+    def _recover(self, plan: dict) -> None:
+        """Load-time recovery as :meth:`_plan_recovery` decided it: cut each
+        ConsumeQueue at its valid end, dispatch what the queues and the
+        index miss, cut queues and CommitLog at the valid end, index what
+        the index lacks (writable); in memory only when read-only."""
+        cfg = self.config
+        for key, cq in self._cqs.items():
+            end = plan["cq_ends"].get(key)
+            if end is not None:
+                cq.queue.truncate_dirty(end)
+        max_cq_phy = plan["max_cq_phy"]
+        process_offset = plan["process_offset"]
+        report = self.recovery_report = {
+            "last_exit_ok": self.last_exit_ok, "max_cq_physical_offset": max_cq_phy,
+            "process_offset": process_offset, "index_keys_added": 0, "stopped_because": plan["reason"],
+            "damage": plan["damage"],
+        }
+        if plan["start_file"] is not None:
+            report["start_file"] = plan["start_file"]
+        self.commitlog.damaged = {d["physical_offset"]: d["resumes_at"] for d in plan["damage"]}
+        if plan["runs"] and not self.read_only:
+            on_run = self._recovery_dispatcher(plan["dispatch_from"])
+            for mf, lo, hi in plan["runs"]:
+                on_run(mf, lo, hi)
         if max_cq_phy >= process_offset:
             for cq in self._cqs.values():
                 cq.truncate_dirty_logic_files(process_offset)
         # bytes of data the cut drops (not the zeros a preallocated segment ends with)
         report["truncated_bytes"] = max(0, self.commitlog.data_end_estimate(process_offset) - process_offset)
         self.commitlog.truncate(process_offset)
+        if not self.read_only:  # (a cut in the crash window: what was flushed ends here at most)
+            self.checkpoint.confirm_phy_offset = min(self.checkpoint.confirm_phy_offset, process_offset)
         if not self.read_only and cfg.message_index_enable:
-            self._recover_index(process_offset)
+            self._recover_index(process_offset, plan["drop_last_index"])
         # keys indexed by recovery: re-dispatched records and the catch-up above
         report["index_keys_added"] = self.index.keys_added
         if self.index.keys_added:
@@ -477,7 +600,7 @@ class MessageStore:
         self.recovery_report = report
         log.info("recovered %s: %s", self.root_dir, report)
 
-    def _recover_index(self, process_offset: int) -> None:
+    def _recover_index(self, process_offset: int, drop_last: bool) -> None:
         """Make the index cover exactly the CommitLog: after a crash drop a last
         index file that is not consistent (torn by a power loss), cut entries past
         *process_offset* (P-16), then index every record the index lacks straight
@@ -485,7 +608,7 @@ class MessageStore:
         a crash and never rebuilds them (P-7)."""
         index = self.index
         ts_at = lambda phy: self.commitlog.store_timestamp_at(phy, 1)  # noqa: E731
-        if not self.last_exit_ok and index.files and not index.files[-1].is_consistent():
+        if drop_last:
             log.warning("index file %s is not consistent after a crash; rebuilding it", index.files[-1].path)
             index.files.pop().destroy()
         index.truncate(process_offset, ts_at)
@@ -703,6 +826,8 @@ class MessageStore:
                 # the sync also covered what was appended while it ran
                 self._flushed_where = max(target, self.commitlog.flushed_offset())
                 self.checkpoint.physic_msg_timestamp = ts
+                # and where: recovery tells disk damage from a torn end by it
+                self.checkpoint.confirm_phy_offset = self._flushed_where
 
     def _flush_consume_queues(self, least_pages: int) -> None:
         ts = self._last_logics_ts  # captured before: only what the flush covers is published
@@ -1273,6 +1398,7 @@ class MessageStore:
                 self._rebind()
             self._written_end, self._last_store_ts, self._last_logics_ts = mark[1:]
             self._flushed_where = min(self._flushed_where, w0)
+            self.checkpoint.confirm_phy_offset = min(self.checkpoint.confirm_phy_offset, w0)
         except BaseException as e:
             err = e if isinstance(e, OSError) else OSError(errno.EIO, f"undo of a failed put: {e!r}")
             self._fail_write(err)
