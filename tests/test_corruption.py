@@ -108,6 +108,26 @@ def assert_valid_prefix(store, cut):
         assert [m.physical_offset for m in pulled] == [u["commitLogOffset"] for u in units]
 
 
+def assert_read_around(store, bad):
+    """The store holds every golden record but the one at physical offset
+    *bad* (damage a crash cannot cause: the read-only open reads around it
+    and reports it), by physical offset and through its queue."""
+    assert [d["physical_offset"] for d in store.recovery_report["damage"]] == [bad]
+    for r in _records():
+        m = store.get_message(r["physicalOffset"])
+        if r["physicalOffset"] == bad:
+            assert m is None
+            continue
+        _same_as_dump(m, r)
+    for q in load_dump(GOLD)["consumeQueues"]:
+        topic, qid = q["topic"], q["queueId"]
+        assert store.get_max_offset_in_queue(topic, qid) == len(q["units"]), (topic, qid)
+        for u in q["units"]:
+            if u["commitLogOffset"] != bad:
+                got = store.get_messages(topic, qid, u["queueOffset"], 1).messages
+                assert [m.physical_offset for m in got] == [u["commitLogOffset"]]
+
+
 def open_or_corrupted(path, damaged, **kw):
     """Open read-only; returns the store, or None after checking that the error
     is a CorruptedFileError naming *damaged*."""
@@ -178,13 +198,22 @@ def test_bad_body_crc(root):
 
 
 def test_bad_body_crc_in_the_first_file(root):
-    """Normal recovery scans the last three files, so damage in file 0 is found too."""
+    """Normal recovery scans the last three files, so damage in file 0 is
+    found too: a segment before the last two, which no crash tears, with
+    records that validate behind it. Read-only reads around it; writable
+    refuses it, changing nothing."""
     victim = _records()[40]
     assert victim["file"] == CL_NAMES[0]
     xor_byte(root / "commitlog" / CL_NAMES[0], victim["filePosition"] + 88, 0x80)
     with MessageStore.open(root, read_only=True) as s:
         assert s.recovery_report["stopped_because"]
-        assert_valid_prefix(s, victim["physicalOffset"])
+        assert_read_around(s, victim["physicalOffset"])
+    before = {p: p.read_bytes() for p in root.rglob("*") if p.is_file() and p.name != "lock"}
+    with pytest.raises(CorruptedFileError) as ei:
+        MessageStore.open(root, config=_config(), store_host=STORE_HOST)
+    assert ei.value.path.endswith(CL_NAMES[0]) and ei.value.offset == victim["filePosition"]
+    assert "rmqstore salvage" in str(ei.value)
+    assert {p: p.read_bytes() for p in root.rglob("*") if p.is_file() and p.name != "lock"} == before
 
 
 @pytest.mark.parametrize(
@@ -247,11 +276,14 @@ def test_zeroed_whole_last_file(root):
 
 
 def test_garbage_blank_magic_stops_at_file_end(root):
+    """A damaged END_OF_FILE record in file 0: the next segment's records
+    validate, so the read-only open reads on there."""
     blank_pos = load_dump(GOLD)["commitlog"]["files"][0]["blankRecordPosition"]
     patch_file(root / "commitlog" / CL_NAMES[0], blank_pos + 4, b"\x12\x34\x56\x78")
     with MessageStore.open(root, read_only=True) as s:
         assert s.recovery_report["stopped_because"]
-        assert_valid_prefix(s, blank_pos)
+        assert [d["resumes_at"] for d in s.recovery_report["damage"]] == [FILE_SIZE]
+        assert [m.physical_offset for m in s.iter_messages()] == [r["physicalOffset"] for r in _records()]
 
 
 # --- ConsumeQueue damage --------------------------------------------------------------------------
@@ -537,10 +569,18 @@ def test_random_byte_flips(tmp_path_factory, flips):
         except CorruptedFileError as e:
             assert os.path.samefile(os.path.dirname(e.path), root / "commitlog")
             return
-        # recovery keeps a prefix of the original records
-        assert [m.physical_offset for m in got] == offsets[: len(got)]
-        assert s.max_physical_offset <= _data_end()
-        for m, r in zip(got, records):
+        # recovery keeps a prefix of the original records, less what lies in
+        # damage it read around (damage a crash cannot cause, in file 0)
+        kept = [m.physical_offset for m in got]
+        cl_end = s.max_physical_offset
+        skipped = [(d["physical_offset"], d["resumes_at"]) for d in s.recovery_report["damage"]]
+        assert kept == [o for o in offsets if o < cl_end and not any(a <= o < b for a, b in skipped)]
+        for a, b in skipped:  # only around a flip
+            assert any(a <= p < b for p in touched), (a, b, touched)
+        assert cl_end <= _data_end()
+        by_offset = {r["physicalOffset"]: r for r in records}
+        for m in got:
+            r = by_offset[m.physical_offset]
             start, end = r["physicalOffset"], r["physicalOffset"] + r["totalSize"]
             if any(start <= p < end for p in touched):
                 # header fields outside the length formula are not protected by

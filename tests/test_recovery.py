@@ -2,14 +2,19 @@
 
 1. A corruption matrix: each case writes a store with a fake clock (several
    CommitLog segments, several ConsumeQueue files per queue, several index
-   files), closes it or drops it like kill -9 (``_crash()``), damages files,
-   and reopens it writable. Recovery must yield the longest valid prefix —
-   every message before the damage intact and findable by queue offset, key,
-   unique key, msgId and time; nothing at or after the damage returned —
-   or refuse with a CorruptedFileError naming the damaged file and an int
-   offset. Never another exception, a hang, or a wrong message. After
-   recovery new puts continue the queues densely, and recovering twice gives
-   byte-identical files (recovery is idempotent).
+   files), closes it or drops it like kill -9 (``_crash()``, with the
+   checkpoint naming nothing flushed), damages files, and reopens it
+   writable. Damage where a crash tears (after what the checkpoint counts as
+   flushed, in the last two segments) is cut: recovery yields the longest
+   valid prefix — every message before the damage intact and findable by
+   queue offset, key, unique key, msgId and time; nothing at or after the
+   damage returned. Damage a crash cannot cause, with records that validate
+   behind it (a closed store's, or an older segment's), is refused with a
+   CorruptedFileError naming the damaged file and an int offset, changing
+   nothing, and a read-only open reads around it. Never another exception,
+   a hang, or a wrong message. After recovery new puts continue the queues
+   densely, and recovering twice gives byte-identical files (recovery is
+   idempotent).
 2. Crashes during recovery (an exception injected at many points of
    recovery, and SIGKILL of a forked child recovering a larger store): the
    next recovery gives the same files as an uninterrupted one.
@@ -40,7 +45,7 @@ from rmqstore.checkpoint import StoreCheckpoint
 from rmqstore.commitlog import CommitLog
 from rmqstore.consumequeue import ConsumeQueue
 from rmqstore.index import IndexService
-from rmqstore.mapped_file import MappedFile
+from rmqstore.mapped_file import MappedFile, MappedFileQueue
 
 HOST = "10.0.0.7:10911"
 T0 = 1_700_000_000_000
@@ -115,6 +120,7 @@ def build(root, n=N, crash=False, seed=0) -> list:
         recs.extend(put_all(s, specs))
     if crash:
         s._crash()
+        forget_flushes(root)
     else:
         s.close()
     layout = file_layout(root)
@@ -122,6 +128,13 @@ def build(root, n=N, crash=False, seed=0) -> list:
     assert all(len(layout["consumequeue"][q]) >= 2 for q in QUEUES), layout
     assert len(layout["index"]) >= 2, layout
     return recs
+
+
+def forget_flushes(root) -> None:
+    """Make the checkpoint name nothing as flushed (its confirmPhyOffset 0):
+    a crash before any complete flush, so the whole tail is where a crash
+    tears (the flusher thread may or may not have run before the crash)."""
+    patch(os.path.join(str(root), "checkpoint"), 32, bytes(8))
 
 
 def file_layout(root) -> dict:
@@ -467,7 +480,28 @@ def test_flipped_record_byte(root, crash, file, field):
     elif where == "topic":
         where = OFF_BODY + len(r.body)
     xor(cl_path(root, r.phy), r.phy % FS + where)
-    assert recover_and_check(root, recs, cut=r.phy) == "recovered"
+    if crash:  # torn where a crash tears: cut
+        assert recover_and_check(root, recs, cut=r.phy) == "recovered"
+    else:  # in flushed data, records that validate behind it: the disk's damage
+        refused_and_read_around(root, recs, r)
+
+
+def refused_and_read_around(root, recs, bad) -> None:
+    """A writable open refuses damage at record *bad* (naming its file and an
+    int offset, twice, writing nothing); a read-only open reads around it:
+    every other record is there, by physical offset and by queue offset."""
+    before = snapshot(root, exact=True)
+    assert recover_and_check(root, recs, refusable=(cl_path(root, bad.phy),)) == "refused"
+    assert_same_files(before, snapshot(root, exact=True), "a refused open")
+    with MessageStore.open(root, read_only=True) as ro:
+        assert ro.recovery_report["damage"], ro.recovery_report
+        for r in recs:
+            m = ro.get_message(r.phy)
+            if r is bad:
+                continue
+            assert m is not None and m.keys == r.key, r
+            pulled = ro.get_messages(r.topic, r.qid, r.qoff, 1).messages
+            assert [x.physical_offset for x in pulled] == [r.phy], r
 
 
 def test_stale_records_are_not_resurrected(root):
@@ -475,7 +509,7 @@ def test_stale_records_are_not_resurrected(root):
     not just forget them: repairing k's byte afterwards and crashing again
     must not bring k..n back (their bytes were valid records)."""
     recs = build(root, crash=True)
-    k = [r for r in recs if r.phy // FS == 1 and r.phy % FS and r.body][0]
+    k = [r for r in recs if r.phy // FS == _last_file_index(recs) - 1 and r.phy % FS and r.body][0]
     path = cl_path(root, k.phy)
     flip_at = k.phy % FS + OFF_BODYCRC
     xor(path, flip_at)
@@ -750,7 +784,8 @@ def _damage_for_recovery(root, recs):
 INTERRUPT_POINTS = [
     # (class, method, on its nth call, die before or after running it)
     (CommitLog, "truncate", 1, "after"),  # CommitLog cut, index not yet fixed
-    (ConsumeQueue, "recover", 2, "before"),  # some queues recovered, others not
+    (MappedFileQueue, "truncate_dirty", 2, "before"),  # some queues cut at their valid end, others not
+    (ConsumeQueue, "recover_end", 2, "before"),  # still reading: nothing written yet
     (ConsumeQueue, "truncate_dirty_logic_files", 2, "before"),  # some queues cut, others not
     (MappedFile, "zero_tail", 1, "before"),  # a tail cut but not zeroed
     (MappedFile, "zero_tail", 1, "after"),
@@ -882,7 +917,7 @@ def test_kill_during_recovery_of_a_larger_store(tmp_path):
     the store recovered at last equals the one an uninterrupted recovery gives."""
     base = tmp_path / "base"
     recs = build(base, n=1500, crash=True, seed=3)
-    r = recs[-40]
+    r = _first_in_file(recs, _last_file_index(recs) - 1, 3)  # where a crash tears
     patch(cl_path(base, r.phy), r.phy % FS + 30, bytes(FS - r.phy % FS - 30))
     shutil.rmtree(base / "consumequeue")
     shutil.rmtree(base / "index")
