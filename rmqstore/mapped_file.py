@@ -404,9 +404,11 @@ class MappedFileQueue:
         paths = []
         for name in names:
             path = os.path.join(self.directory, name)
+            if not self.read_only and is_offset_name(name) and os.path.islink(path):
+                raise CorruptedFileError("a symbolic link where the store keeps a segment of its own; "
+                                         "the store never writes through one", path)
             if not is_offset_name(name) or not os.path.isfile(path):
-                if not os.path.isdir(path):
-                    log.warning("ignoring non-segment file %s", path)
+                log.warning("skipping %s: not a segment of this store", path)
                 continue
             paths.append(path)
         if paths and os.path.getsize(paths[-1]) == 0:

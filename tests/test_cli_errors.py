@@ -461,3 +461,19 @@ def test_demo_uses_an_empty_directory_and_a_non_utf8_name(tmp_path, capsys, smal
     code, out, err = run(capsys, ["demo", "--count", "50", "--dir", odd])
     assert code == 0 and "Traceback" not in err, out + err
     assert os.path.isfile(os.path.join(odd, MARKER))
+
+
+@pytest.mark.parametrize("args", [
+    ["spark"], ["spark", "rebuild-cq"], ["spark", "bogus", "x"], ["spark", "rebuild-cq", "EMPTY"],
+    ["spark", "rebuild-index", "EMPTY"], ["spark", "rebuild-cq", "MISSING"],
+])
+def test_spark_jobs_check_their_arguments_before_spark_starts(tmp_path, capsys, args):
+    """A rebuild writes: it must never create consumequeue/, index/ or a lock
+    in a directory that is no store, nor start Spark for a mistake."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    args = [str(empty) if a == "EMPTY" else str(tmp_path / "missing") if a == "MISSING" else a for a in args]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert os.listdir(empty) == []

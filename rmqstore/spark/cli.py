@@ -9,7 +9,6 @@ print the job's report as JSON.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -49,7 +48,12 @@ def session(master: str = "local[*]", app_name: str = "rmqstore", conf: dict | N
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="rmqstore spark", description="Spark jobs over RocketMQ stores.")
+    """Run ``rmqstore spark <job> ...``; returns the exit status (2, with one
+    line on stderr, for a mistake in the arguments or a path that is not a
+    store: checked before Spark starts)."""
+    from ..cli import UsageError, _check_store, _fail, _Parser
+
+    p = _Parser(prog="rmqstore spark", description="Spark jobs over RocketMQ stores.")
     sub = p.add_subparsers(dest="job", required=True)
     for name, help_ in (
         ("rebuild-cq", "rebuild every ConsumeQueue from the CommitLog"),
@@ -59,7 +63,11 @@ def main(argv=None) -> int:
         sp.add_argument("store", help="store root directory")
         sp.add_argument("--master", default="local[*]", help="Spark master URL (default local[*])")
         sp.add_argument("--config", help="broker .properties file (delay levels, index geometry for a new index)")
-    args = p.parse_args(argv)
+    try:
+        args = p.parse_args(argv)
+        _check_store(args.store)  # (a rebuild writes: never into a directory that is no store)
+    except UsageError as e:
+        return _fail(e.prog or "rmqstore spark", e)
     from ..config import StoreConfig
     from ..exceptions import RmqStoreError
     from .rebuild import rebuild_consume_queues, rebuild_index
