@@ -14,6 +14,8 @@ import sys
 import threading
 import time
 
+import pytest
+
 from conftest import no_hang
 from rmqstore import GetMessageStatus, Message, MessageStore, StoreConfig
 from rmqstore.cli import main as cli_main
@@ -109,10 +111,21 @@ def test_reader_never_sees_a_half_written_record_or_unit(tmp_path):
                 ]
 
 
-def test_read_only_store_does_not_follow_past_a_corrupt_record(tmp_path):
-    with MessageStore.open(tmp_path, config=CFG) as w:
-        rs = [put(w, i) for i in range(9)]
-    # flip a body byte of message 4 (queue 1, offset 1): recovery cuts there
+@pytest.mark.parametrize("ended", ["crashed", "closed"])
+def test_read_only_store_and_a_corrupt_record(tmp_path, ended):
+    """Where a crash tears (nothing flushed yet) recovery cuts at a corrupt
+    record, and the reader does not follow past it; in flushed data (a
+    closed store) it is the disk's damage, which the reader reads around."""
+    w = MessageStore.open(tmp_path, config=CFG)
+    rs = [put(w, i) for i in range(9)]
+    if ended == "crashed":
+        w._crash()
+        with open(tmp_path / "checkpoint", "r+b") as fh:  # the crash came before any complete flush
+            fh.seek(32)
+            fh.write(bytes(8))
+    else:
+        w.close()
+    # flip a body byte of message 4 (queue 1, offset 1)
     bad = rs[4]
     path = tmp_path / "commitlog" / f"{bad.wrote_offset - bad.wrote_offset % 8192:020d}"
     with open(path, "r+b") as fh:
@@ -121,10 +134,17 @@ def test_read_only_store_does_not_follow_past_a_corrupt_record(tmp_path):
         fh.seek(-1, 1)
         fh.write(bytes([b[0] ^ 0xFF]))
     with MessageStore.open(tmp_path, read_only=True) as ro:
-        assert ro.max_physical_offset == bad.wrote_offset
-        assert ro.get_max_offset_in_queue(TOPIC, 1) == 1  # later units stay out
-        assert ro.refresh() is False
-        assert [m.body for m in ro.get_messages(TOPIC, 1, 0, 10).messages] == [body_of(1)]
+        if ended == "crashed":
+            assert ro.max_physical_offset == bad.wrote_offset
+            assert ro.get_max_offset_in_queue(TOPIC, 1) == 1  # later units stay out
+            assert ro.refresh() is False
+            assert [m.body for m in ro.get_messages(TOPIC, 1, 0, 10).messages] == [body_of(1)]
+        else:
+            assert [d["physical_offset"] for d in ro.recovery_report["damage"]] == [bad.wrote_offset]
+            assert ro.max_physical_offset == rs[-1].wrote_offset + rs[-1].wrote_bytes
+            assert ro.get_message(bad.wrote_offset) is None
+            assert [m.physical_offset for m in ro.iter_messages()] == [r.wrote_offset for r in rs if r is not bad]
+            assert ro.refresh() is False
 
 
 def test_reader_forgets_files_the_writer_deleted(tmp_path):

@@ -457,7 +457,8 @@ def test_append_prop_crc(tmp_path):
 
 def test_prop_crc_detects_tampered_header(tmp_path):
     """With force_verify_prop_crc, a flipped FLAG byte (not covered by the body
-    CRC) stops recovery at that record."""
+    CRC) makes that record invalid: in a closed store's flushed data, the
+    disk's damage, which a read-only open reads around."""
     cfg = SMALL.replace(enabled_append_prop_crc=True)
     with MessageStore.open(tmp_path, cfg, clock=StepClock()) as s:
         rs = [s.put_message(Message("Crc", b"body%d" % i)) for i in range(5)]
@@ -471,7 +472,8 @@ def test_prop_crc_detects_tampered_header(tmp_path):
         assert s.get_message(rs[3].wrote_offset).flag == 1
     with MessageStore.open(tmp_path, SMALL.replace(force_verify_prop_crc=True), read_only=True) as s:
         assert s.recovery_report["stopped_because"]
-        assert s.max_physical_offset == rs[3].wrote_offset
+        assert [d["physical_offset"] for d in s.recovery_report["damage"]] == [rs[3].wrote_offset]
+        assert s.max_physical_offset == rs[4].wrote_offset + rs[4].wrote_bytes
 
 
 # --- batches ------------------------------------------------------------------------------------
