@@ -2591,16 +2591,17 @@ cdef class Appender:
         self.scratch, self.scratch_cap = p, cap
         return 0
 
-    cdef Py_ssize_t _pair(self, Py_ssize_t at, object name, object value, bint plain=False) except -2:
+    cdef Py_ssize_t _pair(self, Py_ssize_t at, object name, object value, int plain=0) except -2:
         """Append ``name\\x01value\\x02`` (UTF-8) at *at*; -1 past the
-        properties limit (the caller's step-by-step path raises then), or with
-        *plain* for a name or value holding a separator (Message refuses it,
-        and its attributes may have been changed since it was made)."""
+        properties limit (the caller's step-by-step path raises then), or
+        for a value (*plain* 1), or a name and a value (*plain* 2), holding a
+        separator: Message refuses them, and a message's attributes may have
+        been changed since it was made."""
         cdef Py_ssize_t nl, vl, end
         cdef const char *nb = _utf8(name, &nl)
         cdef const char *vb = _utf8(value, &vl)
         if plain and (memchr(vb, 1, vl) != NULL or memchr(vb, 2, vl) != NULL or
-                      memchr(nb, 1, nl) != NULL or memchr(nb, 2, nl) != NULL):
+                      (plain == 2 and (memchr(nb, 1, nl) != NULL or memchr(nb, 2, nl) != NULL))):
             return -1
         end = at + nl + vl + 2
         if end > MAX_PROPERTIES_LENGTH:
@@ -2721,18 +2722,18 @@ cdef class Appender:
                 elif self.append_crc and _is(nb, nl, "__CRC32#", 8):
                     continue  # the store writes its own
                 try:
-                    plen = -1 if nl == 0 else self._pair(plen, name, value, True)
+                    plen = -1 if nl == 0 else self._pair(plen, name, value, 2)
                 except UnicodeError:
                     return None
                 if plen < 0:
                     return None
         try:
             if tags is not None and not seen & 1:
-                plen = self._pair(plen, "TAGS", tags, True)
+                plen = self._pair(plen, "TAGS", tags, 1)
             if plen >= 0 and keys is not None and not seen & 2:
-                plen = self._pair(plen, "KEYS", keys, True)
+                plen = self._pair(plen, "KEYS", keys, 1)
             if plen >= 0 and uniq is not None and not seen & 4:
-                plen = self._pair(plen, "UNIQ_KEY", uniq, True)
+                plen = self._pair(plen, "UNIQ_KEY", uniq, 1)
         except (UnicodeError, TypeError):
             return None
         return None if plen < 0 else self._finish(r, self.scratch, plen, q, tags, keys, uniq, unbound is not None,
@@ -2851,15 +2852,15 @@ cdef class Appender:
             if tags is not None:
                 if not PyUnicode_CheckExact(tags):
                     return None
-                plen = self._pair(plen, "TAGS", tags, True)
+                plen = self._pair(plen, "TAGS", tags, 1)
             if plen >= 0 and keys is not None:
                 if not PyUnicode_CheckExact(keys):
                     return None
-                plen = self._pair(plen, "KEYS", keys, True)
+                plen = self._pair(plen, "KEYS", keys, 1)
             if plen >= 0 and uniq is not None:
                 if not PyUnicode_CheckExact(uniq):
                     return None
-                plen = self._pair(plen, "UNIQ_KEY", uniq, True)
+                plen = self._pair(plen, "UNIQ_KEY", uniq, 1)
         except UnicodeError:
             return None
         return None if plen < 0 else self._finish(r, self.scratch, plen, q, tags, keys, uniq, unbound is not None,
@@ -2974,11 +2975,14 @@ cdef class Appender:
         return r.body_len <= self.max_message_size and r.size + 8 <= file_size
 
     cdef inline Py_ssize_t _n_keys(self, object keys, object uniq) noexcept:
-        """The index keys of a message: its unique key and each non-empty
-        space-separated key (none when the index is off)."""
+        """At most the index keys of a message (its unique key and each
+        non-empty space-separated key; none when the index is off), without
+        reading the keys: k keys take at least 2k - 1 characters. For plan,
+        where reserving room early costs nothing and a count per character
+        would cost every put."""
         if not self.index_enable:
             return 0
-        return (1 if _nonempty(uniq) else 0) + (_each_key(keys, 0, NULL, 0, 0, 0, 0) if _nonempty(keys) else 0)
+        return (1 if _nonempty(uniq) else 0) + ((PyUnicode_GET_LENGTH(keys) + 1) // 2 if _nonempty(keys) else 0)
 
     def plan(self, encoded, bint always=False):
         cdef _Encoded enc = _encoded(encoded)
