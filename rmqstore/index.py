@@ -286,15 +286,19 @@ class IndexService:
                     f"index files have {sizes.pop()} bytes but max_hash_slot_num={self.hash_slot_num} "
                     f"and max_index_num={self.index_num} make {want}"
                 )
+        # read-only, the newest file may be one a writer process is putting keys into
+        live = paths[-1] if self.read_only else None
         if self.hash_slot_num is None or self.index_num is None or (
             self.read_only
             and any(os.path.getsize(p) != index_file_size(self.hash_slot_num, self.index_num) for p in paths)
         ):
-            self.hash_slot_num, self.index_num = infer_index_geometry(paths, self.hash_slot_num, self.index_num)
+            self.hash_slot_num, self.index_num = infer_index_geometry(
+                paths, self.hash_slot_num, self.index_num, live
+            )
         files = [IndexFile(p, self.hash_slot_num, self.index_num, read_only=self.read_only) for p in paths]
         files.sort(key=lambda f: (f.end_phy_offset, f.name))
         self.files = files
-        self._last_name = max(f.name for f in files)
+        self._last_name = max((f.name for f in files), default="")
 
     # --- writing ----------------------------------------------------------------
 
@@ -470,7 +474,7 @@ class IndexService:
             path = os.path.join(self.directory, n)
             try:
                 if self.hash_slot_num is None or self.index_num is None:
-                    self.hash_slot_num, self.index_num = infer_index_geometry([path])
+                    self.hash_slot_num, self.index_num = infer_index_geometry([path], live=path)
                 added.append(IndexFile(path, self.hash_slot_num, self.index_num, read_only=True))
             except (OSError, CorruptedFileError):
                 continue
@@ -493,14 +497,16 @@ class IndexService:
             f.close()
 
 
-def infer_index_geometry(paths, hash_slot_num=None, index_num=None) -> tuple:
+def infer_index_geometry(paths, hash_slot_num=None, index_num=None, live=None) -> tuple:
     """Find ``(hash_slot_num, index_num)`` of existing index files.
 
     Tries, in order: the given values, RocketMQ's defaults, the geometry implied
     by a full file (``index_count == index_num``), then every geometry that fits
     the file size, keeping the one whose slots and entries agree (each used
     slot points at an entry whose key hash falls in that slot, and the number
-    of used slots equals the header's hashSlotCount).
+    of used slots equals the header's hashSlotCount). *live*: the path of a
+    file another process may be writing (a follower's newest file), held to
+    the checks a concurrent put cannot break (see ``_geometry_fits``).
 
     Raises:
         CorruptedFileError: a file whose size or content fits no geometry the
@@ -533,7 +539,7 @@ def infer_index_geometry(paths, hash_slot_num=None, index_num=None) -> tuple:
     for s, n in candidates:
         if index_file_size(s, n) != size:
             continue
-        fits = [_geometry_fits(p, s, n) for p in paths]
+        fits = [_geometry_fits(p, s, n, p == live) for p in paths]
         if all(fits):
             return s, n
         if best is None or sum(fits) > best[0]:
@@ -555,7 +561,7 @@ def infer_index_geometry(paths, hash_slot_num=None, index_num=None) -> tuple:
             continue
         n = rest // INDEX_ENTRY_SIZE
         if n > 1 and all(h[5] <= n for h in headers):
-            fits = [_geometry_fits(p, s, n) for p in paths]
+            fits = [_geometry_fits(p, s, n, p == live) for p in paths]
             if all(fits):
                 return s, n
             if any(fits):
@@ -566,37 +572,59 @@ def infer_index_geometry(paths, hash_slot_num=None, index_num=None) -> tuple:
     raise CorruptedFileError(f"no slot/entry geometry fits these {size}-byte index files", paths[0], 0)
 
 
-def _geometry_fits(path, s, n) -> bool:
+def _geometry_fits(path, s, n, live=False) -> bool:
     """Whether index file *path* (of index_file_size(s, n) bytes) reads as
     *s* hash slots and *n* entries: entry 0 unused, as many non-zero slots
     as the header counts, each pointing below the header's entry count at an
     entry whose key hash is >= 0 and falls in that slot.
 
-    Reads the slots and the entries they point at through a mapping, checked
-    as arrays: a default file is 420 MB, of which a store that is opened
-    read-only reads ~20 MB of slots here (it read the whole file, and made
-    a Python int per slot)."""
+    *live*: another process may be putting keys into the file meanwhile. A
+    put writes the entry, then the slot, then the header counts, so the
+    slots are held against the counts read before and after them: at least
+    the slot count before and at most one more than the slot count after
+    (one put may sit between its slot and its count), values up to the entry
+    count after. An entry a slot names was written before the slot.
+
+    The slots are copied out of the file before they are checked (a default
+    file has 20 MB of them): a check never runs over bytes that change under
+    it. The key hashes of the entries they name are gathered through a
+    mapping, copied in one step."""
     import numpy as np  # (importing rmqstore does not import numpy)
 
-    with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-        _, _, _, _, slot_count, count = _HEADER.unpack_from(mm, 0)
-        count = max(count, 1)
-        base = INDEX_HEADER_SIZE + INDEX_HASH_SLOT_SIZE * s
-        if count > n or any(mm[base : base + INDEX_ENTRY_SIZE]):  # (entry 0 is never used)
+    base = INDEX_HEADER_SIZE + INDEX_HASH_SLOT_SIZE * s
+    with open(path, "rb") as fh:
+        fd = fh.fileno()
+        head = os.pread(fd, INDEX_HEADER_SIZE, 0)
+        if len(head) < INDEX_HEADER_SIZE:
             return False
-        slots = np.frombuffer(mm, dtype=">i4", count=s, offset=INDEX_HEADER_SIZE)
-        # each entry's first 4 bytes, its key hash
-        heads = np.ndarray((count,), dtype=">i4", buffer=mm, offset=base, strides=(INDEX_ENTRY_SIZE,))
-        try:
-            used = np.flatnonzero(slots)
+        _, _, _, _, slot_count, count = _HEADER.unpack(head)
+        count = max(count, 1)
+        if count > n or any(os.pread(fd, INDEX_ENTRY_SIZE, base)):  # (entry 0 is never used)
+            return False
+        raw = os.pread(fd, INDEX_HASH_SLOT_SIZE * s, INDEX_HEADER_SIZE)
+        if len(raw) < INDEX_HASH_SLOT_SIZE * s:
+            return False
+        slots = np.frombuffer(raw, dtype=">i4")
+        used = np.flatnonzero(slots)
+        if live:
+            _, _, _, _, slot_count_after, count_after = _HEADER.unpack(os.pread(fd, INDEX_HEADER_SIZE, 0))
+            if not slot_count <= len(used) <= slot_count_after + 1:
+                return False
+            top = min(max(count_after, 1), n - 1)
+        else:
             if len(used) != slot_count:
                 return False
-            if not len(used):
-                return True  # (no key yet)
-            v = slots[used].astype(np.int64)
-            if v.min() <= 0 or v.max() >= count:
-                return False
-            key_hash = heads[v].astype(np.int64)
-            return bool(key_hash.min() >= 0 and (key_hash % s == used).all())
-        finally:
-            del slots, heads  # (views of the mapping: it closes next)
+            top = count - 1
+        if not len(used):
+            return True  # (no key yet)
+        v = slots[used].astype(np.int64)
+        if v.min() <= 0 or v.max() > top:
+            return False
+        with mmap.mmap(fd, 0, access=mmap.ACCESS_READ) as mm:
+            # each entry's first 4 bytes, its key hash
+            heads = np.ndarray((top + 1,), dtype=">i4", buffer=mm, offset=base, strides=(INDEX_ENTRY_SIZE,))
+            try:
+                key_hash = heads[v].astype(np.int64)  # a copy
+            finally:
+                del heads  # (a view of the mapping: it closes next)
+        return bool(key_hash.min() >= 0 and (key_hash % s == used).all())
