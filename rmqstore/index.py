@@ -24,12 +24,13 @@ from ._layout import (
 from .exceptions import ConfigError, CorruptedFileError
 from .mapped_file import allocate_file, fsync_dir
 
-__all__ = ["IndexFile", "IndexService", "index_file_size"]
+__all__ = ["IndexFile", "IndexService", "header_problem", "index_file_size"]
 
 log = logging.getLogger("rmqstore.index")
 
 _HEADER = struct.Struct(">qqqqii")
 _ENTRY = struct.Struct(">iqii")
+_INT_MAX = (1 << 31) - 1
 
 
 def index_file_size(hash_slot_num: int, index_num: int) -> int:
@@ -169,6 +170,10 @@ class IndexFile:
             n -= 1
         return c
 
+    def header_problem(self, settled: bool = True):
+        """:func:`header_problem` of this file."""
+        return header_problem(self.mm, self.hash_slot_num, self.index_num, settled)
+
     def is_consistent(self) -> bool:
         """Structural check of a file that may have been torn by a crash: header
         counts in range, entries 1..indexCount-1 with non-negative key hashes,
@@ -296,9 +301,33 @@ class IndexService:
                 paths, self.hash_slot_num, self.index_num, live
             )
         files = [IndexFile(p, self.hash_slot_num, self.index_num, read_only=self.read_only) for p in paths]
-        files.sort(key=lambda f: (f.end_phy_offset, f.name))
+        damaged = self._check_headers(files)
+        if damaged and not self.read_only and files[-1] in damaged:
+            # the file new keys would go to: recovery indexes its records again
+            f = files.pop()
+            log.warning("removing index file %s, its header contradicts it; its records are indexed again", f.path)
+            f.destroy()
+            fsync_dir(self.directory)
+        # a damaged file's end offset says nothing: it goes first, never where keys are added
+        files.sort(key=lambda f: (-1 if f in damaged else f.end_phy_offset, f.name))
         self.files = files
         self._last_name = max((f.name for f in files), default="")
+
+    def _check_headers(self, files: list) -> set:
+        """The files (given oldest name first) whose header contradicts the file
+        (``IndexFile.header_problem``), each reported. They are read around:
+        queries still walk their chains (bounded), and one file's header can
+        never end a query before the other files are searched (see
+        :meth:`query_offsets`). Read-only, the newest file may be
+        one a writer process is filling: it gets only the checks a concurrent
+        put cannot break."""
+        damaged = set()
+        for f in files:
+            found = f.header_problem(settled=not self.read_only or f is not files[-1])
+            if found is not None:
+                log.warning("index file %s: %s (offset %d)", f.path, found[1], found[0])
+                damaged.add(f)
+        return damaged
 
     # --- writing ----------------------------------------------------------------
 
@@ -385,20 +414,28 @@ class IndexService:
     # --- reading ------------------------------------------------------------------
 
     def query_offsets(self, topic: str, key: str, max_num: int, begin: int, end: int) -> list:
-        """``IndexService.queryOffset`` exactly (SPEC §7.5): physical offsets whose
-        key hash matches ``topic#key`` and whose index time is in [begin, end],
-        newest file first, at most ``min(max_num, max_msgs_num_batch)``."""
+        """``IndexService.queryOffset``: physical offsets whose key hash matches
+        ``topic#key`` and whose index time is in [begin, end], newest file
+        first, at most ``min(max_num, max_msgs_num_batch)``.
+
+        RocketMQ stops at the first file that began before *begin* (the older
+        ones ended before it). Here that file and the next older one must
+        both say so (the newer began, the older ended, before *begin*), so a
+        header that lies about its times can hide its own keys but never the
+        keys of other files; on honest files the answer is RocketMQ's."""
         max_num = min(max_num, self.max_msgs_num_batch)
         out: list = []
         full_key = f"{topic}#{key}"
         select, header = k.index_select, _HEADER.unpack_from
+        newer_began_before = False
         for f in reversed(self.files):
             fb, fe = header(f.mm, 0)[:2]  # begin and end store times, one header read
             # IndexFile.isTimeMatched, then selectPhyOffset
             if (begin < fb and end > fe) or (fb <= begin <= fe) or (fb <= end <= fe):
                 select(f.mm, f.hash_slot_num, f.index_num, full_key, max_num, begin, end, out)
-            if fb < begin or len(out) >= max_num:
+            if len(out) >= max_num or (newer_began_before and fe < begin):
                 break
+            newer_began_before = fb < begin
         return out
 
     def truncate(self, physical_offset: int, store_timestamp_at) -> None:
@@ -495,6 +532,72 @@ class IndexService:
     def close(self) -> None:
         for f in self.files:
             f.close()
+
+
+def header_problem(buf, hash_slot_num: int, index_num: int, settled: bool = True):
+    """The first header field of the index file in *buf* (of *hash_slot_num*
+    slots and *index_num* entries) that contradicts the file, as ``(offset,
+    text)``, or None. Reads the header and at most two entries.
+
+    Every file: counts and times within range (no negative field,
+    ``indexCount <= index_num``, ``hashSlotCount <= hash_slot_num``).
+    A *settled* file (no writer is putting keys into it) also: an empty
+    file holds no used slot and its begin and end values agree (both come
+    from the previous file); a file with entries has between 1 and
+    ``indexCount - 1`` used slots, begins and ends at the physical offsets
+    of its first and last entries, and ends at the time its last entry
+    was put (a single entry: its begin time; more: its time difference
+    from the begin time is ``(end - begin) / 1000``, clamped to
+    ``[0, 2**31-1]``, exactly as every put computes it).
+
+    A live file (another process putting keys) is judged by the range
+    checks only: its entry, slot and header fields are written one after
+    the other, so any equality between them may not hold yet."""
+    n = index_num
+    fb, fe, bp, ep, slot_count, raw = _HEADER.unpack_from(buf, 0)
+    if not 0 <= raw <= n:
+        return 36, f"indexCount {raw} outside [0, {n}]"
+    if not 0 <= slot_count <= hash_slot_num:
+        return 32, f"hashSlotCount {slot_count} outside [0, {hash_slot_num}]"
+    for off, name, v in ((0, "beginTimestamp", fb), (8, "endTimestamp", fe),
+                         (16, "beginPhyOffset", bp), (24, "endPhyOffset", ep)):
+        if v < 0:
+            return off, f"{name} {v} is negative"
+    if not settled:
+        return None
+    count = max(raw, 1)
+    if count == 1:
+        if slot_count:
+            return 32, f"hashSlotCount {slot_count} in a file without entries"
+        if bp != ep:
+            return 24, f"endPhyOffset {ep} differs from beginPhyOffset {bp} in a file without entries"
+        if fb != fe:
+            return 8, f"endTimestamp {fe} differs from beginTimestamp {fb} in a file without entries"
+        return None
+    if slot_count == 0 or slot_count >= count:
+        return 32, f"hashSlotCount {slot_count} outside [1, {count - 1}] for {count - 1} entries"
+    base = INDEX_HEADER_SIZE + INDEX_HASH_SLOT_SIZE * hash_slot_num
+    last = base + (count - 1) * INDEX_ENTRY_SIZE
+    h1, phy1, d1, p1 = _ENTRY.unpack_from(buf, base + INDEX_ENTRY_SIZE)
+    h, phy, diff, prev = _ENTRY.unpack_from(buf, last)
+    if h1 < 0 or d1 < 0 or p1 != 0:
+        return base + INDEX_ENTRY_SIZE, f"index entry 1 is not a first entry ({h1}, {phy1}, {d1}, {p1})"
+    if h < 0 or diff < 0 or not 0 <= prev < count - 1 or phy < phy1:
+        return last, f"index entry {count - 1} (the last) is not an entry ({h}, {phy}, {diff}, {prev})"
+    if bp != phy1:
+        return 16, f"beginPhyOffset {bp}, but the first entry points at {phy1}"
+    if ep != phy:
+        return 24, f"endPhyOffset {ep}, but the last entry points at {phy}"
+    if count == 2:
+        if fe != fb:
+            return 8, f"endTimestamp {fe} differs from beginTimestamp {fb} in a file with one entry"
+    else:
+        # (a negative difference clamps to 0, so floor division does as Java's)
+        want = 0 if fb <= 0 else min(max((fe - fb) // 1000, 0), _INT_MAX)
+        if diff != want:
+            return 8, (f"endTimestamp {fe} is not the time of the last entry (beginTimestamp {fb} + "
+                       f"{diff} s)")
+    return None
 
 
 def infer_index_geometry(paths, hash_slot_num=None, index_num=None, live=None) -> tuple:

@@ -1,0 +1,209 @@
+"""Every file is checked against itself.
+
+A header whose fields contradict its own file — an index file's counts,
+times and offsets, the checkpoint's fields, a consumerOffset.json of any
+shape — gives a typed error or is read around, and ``verify`` reports it:
+
+* index: a lie in one index file never makes a query loop, crash or hide
+  the keys other index files hold; a writable open rebuilds a lying newest
+  file from the CommitLog and reads around older ones.
+* checkpoint: fields that contradict the store (negative, far in the
+  future, offsets past the CommitLog) are read as 0 with a warning: the
+  checkpoint only advises where recovery starts.
+* consumer offsets: a document that is not an offset table (whatever its
+  shape, depth or encoding) is a CorruptedFileError naming the file
+  (``load`` then falls back to ``.bak``); names that cannot be written as
+  UTF-8 are refused at commit.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+
+import pytest
+from conftest import StepClock, no_hang
+
+from rmqstore import CorruptedFileError, Message, MessageStore, StoreConfig
+from rmqstore import _kernels as k
+from rmqstore.tools import verify_store
+
+T0 = 1_700_000_000_000
+TOPIC = "T"
+S, N = 16, 40  # index geometry: 39 entries a file, ~20 records
+CFG = StoreConfig(mapped_file_size_commit_log=1 << 20, mapped_file_size_consume_queue=20 * 1000,
+                  max_hash_slot_num=S, max_index_num=N)
+MSGS = 90  # one key each: three index files (39, 39 and 12 entries)
+BASE = 40 + 4 * S
+
+
+def _patch(path, offset: int, data: bytes) -> None:
+    with open(path, "r+b") as fh:
+        fh.seek(offset)
+        fh.write(data)
+
+
+# --- index files ----------------------------------------------------------------------------
+
+
+def _build(root) -> dict:
+    """A store whose records are a second apart, each with key k<i>; returns
+    ``{key: (physical offset, store time)}``."""
+    out = {}
+    with MessageStore.open(root, CFG, clock=StepClock(T0, 1000)) as s:
+        for i in range(MSGS):
+            r = s.put_message(Message(TOPIC, b"b%d" % i, keys=f"k{i}"))
+            out[f"k{i}"] = (r.wrote_offset, r.store_timestamp)
+    return out
+
+
+def _index_files(root) -> list:
+    return sorted((root / "index").iterdir())
+
+
+def _holder(root, key: str) -> str:
+    """Name of the index file holding the entry of *key*."""
+    h = k.index_key_hash(f"{TOPIC}#{key}")
+    for p in _index_files(root):
+        data = p.read_bytes()
+        count = struct.unpack_from(">i", data, 36)[0]
+        if any(struct.unpack_from(">i", data, BASE + 20 * e)[0] == h for e in range(1, count)):
+            return p.name
+    raise AssertionError(f"{key} is in no index file")
+
+
+def _chain_cycle(data: bytes):
+    """Patch making the longest slot chain of a file a cycle: its oldest entry
+    links back to its newest."""
+    best = []
+    for slot in range(S):
+        e = struct.unpack_from(">i", data, 40 + 4 * slot)[0]
+        chain = []
+        while e > 0 and e not in chain:
+            chain.append(e)
+            e = struct.unpack_from(">i", data, BASE + 20 * e + 16)[0]
+        best = max(best, chain, key=len)
+    assert len(best) >= 2
+    return [(BASE + 20 * best[-1] + 16, struct.pack(">i", best[0]))]
+
+
+def _lie(data: bytes, lie: str) -> list:
+    """(offset, bytes) patches telling *lie* in the index file *data*."""
+    fb, fe, bp, ep, sc, count = struct.unpack_from(">qqqqii", data, 0)
+    used = next(i for i in range(S) if struct.unpack_from(">i", data, 40 + 4 * i)[0])
+    return {
+        "count-negative": [(36, struct.pack(">i", -3))],
+        "count-past-entries": [(36, struct.pack(">i", N + 5))],
+        "slot-count-negative": [(32, struct.pack(">i", -1))],
+        "slot-count-huge": [(32, struct.pack(">i", 10**6))],
+        "times-reversed": [(0, struct.pack(">qq", fe, fb))],
+        "begin-time-negative": [(0, struct.pack(">q", -5))],
+        "begin-time-1970": [(0, struct.pack(">q", 1))],
+        "end-time-far-future": [(8, struct.pack(">q", 1 << 62))],
+        "end-time-1970": [(8, struct.pack(">q", 1))],
+        "end-offset-past-last-entry": [(24, struct.pack(">q", ep + 10**6))],
+        "end-offset-zero": [(24, struct.pack(">q", 0))],
+        "begin-offset-past-end": [(16, struct.pack(">q", ep + 1))],
+        "slot-past-count": [(40 + 4 * used, struct.pack(">i", count + 3))],
+        "chain-cycle": _chain_cycle(data),
+    }[lie]
+
+
+LIES = ["count-negative", "count-past-entries", "slot-count-negative", "slot-count-huge", "times-reversed",
+        "begin-time-negative", "begin-time-1970", "end-time-far-future", "end-time-1970",
+        "end-offset-past-last-entry", "end-offset-zero", "begin-offset-past-end", "slot-past-count", "chain-cycle"]
+
+
+# lies about what the geometry is inferred from: slot and entry counts, slots
+GEOMETRY_EVIDENCE = {"count-negative", "count-past-entries", "slot-count-negative", "slot-count-huge", "slot-past-count"}
+
+
+def _found(s, key: str, phy: int, ts: int) -> bool:
+    """*key* is found, alone and right, over all time and in a window of 3 s around it
+    (a file's first entry is dated one record late: its time difference is taken
+    from the previous file's end, then the file's begin time becomes its own)."""
+    with no_hang():
+        wide = s.query_messages(TOPIC, key)
+        narrow = s.query_offsets(TOPIC, key, 64, ts - 1500, ts + 1500)
+    return [m.physical_offset for m in wide] == [phy] and narrow == [phy]
+
+
+def _open_read_only(root, lie, victim):
+    """A read-only open, or None where it named *victim*: without a config the
+    geometry comes from the files, and a file whose counts or slots break that
+    evidence is named (the geometry is then not certain)."""
+    try:
+        with no_hang(30):
+            return MessageStore.open(root, read_only=True)
+    except CorruptedFileError as e:
+        assert lie in GEOMETRY_EVIDENCE and e.path == str(victim), e
+        return None
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    root = tmp_path_factory.mktemp("built") / "s"
+    keys = _build(root)
+    return root, keys
+
+
+@pytest.mark.parametrize("which", [0, 1, 2], ids=["oldest", "middle", "newest"])
+@pytest.mark.parametrize("lie", LIES)
+def test_a_lying_index_file_hides_no_other_file_s_keys(built, tmp_path, lie, which):
+    import shutil
+
+    root = tmp_path / "s"
+    shutil.copytree(built[0], root)
+    keys = built[1]
+    files = _index_files(root)
+    assert len(files) == 3
+    victim = files[which]
+    holders = {key: _holder(root, key) for key in keys}
+    others = [key for key in keys if holders[key] != victim.name]
+    assert others and len(others) < len(keys)
+    for off, b in _lie(victim.read_bytes(), lie):
+        _patch(victim, off, b)
+
+    # verify names the file
+    problems = verify_store(root)
+    assert any(p.file == f"index/{victim.name}" and p.severity == "error" for p in problems), problems
+
+    # read-only: every key of the other files is found; nothing loops or crashes
+    ro = _open_read_only(root, lie, victim)
+    if ro is not None:
+        with ro:
+            missing = [key for key in others if not _found(ro, key, *keys[key])]
+            assert not missing, f"read-only: keys of other files hidden: {missing}"
+            for key in keys:  # the lying file's own keys: any answer, never a wrong message
+                with no_hang():
+                    assert all(m.properties.get("KEYS") == key for m in ro.query_messages(TOPIC, key))
+
+    # writable: the same, a lying newest file is rebuilt, new keys are indexed
+    with no_hang(30):
+        w = MessageStore.open(root, CFG, clock=StepClock(T0 + 10**6, 1000))
+    with w:
+        want = list(keys) if which == 2 and lie not in ("slot-past-count", "chain-cycle") else others
+        missing = [key for key in want if not _found(w, key, *keys[key])]
+        assert not missing, f"writable: keys hidden: {missing}"
+        new = [w.put_message(Message(TOPIC, b"new%d" % i, keys=f"new{i}")) for i in range(30)]
+        for i, r in enumerate(new):
+            assert [m.physical_offset for m in w.query_messages(TOPIC, f"new{i}")] == [r.wrote_offset]
+    ro = _open_read_only(root, lie, victim)
+    if ro is not None:
+        with ro:
+            for i, r in enumerate(new):
+                assert [m.physical_offset for m in ro.query_messages(TOPIC, f"new{i}")] == [r.wrote_offset]
+            missing = [key for key in others if not _found(ro, key, *keys[key])]
+            assert not missing, f"reopened: keys of other files hidden: {missing}"
+
+
+def test_healthy_index_files_have_no_header_problem(built):
+    from rmqstore.index import IndexService
+
+    idx = IndexService(built[0] / "index", S, N, read_only=True)
+    idx.load()
+    try:
+        assert [f.header_problem() for f in idx.files] == [None, None, None]
+    finally:
+        idx.close()
+    assert verify_store(built[0]) == []
