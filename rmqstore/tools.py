@@ -50,6 +50,7 @@ from ._layout import (
     TRANSACTION_MASK,
     TRANSACTION_NOT_TYPE,
 )
+from .checkpoint import field_problems as checkpoint_field_problems
 from .config import StoreConfig
 from .consumequeue import queue_dirs, tags_code
 from .exceptions import RmqStoreError
@@ -808,6 +809,12 @@ class _Verifier:
                 self.error("checkpoint", size, f"checkpoint holds {size} bytes; its five fields need 40 ({CHECKPOINT_FILE_SIZE} expected)")
             elif size != CHECKPOINT_FILE_SIZE:
                 self.warning("checkpoint", min(size, CHECKPOINT_FILE_SIZE), f"checkpoint holds {size} bytes, {CHECKPOINT_FILE_SIZE} expected")
+            if size >= 40:
+                with open(cp, "rb") as fh:
+                    fields = struct.unpack(">qqqqq", fh.read(40))
+                # (a store reads such a field as 0: recovery then starts earlier)
+                for offset, _name, text in checkpoint_field_problems(fields, self.cl_end):
+                    self.error("checkpoint", offset, text)
         if self.abort:
             self.warning("abort", 0, "store was not shut down cleanly (abort file present; the next writable open runs abnormal recovery)")
 

@@ -18,14 +18,23 @@ shape — gives a typed error or is read around, and ``verify`` reports it:
 
 from __future__ import annotations
 
+import logging
 import os
+import shutil
 import struct
+import time
 
 import pytest
 from conftest import StepClock, no_hang
 
-from rmqstore import CorruptedFileError, Message, MessageStore, StoreConfig
+from rmqstore import (
+    CorruptedFileError,
+    Message,
+    MessageStore,
+    StoreConfig,
+)
 from rmqstore import _kernels as k
+from rmqstore.checkpoint import StoreCheckpoint
 from rmqstore.tools import verify_store
 
 T0 = 1_700_000_000_000
@@ -89,7 +98,7 @@ def _chain_cycle(data: bytes):
 
 def _lie(data: bytes, lie: str) -> list:
     """(offset, bytes) patches telling *lie* in the index file *data*."""
-    fb, fe, bp, ep, sc, count = struct.unpack_from(">qqqqii", data, 0)
+    fb, fe, _bp, ep, _sc, count = struct.unpack_from(">qqqqii", data, 0)
     used = next(i for i in range(S) if struct.unpack_from(">i", data, 40 + 4 * i)[0])
     return {
         "count-negative": [(36, struct.pack(">i", -3))],
@@ -150,8 +159,6 @@ def built(tmp_path_factory):
 @pytest.mark.parametrize("which", [0, 1, 2], ids=["oldest", "middle", "newest"])
 @pytest.mark.parametrize("lie", LIES)
 def test_a_lying_index_file_hides_no_other_file_s_keys(built, tmp_path, lie, which):
-    import shutil
-
     root = tmp_path / "s"
     shutil.copytree(built[0], root)
     keys = built[1]
@@ -207,3 +214,84 @@ def test_healthy_index_files_have_no_header_problem(built):
     finally:
         idx.close()
     assert verify_store(built[0]) == []
+
+
+# --- checkpoint -----------------------------------------------------------------------------
+
+CP_CFG = StoreConfig(mapped_file_size_commit_log=4096, mapped_file_size_consume_queue=20 * 64,
+                     max_hash_slot_num=S, max_index_num=N)
+CP_MSGS = 120  # five CommitLog segments
+FUTURE = time.time_ns() // 1_000_000 + 10 * 86_400_000  # ten days ahead of this machine
+# (field offset, value); fields: physic, logics, index timestamps, master flushed, confirm offsets
+CP_LIES = {
+    "physic-time-negative": (0, -1),
+    "physic-time-far-future": (0, FUTURE),
+    "logics-time-far-future": (8, FUTURE),
+    "logics-time-max": (8, (1 << 63) - 1),
+    "index-time-negative": (16, -7),
+    "index-time-far-future": (16, FUTURE),
+    "master-flushed-offset-past-commitlog": (24, 10**12),
+    "master-flushed-offset-negative": (24, -1),
+    "confirm-offset-past-commitlog": (32, 1 << 40),
+}
+CP_NAMES = ("physic_msg_timestamp", "logics_msg_timestamp", "index_msg_timestamp", "master_flushed_offset",
+            "confirm_phy_offset")
+
+
+@pytest.fixture(scope="module")
+def segmented(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cp") / "s"
+    with MessageStore.open(root, CP_CFG, clock=StepClock(T0, 1000)) as s:
+        rs = [s.put_message(Message(TOPIC, b"c%d" % i, queue_id=i % 2, keys=f"c{i}")) for i in range(CP_MSGS)]
+    assert len(os.listdir(root / "commitlog")) >= 4
+    return root, [r.wrote_offset for r in rs]
+
+
+def _all_there(s, phys) -> None:
+    for q in (0, 1):
+        got = s.get_messages(TOPIC, q, 0, CP_MSGS).messages
+        assert [m.physical_offset for m in got] == phys[q::2]
+    for i in (0, CP_MSGS // 2, CP_MSGS - 1):
+        assert [m.physical_offset for m in s.query_messages(TOPIC, f"c{i}")] == [phys[i]]
+
+
+@pytest.mark.parametrize("lie", sorted(CP_LIES))
+def test_a_checkpoint_field_that_contradicts_the_store_is_read_around(segmented, tmp_path, lie, caplog):
+    root = tmp_path / "s"
+    shutil.copytree(segmented[0], root)
+    phys = segmented[1]
+    offset, value = CP_LIES[lie]
+    name = CP_NAMES[offset // 8]
+    honest = struct.unpack(">qqqqq", (root / "checkpoint").read_bytes()[:40])
+    _patch(root / "checkpoint", offset, struct.pack(">q", value))
+
+    find = [p for p in verify_store(root) if p.file == "checkpoint"]
+    assert [(p.offset, p.severity) for p in find] == [(offset, "error")], find
+    assert name in find[0].problem
+
+    cp = StoreCheckpoint(root / "checkpoint")
+    with caplog.at_level(logging.WARNING, logger="rmqstore.checkpoint"):
+        assert cp.load() is True
+    assert getattr(cp, name) == 0  # read around: recovery then starts earlier, never later
+    assert [getattr(cp, n) for n in CP_NAMES if n != name] == [v for n, v in zip(CP_NAMES, honest) if n != name]
+    assert any(name in r.getMessage() for r in caplog.records)
+
+    with MessageStore.open(root, read_only=True) as ro:
+        _all_there(ro, phys)
+    (root / "abort").write_bytes(b"")  # a crash: recovery reads the checkpoint
+    with no_hang(60), MessageStore.open(root, CP_CFG, clock=StepClock(T0 + 10**7, 1000)) as w:
+        if name in ("physic_msg_timestamp", "logics_msg_timestamp"):
+            # a time it cannot trust: the scan starts at the first segment
+            assert w.recovery_report["start_file"].endswith("0" * 20)
+        assert w.recovery_report["truncated_bytes"] == 0
+        _all_there(w, phys)
+        r = w.put_message(Message(TOPIC, b"after", keys="after"))
+        assert [m.physical_offset for m in w.query_messages(TOPIC, "after")] == [r.wrote_offset]
+    assert [p for p in verify_store(root) if p.file == "checkpoint"] == []  # written back as read
+
+
+def test_an_honest_checkpoint_has_no_problem(segmented):
+    assert [p for p in verify_store(segmented[0]) if p.file == "checkpoint"] == []
+    cp = StoreCheckpoint(segmented[0] / "checkpoint")
+    assert cp.load()
+    assert cp.physic_msg_timestamp == cp.logics_msg_timestamp == T0 + 1000 * (CP_MSGS - 1)
