@@ -56,6 +56,7 @@ from .consumequeue import queue_dirs, tags_code
 from .exceptions import RmqStoreError
 from .index import header_problem, index_file_size, infer_index_geometry
 from .message import Message, decode_host
+from .offsets import CONSUMER_OFFSET_FILE, parse_offset_json
 
 __all__ = [
     "Problem",
@@ -818,6 +819,44 @@ class _Verifier:
         if self.abort:
             self.warning("abort", 0, "store was not shut down cleanly (abort file present; the next writable open runs abnormal recovery)")
 
+    # -- consumer offsets
+
+    def consumer_offsets(self) -> None:
+        """``config/consumerOffset.json`` and its ``.bak``: a file that does not
+        parse is an error where a store would refuse the offsets (no good
+        file to fall back on), a warning where it reads the other one."""
+        path = os.path.join(self.root, CONSUMER_OFFSET_FILE)
+        bak = path + ".bak"
+        state, why = {}, {}
+        for p in (path, bak):
+            try:
+                with open(p, "rb") as fh:
+                    data = fh.read()
+            except FileNotFoundError:
+                state[p] = "missing"
+                continue
+            except OSError as e:
+                state[p], why[p] = "bad", f"cannot be read: {e}"
+                continue
+            if not data.strip():
+                state[p] = "empty"
+                continue
+            try:
+                parse_offset_json(data.decode("utf-8"))
+                state[p] = "good"
+            except ValueError as e:  # (UnicodeDecodeError too)
+                state[p], why[p] = "bad", f"not a consumer offset table: {e}"
+        if state[path] == "bad":
+            if state[bak] == "good":
+                self.warning(_rel(self.root, path), 0, f"{why[path]} (a store reads its .bak)")
+            else:
+                self.error(_rel(self.root, path), 0, f"{why[path]}, and there is no good .bak: a store refuses the offsets")
+        if state[bak] == "bad":
+            if state[path] == "good":
+                self.warning(_rel(self.root, bak), 0, why[bak])
+            else:
+                self.error(_rel(self.root, bak), 0, f"{why[bak]}, and the file itself is {state[path]}: a store refuses the offsets")
+
 
 def _header_geometry(paths, size: int):
     """Fallback geometry when ``infer_index_geometry`` rejects damaged files:
@@ -865,6 +904,7 @@ def verify_store(root, config: Optional[StoreConfig] = None) -> list:
         v.missing_units()
         v.index()
         v.misc()
+        v.consumer_offsets()
     finally:
         v.close()
     return v.problems

@@ -18,6 +18,7 @@ shape — gives a typed error or is read around, and ``verify`` reports it:
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -28,13 +29,16 @@ import pytest
 from conftest import StepClock, no_hang
 
 from rmqstore import (
+    ConsumerOffsetStore,
     CorruptedFileError,
+    IllegalMessageError,
     Message,
     MessageStore,
     StoreConfig,
 )
 from rmqstore import _kernels as k
 from rmqstore.checkpoint import StoreCheckpoint
+from rmqstore.offsets import parse_offset_json
 from rmqstore.tools import verify_store
 
 T0 = 1_700_000_000_000
@@ -295,3 +299,127 @@ def test_an_honest_checkpoint_has_no_problem(segmented):
     cp = StoreCheckpoint(segmented[0] / "checkpoint")
     assert cp.load()
     assert cp.physic_msg_timestamp == cp.logics_msg_timestamp == T0 + 1000 * (CP_MSGS - 1)
+
+
+# --- consumer offsets -------------------------------------------------------------------------
+
+DEEP = 100_000  # far deeper than json.loads goes
+BAD_OFFSET_FILES = {
+    "top-level-list": b"[1, 2]",
+    "top-level-string": b'"T@G"',
+    "top-level-number": b"42",
+    "table-list": b'{"offsetTable": [1]}',
+    "table-string": b'{"offsetTable": "T@G"}',
+    "table-number": b'{"offsetTable": 7}',
+    "queues-list": b'{"offsetTable": {"T@G": [1, 2]}}',
+    "queues-number": b'{"offsetTable": {"T@G": 3}}',
+    "offset-word": b'{"offsetTable": {"T@G": {"0": "many"}}}',
+    "offset-fraction": b'{"offsetTable": {"T@G": {"0": 1.5}}}',
+    "offset-past-long": b'{"offsetTable": {"T@G": {"0": 99999999999999999999}}}',
+    "offset-long-float": b'{"offsetTable": {"T@G": {"0": 1e300}}}',
+    "offset-bool": b'{"offsetTable": {"T@G": {"0": true}}}',
+    "offset-nested": b'{"offsetTable": {"T@G": {"0": {"a": {"b": [1]}}}}}',
+    "offset-nan": b'{"offsetTable": {"T@G": {"0": NaN}}}',
+    "offset-infinity": b'{"offsetTable": {"T@G": {"0": -Infinity}}}',
+    "queue-id-word": b'{"offsetTable": {"T@G": {"zero": 1}}}',
+    "queue-id-past-int": b'{"offsetTable": {"T@G": {"4294967296": 1}}}',
+    "data-version-list": b'{"dataVersion": [], "offsetTable": {}}',
+    "data-version-counter-word": b'{"dataVersion": {"counter": "x"}, "offsetTable": {}}',
+    "deep-array": b"[" * DEEP + b"]" * DEEP,
+    "deep-object": b'{"a":' * DEEP + b"1" + b"}" * DEEP,
+    "deep-table": b'{"offsetTable": {"T@G": ' + b"[" * DEEP + b"]" * DEEP + b"}}",
+    "deep-member": b'{"offsetTable": {}, "lmqOffsetTable": ' + b"[" * DEEP + b"]" * DEEP + b"}",
+    "not-utf8": b'{"offsetTable": {"T@G\xff": {"0": 1}}}',
+    "lone-surrogate-key": b'{"offsetTable": {"T@\\ud800": {"0": 1}}}',
+    "lone-surrogate-queue-id": b'{"offsetTable": {"T@G": {"\\udc00": 1}}}',
+    "lone-surrogate-in-member": b'{"offsetTable": {}, "lmqOffsetTable": {"\\ud800@G": {"0": 1}}}',
+    "lone-surrogate-member-name": b'{"offsetTable": {}, "\\udfff": 1}',
+    "truncated": b'{"offsetTable": {"T@G": {"0": 1',
+}
+
+
+def _offsets_path(root):
+    return os.path.join(str(root), "config", "consumerOffset.json")
+
+
+def _offset_problems(root) -> list:
+    return [(p.file, p.severity) for p in verify_store(root) if p.file.startswith("config/")]
+
+
+@pytest.mark.parametrize("doc", sorted(BAD_OFFSET_FILES))
+def test_a_consumer_offset_file_that_is_not_an_offset_table(tmp_path, doc):
+    """Whatever the shape, depth or encoding: a CorruptedFileError naming the
+    file, so loading falls back to a good .bak; never another exception."""
+    data = BAD_OFFSET_FILES[doc]
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        text = None
+    if text is not None:
+        with pytest.raises(ValueError) as e:  # and nothing else
+            parse_offset_json(text)
+        assert type(e.value) in (ValueError, json.JSONDecodeError), repr(e.value)
+
+    root = tmp_path / "s"
+    path = _offsets_path(root)
+    os.makedirs(os.path.dirname(path))
+    with open(path, "wb") as fh:
+        fh.write(data)
+    with pytest.raises(CorruptedFileError) as e:
+        ConsumerOffsetStore(path).load()
+    assert e.value.path == path
+    assert _offset_problems(root) == [("config/consumerOffset.json", "error")]
+
+    # with a good .bak, the store reads it and replaces the bad file on the next commit
+    with open(path + ".bak", "w", encoding="utf-8") as fh:
+        fh.write('{"offsetTable": {"T@G": {"0": 7}}}')
+    assert _offset_problems(root) == [("config/consumerOffset.json", "warning")]
+    with MessageStore.open(root, CFG) as s:
+        assert s.get_committed_offset("G", "T", 0) == 7
+        s.commit_offset("G", "T", 1, 8)
+    with MessageStore.open(root, read_only=True) as ro:
+        assert ro.consumer_offsets().table() == {"T@G": {0: 7, 1: 8}}
+    assert verify_store(root) == []
+
+
+def test_a_consumer_offset_file_is_read_as_fastjson_reads_it(tmp_path):
+    """Numbers or strings holding one, in range; a negative offset (RocketMQ's
+    "none") and a key without '@' kept as they are, a null queue map skipped:
+    and the table so read is written back."""
+    path = tmp_path / "c.json"
+    path.write_bytes(b'{"offsetTable": {"T@G": {"0": -1, "1": "5", "2": 3.0}, "nosep": {"0": 1}, "N@G": null}, '
+                     b'"lmqOffsetTable": {"%LMQ%x@G": {"0": 2}}}')
+    s = ConsumerOffsetStore(path)
+    assert s.load()
+    assert s.table() == {"T@G": {0: -1, 1: 5, 2: 3}, "nosep": {0: 1}}
+    s.commit("G", "T", 3, 9)
+    s.close()
+    again = ConsumerOffsetStore(path)
+    again.load()
+    assert again.table() == {"T@G": {0: -1, 1: 5, 2: 3, 3: 9}, "nosep": {0: 1}}
+    assert json.loads(path.read_text(encoding="utf-8"))["lmqOffsetTable"] == {"%LMQ%x@G": {"0": 2}}
+
+
+@pytest.mark.parametrize("name", ["G\ud800", "\udfffG", "a\ud83db"], ids=["high", "low", "inside"])
+def test_a_name_that_cannot_be_written_never_reaches_the_offset_table(tmp_path, name):
+    """A lone surrogate in a group or topic is refused at commit with the
+    library's error: in the table, every later save would fail."""
+    root = tmp_path / "s"
+    with MessageStore.open(root, CFG) as s:
+        s.put_message(Message(TOPIC, b"x"))
+        offsets = s.consumer_offsets()
+        for args in ((name, TOPIC), ("G", name)):
+            with pytest.raises(IllegalMessageError):
+                s.commit_offset(*args, 0, 1)
+            with pytest.raises(IllegalMessageError):
+                offsets.commit(*args, 0, 1, sync=False)
+            with pytest.raises(IllegalMessageError):
+                offsets.commit_many(*args, {0: 1})
+            with pytest.raises(IllegalMessageError):
+                s.consumer(*args)
+            assert offsets.get(*args, 0) is None  # a lookup is harmless
+        assert offsets.table() == {}
+        s.commit_offset("组", "T😀", 0, 5)  # other non-ASCII names are fine
+        s.commit_offset("G", TOPIC, 0, 1)
+    with MessageStore.open(root, read_only=True) as ro:
+        assert ro.consumer_offsets().table() == {"T😀@组": {0: 5}, f"{TOPIC}@G": {0: 1}}
