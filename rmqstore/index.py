@@ -49,7 +49,7 @@ class IndexFile:
             the previous file's *end_phy_offset* / *end_timestamp* (SPEC §7.3).
     """
 
-    __slots__ = ("hash_slot_num", "index_num", "mm", "name", "path", "read_only")
+    __slots__ = ("damaged", "hash_slot_num", "index_num", "mm", "name", "path", "read_only")
 
     def __init__(self, path, hash_slot_num, index_num, read_only=False, create=False, end_phy_offset=0, end_timestamp=0):
         self.path = str(path)
@@ -57,6 +57,8 @@ class IndexFile:
         self.hash_slot_num = hash_slot_num
         self.index_num = index_num
         self.read_only = read_only
+        #: its header contradicts it (``header_problem``): read around, its end offset unused
+        self.damaged = False
         size = index_file_size(hash_slot_num, index_num)
         if create:
             self._create(size, end_phy_offset, end_timestamp)
@@ -301,33 +303,32 @@ class IndexService:
                 paths, self.hash_slot_num, self.index_num, live
             )
         files = [IndexFile(p, self.hash_slot_num, self.index_num, read_only=self.read_only) for p in paths]
-        damaged = self._check_headers(files)
-        if damaged and not self.read_only and files[-1] in damaged:
-            # the file new keys would go to: recovery indexes its records again
+        self._check_headers(files)
+        while not self.read_only and files and files[-1].damaged:
+            # newer than every sound file, where new keys would go: recovery
+            # indexes its records again from the CommitLog
             f = files.pop()
             log.warning("removing index file %s, its header contradicts it; its records are indexed again", f.path)
             f.destroy()
             fsync_dir(self.directory)
         # a damaged file's end offset says nothing: it goes first, never where keys are added
-        files.sort(key=lambda f: (-1 if f in damaged else f.end_phy_offset, f.name))
+        files.sort(key=lambda f: (-1 if f.damaged else f.end_phy_offset, f.name))
         self.files = files
         self._last_name = max((f.name for f in files), default="")
 
-    def _check_headers(self, files: list) -> set:
-        """The files (given oldest name first) whose header contradicts the file
-        (``IndexFile.header_problem``), each reported. They are read around:
-        queries still walk their chains (bounded), and one file's header can
-        never end a query before the other files are searched (see
-        :meth:`query_offsets`). Read-only, the newest file may be
-        one a writer process is filling: it gets only the checks a concurrent
-        put cannot break."""
-        damaged = set()
+    def _check_headers(self, files: list) -> None:
+        """Mark ``damaged`` (and report) the files, given oldest name first,
+        whose header contradicts the file (``IndexFile.header_problem``). They
+        are read around: queries still walk their chains (bounded), and one
+        file's header can never end a query before the other files are
+        searched (see :meth:`query_offsets`). Read-only, the newest file may
+        be one a writer process is filling: it gets only the checks a
+        concurrent put cannot break."""
         for f in files:
             found = f.header_problem(settled=not self.read_only or f is not files[-1])
             if found is not None:
                 log.warning("index file %s: %s (offset %d)", f.path, found[1], found[0])
-                damaged.add(f)
-        return damaged
+                f.damaged = True
 
     # --- writing ----------------------------------------------------------------
 
@@ -465,12 +466,18 @@ class IndexService:
 
     def expired_head_count(self, min_commit_log_offset: int) -> int:
         """How many files, oldest first and never the newest, index only
-        records below *min_commit_log_offset* (``endPhyOffset < min``)."""
-        n = 0
+        records below *min_commit_log_offset* (``endPhyOffset < min``). A
+        damaged file (its end offset unknown; it sorts first) goes with the
+        first sound file after it."""
+        n = damaged = 0
         for f in self.files[:-1]:
+            if f.damaged:
+                damaged += 1
+                continue
             if f.end_phy_offset >= min_commit_log_offset:
                 break
-            n += 1
+            n += damaged + 1
+            damaged = 0
         return n
 
     def delete_first(self, count: int) -> list:

@@ -208,6 +208,47 @@ def test_a_lying_index_file_hides_no_other_file_s_keys(built, tmp_path, lie, whi
             assert not missing, f"reopened: keys of other files hidden: {missing}"
 
 
+def test_every_index_file_lying(built, tmp_path):
+    """A writable open rebuilds them all from the CommitLog; a read-only one
+    reads around them without looping."""
+    root = tmp_path / "s"
+    shutil.copytree(built[0], root)
+    keys = built[1]
+    for p in _index_files(root):
+        for off, b in _lie(p.read_bytes(), "begin-time-1970"):
+            _patch(p, off, b)
+    assert {p.file for p in verify_store(root) if p.severity == "error"} == {
+        f"index/{p.name}" for p in _index_files(root)}
+    with no_hang(30), MessageStore.open(root, read_only=True) as ro:
+        for key in keys:
+            assert all(m.properties.get("KEYS") == key for m in ro.query_messages(TOPIC, key))
+    with no_hang(30), MessageStore.open(root, CFG) as w:
+        missing = [key for key in keys if not _found(w, key, *keys[key])]
+        assert not missing, missing
+        r = w.put_message(Message(TOPIC, b"new", keys="new"))
+        assert [m.physical_offset for m in w.query_messages(TOPIC, "new")] == [r.wrote_offset]
+    assert verify_store(root) == []
+
+
+def test_a_lying_index_file_neither_blocks_nor_jumps_expiry(built, tmp_path):
+    """An old file whose end offset lies far ahead is damaged: it sorts first
+    and expires with the first sound file after it, never blocking the
+    others (nor becoming the file new keys go to)."""
+    root = tmp_path / "s"
+    shutil.copytree(built[0], root)
+    oldest, middle, newest = _index_files(root)
+    for off, b in _lie(oldest.read_bytes(), "end-offset-past-last-entry"):
+        _patch(oldest, off, b)
+    middle_end = struct.unpack_from(">q", middle.read_bytes(), 24)[0]
+    with MessageStore.open(root, CFG) as w:
+        idx = w.index
+        assert [f.name for f in idx.files] == [oldest.name, middle.name, newest.name]
+        assert [f.damaged for f in idx.files] == [True, False, False]
+        assert idx.expired_head_count(0) == 0
+        assert idx.expired_head_count(middle_end) == 0  # the middle file still indexes records there
+        assert idx.expired_head_count(middle_end + 1) == 2
+
+
 def test_healthy_index_files_have_no_header_problem(built):
     from rmqstore.index import IndexService
 
