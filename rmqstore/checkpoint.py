@@ -26,10 +26,9 @@ FUTURE_SLACK_MS = 24 * 3600 * 1000
 def field_problems(fields, commitlog_end=None, now_ms=None) -> list:
     """The checkpoint *fields* (its five values in file order) that contradict
     the store, as ``[(byte offset, attribute name, text)]``: a negative
-    field, a store time more
-    than :data:`FUTURE_SLACK_MS` ahead of *now_ms* (default: this machine's
-    clock), an offset past *commitlog_end* (where the CommitLog ends; None:
-    not checked)."""
+    field, a store time more than :data:`FUTURE_SLACK_MS` ahead of *now_ms*
+    (default: this machine's clock), an offset past *commitlog_end* (where
+    the CommitLog ends; None: not checked)."""
     if now_ms is None:
         now_ms = time.time_ns() // 1_000_000
     out = []

@@ -423,7 +423,8 @@ class IndexService:
         ones ended before it). Here that file and the next older one must
         both say so (the newer began, the older ended, before *begin*), so a
         header that lies about its times can hide its own keys but never the
-        keys of other files; on honest files the answer is RocketMQ's."""
+        keys of other files. On files written in time order (no clock step
+        back) the answer is RocketMQ's."""
         max_num = min(max_num, self.max_msgs_num_batch)
         out: list = []
         full_key = f"{topic}#{key}"

@@ -281,6 +281,24 @@ def parse_offset_json(text: str) -> dict:
     return {"offsetTable": table, "dataVersion": version, "extra": extra}
 
 
+def _read_offset_file(path):
+    """(parsed, stat) of the offset file *path*; parsed is None for a missing
+    (stat None too) or empty file. Raises CorruptedFileError when it does not
+    parse."""
+    try:
+        with open(path, "rb") as fh:
+            st = os.fstat(fh.fileno())
+            data = fh.read()
+    except FileNotFoundError:
+        return None, None
+    if not data.strip():
+        return None, st
+    try:
+        return parse_offset_json(data.decode("utf-8")), st
+    except (ValueError, UnicodeDecodeError) as e:
+        raise CorruptedFileError(f"not a consumerOffset.json: {e}", path) from None
+
+
 # --- writing -----------------------------------------------------------------------------
 
 
@@ -402,22 +420,6 @@ class ConsumerOffsetStore:
         """Which file :meth:`load` read: the file's path, the ``.bak`` path, or None (neither existed)."""
         return self._loaded_from
 
-    def _read(self, path):
-        """(parsed, stat) of *path*; parsed is None for a missing or empty file.
-        Raises CorruptedFileError when it does not parse."""
-        try:
-            with open(path, "rb") as fh:
-                st = os.fstat(fh.fileno())
-                data = fh.read()
-        except FileNotFoundError:
-            return None, None
-        if not data.strip():
-            return None, st
-        try:
-            return parse_offset_json(data.decode("utf-8")), st
-        except (ValueError, UnicodeDecodeError) as e:
-            raise CorruptedFileError(f"not a consumerOffset.json: {e}", path) from None
-
     def load(self) -> bool:
         """Read the table from the file, falling back to ``<file>.bak`` when the
         file is missing, empty or does not parse (RocketMQ ``ConfigManager.load``).
@@ -436,7 +438,7 @@ class ConsumerOffsetStore:
         """
         main_error = None
         try:
-            parsed, st = self._read(self.path)
+            parsed, st = _read_offset_file(self.path)
         except CorruptedFileError as e:
             parsed, st, main_error = None, None, e
         main_good = parsed is not None
@@ -445,7 +447,7 @@ class ConsumerOffsetStore:
             if main_error is not None:
                 log.warning("%s; trying %s", main_error, self.bak_path)
             try:
-                parsed, _ = self._read(self.bak_path)
+                parsed, _ = _read_offset_file(self.bak_path)
             except CorruptedFileError as e:
                 raise CorruptedFileError(
                     "neither the consumer-offset file nor its .bak parses "

@@ -53,10 +53,10 @@ from ._layout import (
 from .checkpoint import field_problems as checkpoint_field_problems
 from .config import StoreConfig
 from .consumequeue import queue_dirs, tags_code
-from .exceptions import RmqStoreError
+from .exceptions import CorruptedFileError, RmqStoreError
 from .index import header_problem, index_file_size, infer_index_geometry
 from .message import Message, decode_host
-from .offsets import CONSUMER_OFFSET_FILE, parse_offset_json
+from .offsets import CONSUMER_OFFSET_FILE, _read_offset_file
 
 __all__ = [
     "Problem",
@@ -830,32 +830,20 @@ class _Verifier:
         state, why = {}, {}
         for p in (path, bak):
             try:
-                with open(p, "rb") as fh:
-                    data = fh.read()
-            except FileNotFoundError:
-                state[p] = "missing"
-                continue
-            except OSError as e:
-                state[p], why[p] = "bad", f"cannot be read: {e}"
-                continue
-            if not data.strip():
-                state[p] = "empty"
-                continue
-            try:
-                parse_offset_json(data.decode("utf-8"))
-                state[p] = "good"
-            except ValueError as e:  # (UnicodeDecodeError too)
-                state[p], why[p] = "bad", f"not a consumer offset table: {e}"
+                parsed, st = _read_offset_file(p)
+                state[p] = "good" if parsed is not None else ("empty" if st is not None else "missing")
+            except (CorruptedFileError, OSError) as e:
+                state[p], why[p] = "bad", str(e)
         if state[path] == "bad":
             if state[bak] == "good":
-                self.warning(_rel(self.root, path), 0, f"{why[path]} (a store reads its .bak)")
+                self.warning(_rel(self.root, path), 0, f"{why[path]}; a store reads its .bak")
             else:
-                self.error(_rel(self.root, path), 0, f"{why[path]}, and there is no good .bak: a store refuses the offsets")
+                self.error(_rel(self.root, path), 0, f"{why[path]}; no good .bak: a store refuses the offsets")
         if state[bak] == "bad":
             if state[path] == "good":
                 self.warning(_rel(self.root, bak), 0, why[bak])
             else:
-                self.error(_rel(self.root, bak), 0, f"{why[bak]}, and the file itself is {state[path]}: a store refuses the offsets")
+                self.error(_rel(self.root, bak), 0, f"{why[bak]}; the file itself is {state[path]}: a store refuses the offsets")
 
 
 def _header_geometry(paths, size: int):
