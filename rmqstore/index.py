@@ -397,6 +397,8 @@ class IndexService:
         (a record may straddle two files when the first fills up)."""
         n = 0
         for f in reversed(self.files[-2:]):
+            if f.damaged:  # (its count says nothing)
+                break
             c = f.trailing_entries_at(physical_offset)
             n += c
             if c < f.index_count - 1:
@@ -457,9 +459,10 @@ class IndexService:
 
     def newest_full_end_timestamp(self) -> int:
         """End store time (ms) of the newest full index file, 0 if none: what
-        the checkpoint's indexMsgTimestamp names once that file is flushed."""
+        the checkpoint's indexMsgTimestamp names once that file is flushed.
+        A damaged file's end time says nothing."""
         for f in reversed(self.files):
-            if f.is_write_full():
+            if f.is_write_full() and not f.damaged:
                 return f.end_timestamp
         return 0
 

@@ -249,6 +249,20 @@ def test_a_lying_index_file_neither_blocks_nor_jumps_expiry(built, tmp_path):
         assert idx.expired_head_count(middle_end + 1) == 2
 
 
+def test_a_lying_end_time_never_reaches_the_checkpoint(built, tmp_path):
+    """The checkpoint's indexMsgTimestamp names the newest full index file's
+    end time: never one a damaged file claims."""
+    root = tmp_path / "s"
+    shutil.copytree(built[0], root)
+    oldest, middle, _newest = _index_files(root)
+    for p in (oldest, middle):  # both full files
+        for off, b in _lie(p.read_bytes(), "end-time-far-future"):
+            _patch(p, off, b)
+    with MessageStore.open(root, CFG) as w:
+        assert w.index.newest_full_end_timestamp() == 0
+    assert struct.unpack_from(">q", (root / "checkpoint").read_bytes(), 16)[0] == 0
+
+
 def test_healthy_index_files_have_no_header_problem(built):
     from rmqstore.index import IndexService
 
