@@ -5,11 +5,12 @@ from __future__ import annotations
 import logging
 import os
 import struct
+import time
 
 from ._layout import CHECKPOINT_FILE_SIZE
 from .mapped_file import _NOFOLLOW, open_no_follow
 
-__all__ = ["StoreCheckpoint"]
+__all__ = ["StoreCheckpoint", "field_problems"]
 
 log = logging.getLogger("rmqstore.checkpoint")
 
@@ -18,6 +19,46 @@ _NAMES = (
     "physic_msg_timestamp", "logics_msg_timestamp", "index_msg_timestamp", "master_flushed_offset",
     "confirm_phy_offset",
 )
+_TIMESTAMPS = _NAMES[:3]
+#: a store time further ahead of this machine's clock than this is not believed
+FUTURE_SLACK_MS = 24 * 3600 * 1000
+
+
+def field_problems(fields, commitlog_end=None, now_ms=None) -> list:
+    """The checkpoint *fields* (its five values in file order) that contradict
+    the store, as ``[(byte offset, attribute name, text)]``: a negative
+    field, a store time more than :data:`FUTURE_SLACK_MS` ahead of *now_ms*
+    (default: this machine's clock), an offset past *commitlog_end* (where
+    the CommitLog ends; None: not checked)."""
+    if now_ms is None:
+        now_ms = time.time_ns() // 1_000_000
+    out = []
+    for i, (name, v) in enumerate(zip(_NAMES, fields)):
+        if v < 0:
+            out.append((8 * i, name, f"{name} {v} is negative"))
+        elif name in _TIMESTAMPS and v > now_ms + FUTURE_SLACK_MS:
+            out.append((8 * i, name, f"{name} {v} lies more than a day ahead of this machine's clock ({now_ms})"))
+        elif name not in _TIMESTAMPS and commitlog_end is not None and v > commitlog_end:
+            out.append((8 * i, name, f"{name} {v} lies beyond the CommitLog's end ({commitlog_end})"))
+    return out
+
+
+def _commitlog_end(root: str):
+    """Where the CommitLog files under *root* end at most: the largest start
+    offset (a file's name) plus that file's size; None without a CommitLog
+    directory."""
+    directory = os.path.join(root, "commitlog")
+    try:
+        names = [n for n in os.listdir(directory) if n.isdigit()]
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    end = 0
+    for n in names:
+        try:
+            end = max(end, int(n) + os.path.getsize(os.path.join(directory, n)))
+        except OSError:  # (deleted meanwhile)
+            continue
+    return end
 
 
 class StoreCheckpoint:
@@ -46,7 +87,10 @@ class StoreCheckpoint:
         """Read the file if it exists; returns whether it held the five fields.
         A missing, empty or short file (a crash during its first write) leaves
         every field 0: recovery then starts from the first CommitLog segment,
-        which is always safe. The checkpoint only advises where to start."""
+        which is always safe. The checkpoint only advises where to start, so
+        a field that contradicts the store (see :func:`field_problems`; the
+        CommitLog is the ``commitlog`` directory beside the file) is read as
+        0 too, with a warning."""
         try:
             with open(self.path, "rb") as fh:
                 data = fh.read(_FIELDS.size)
@@ -55,10 +99,12 @@ class StoreCheckpoint:
         if len(data) < _FIELDS.size:
             log.warning("checkpoint %s holds %d bytes; ignoring it (full recovery scan)", self.path, len(data))
             return False
-        (
-            self.physic_msg_timestamp, self.logics_msg_timestamp, self.index_msg_timestamp,
-            self.master_flushed_offset, self.confirm_phy_offset,
-        ) = _FIELDS.unpack(data)
+        values = dict(zip(_NAMES, _FIELDS.unpack(data)))
+        for _offset, name, text in field_problems(values.values(), _commitlog_end(os.path.dirname(self.path))):
+            log.warning("checkpoint %s: %s; read as 0", self.path, text)
+            values[name] = 0
+        for name, v in values.items():
+            setattr(self, name, v)
         return True
 
     @property

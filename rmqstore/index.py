@@ -24,12 +24,13 @@ from ._layout import (
 from .exceptions import ConfigError, CorruptedFileError
 from .mapped_file import _NOFOLLOW, allocate_file, fsync_dir, open_no_follow
 
-__all__ = ["IndexFile", "IndexService", "index_file_size", "keys_of"]
+__all__ = ["IndexFile", "IndexService", "header_problem", "index_file_size", "keys_of"]
 
 log = logging.getLogger("rmqstore.index")
 
 _HEADER = struct.Struct(">qqqqii")
 _ENTRY = struct.Struct(">iqii")
+_INT_MAX = (1 << 31) - 1
 
 
 def index_file_size(hash_slot_num: int, index_num: int) -> int:
@@ -60,7 +61,7 @@ class IndexFile:
             the previous file's *end_phy_offset* / *end_timestamp* (SPEC §7.3).
     """
 
-    __slots__ = ("hash_slot_num", "index_num", "mm", "name", "path", "read_only")
+    __slots__ = ("damaged", "hash_slot_num", "index_num", "mm", "name", "path", "read_only")
 
     def __init__(self, path, hash_slot_num, index_num, read_only=False, create=False, end_phy_offset=0, end_timestamp=0,
                  spare=False):
@@ -69,6 +70,8 @@ class IndexFile:
         self.hash_slot_num = hash_slot_num
         self.index_num = index_num
         self.read_only = read_only
+        #: its header contradicts it (``header_problem``): read around, its end offset unused
+        self.damaged = False
         size = index_file_size(hash_slot_num, index_num)
         if create:
             self._create(size, end_phy_offset, end_timestamp, spare)
@@ -194,6 +197,10 @@ class IndexFile:
             c += 1
             n -= 1
         return c
+
+    def header_problem(self, settled: bool = True):
+        """:func:`header_problem` of this file."""
+        return header_problem(self.mm, self.hash_slot_num, self.index_num, settled)
 
     def is_consistent(self) -> bool:
         """Structural check of a file that may have been torn by a crash: header
@@ -338,15 +345,42 @@ class IndexService:
                     f"index files have {sizes.pop()} bytes but max_hash_slot_num={self.hash_slot_num} "
                     f"and max_index_num={self.index_num} make {want}"
                 )
+        # read-only, the newest file may be one a writer process is putting keys into
+        live = paths[-1] if self.read_only else None
         if self.hash_slot_num is None or self.index_num is None or (
             self.read_only
             and any(os.path.getsize(p) != index_file_size(self.hash_slot_num, self.index_num) for p in paths)
         ):
-            self.hash_slot_num, self.index_num = infer_index_geometry(paths, self.hash_slot_num, self.index_num)
+            self.hash_slot_num, self.index_num = infer_index_geometry(
+                paths, self.hash_slot_num, self.index_num, live
+            )
         files = [IndexFile(p, self.hash_slot_num, self.index_num, read_only=self.read_only) for p in paths]
-        files.sort(key=lambda f: (f.end_phy_offset, f.name))
+        self._check_headers(files)
+        while not self.read_only and files and files[-1].damaged:
+            # newer than every sound file, where new keys would go: recovery
+            # indexes its records again from the CommitLog
+            f = files.pop()
+            log.warning("removing index file %s, its header contradicts it; its records are indexed again", f.path)
+            f.destroy()
+            fsync_dir(self.directory)
+        # a damaged file's end offset says nothing: it goes first, never where keys are added
+        files.sort(key=lambda f: (-1 if f.damaged else f.end_phy_offset, f.name))
         self.files = files
-        self._last_name = max(f.name for f in files)
+        self._last_name = max((f.name for f in files), default="")
+
+    def _check_headers(self, files: list) -> None:
+        """Mark ``damaged`` (and report) the files, given oldest name first,
+        whose header contradicts the file (``IndexFile.header_problem``). They
+        are read around: queries still walk their chains (bounded), and one
+        file's header can never end a query before the other files are
+        searched (see :meth:`query_offsets`). Read-only, the newest file may
+        be one a writer process is filling: it gets only the checks a
+        concurrent put cannot break."""
+        for f in files:
+            found = f.header_problem(settled=not self.read_only or f is not files[-1])
+            if found is not None:
+                log.warning("index file %s: %s (offset %d)", f.path, found[1], found[0])
+                f.damaged = True
 
     # --- writing ----------------------------------------------------------------
 
@@ -440,6 +474,8 @@ class IndexService:
         (a record may straddle two files when the first fills up)."""
         n = 0
         for f in reversed(self.files[-2:]):
+            if f.damaged:  # (its count says nothing)
+                break
             c = f.trailing_entries_at(physical_offset)
             n += c
             if c < f.index_count - 1:
@@ -458,20 +494,29 @@ class IndexService:
     # --- reading ------------------------------------------------------------------
 
     def query_offsets(self, topic: str, key: str, max_num: int, begin: int, end: int) -> list:
-        """``IndexService.queryOffset`` exactly (SPEC §7.5): physical offsets whose
-        key hash matches ``topic#key`` and whose index time is in [begin, end],
-        newest file first, at most ``min(max_num, max_msgs_num_batch)``."""
+        """``IndexService.queryOffset``: physical offsets whose key hash matches
+        ``topic#key`` and whose index time is in [begin, end], newest file
+        first, at most ``min(max_num, max_msgs_num_batch)``.
+
+        RocketMQ stops at the first file that began before *begin* (the older
+        ones ended before it). Here that file and the next older one must
+        both say so (the newer began, the older ended, before *begin*), so a
+        header that lies about its times can hide its own keys but never the
+        keys of other files. On files written in time order (no clock step
+        back) the answer is RocketMQ's."""
         max_num = min(max_num, self.max_msgs_num_batch)
         out: list = []
         full_key = f"{topic}#{key}"
         select, header = k.index_select, _HEADER.unpack_from
+        newer_began_before = False
         for f in reversed(self.files):
             fb, fe = header(f.mm, 0)[:2]  # begin and end store times, one header read
             # IndexFile.isTimeMatched, then selectPhyOffset
             if (begin < fb and end > fe) or (fb <= begin <= fe) or (fb <= end <= fe):
                 select(f.mm, f.hash_slot_num, f.index_num, full_key, max_num, begin, end, out)
-            if fb < begin or len(out) >= max_num:
+            if len(out) >= max_num or (newer_began_before and fe < begin):
                 break
+            newer_began_before = fb < begin
         return out
 
     def truncate(self, physical_offset: int, store_timestamp_at) -> None:
@@ -491,9 +536,10 @@ class IndexService:
 
     def newest_full_end_timestamp(self) -> int:
         """End store time (ms) of the newest full index file, 0 if none: what
-        the checkpoint's indexMsgTimestamp names once that file is flushed."""
+        the checkpoint's indexMsgTimestamp names once that file is flushed.
+        A damaged file's end time says nothing."""
         for f in reversed(self.files):
-            if f.is_write_full():
+            if f.is_write_full() and not f.damaged:
                 return f.end_timestamp
         return 0
 
@@ -501,12 +547,18 @@ class IndexService:
 
     def expired_head_count(self, min_commit_log_offset: int) -> int:
         """How many files, oldest first and never the newest, index only
-        records below *min_commit_log_offset* (``endPhyOffset < min``)."""
-        n = 0
+        records below *min_commit_log_offset* (``endPhyOffset < min``). A
+        damaged file (its end offset unknown; it sorts first) goes with the
+        first sound file after it."""
+        n = damaged = 0
         for f in self.files[:-1]:
+            if f.damaged:
+                damaged += 1
+                continue
             if f.end_phy_offset >= min_commit_log_offset:
                 break
-            n += 1
+            n += damaged + 1
+            damaged = 0
         return n
 
     def delete_first(self, count: int) -> list:
@@ -547,7 +599,7 @@ class IndexService:
             path = os.path.join(self.directory, n)
             try:
                 if self.hash_slot_num is None or self.index_num is None:
-                    self.hash_slot_num, self.index_num = infer_index_geometry([path])
+                    self.hash_slot_num, self.index_num = infer_index_geometry([path], live=path)
                 added.append(IndexFile(path, self.hash_slot_num, self.index_num, read_only=True))
             except (OSError, CorruptedFileError):
                 continue
@@ -575,14 +627,82 @@ class IndexService:
                 log.warning("could not delete the index files made ahead in %s", self.directory, exc_info=True)
 
 
-def infer_index_geometry(paths, hash_slot_num=None, index_num=None) -> tuple:
+def header_problem(buf, hash_slot_num: int, index_num: int, settled: bool = True):
+    """The first header field of the index file in *buf* (of *hash_slot_num*
+    slots and *index_num* entries) that contradicts the file, as ``(offset,
+    text)``, or None. Reads the header and at most two entries.
+
+    Every file: counts and times within range (no negative field,
+    ``indexCount <= index_num``, ``hashSlotCount <= hash_slot_num``).
+    A *settled* file (no writer is putting keys into it) also: an empty
+    file holds no used slot and its begin and end values agree (both come
+    from the previous file); a file with entries has between 1 and
+    ``indexCount - 1`` used slots, begins and ends at the physical offsets
+    of its first and last entries, and ends at the time its last entry
+    was put (a single entry: its begin time; more: its time difference
+    from the begin time is ``(end - begin) / 1000``, clamped to
+    ``[0, 2**31-1]``, exactly as every put computes it).
+
+    A live file (another process putting keys) is judged by the range
+    checks only: its entry, slot and header fields are written one after
+    the other, so any equality between them may not hold yet."""
+    n = index_num
+    fb, fe, bp, ep, slot_count, raw = _HEADER.unpack_from(buf, 0)
+    if not 0 <= raw <= n:
+        return 36, f"indexCount {raw} outside [0, {n}]"
+    if not 0 <= slot_count <= hash_slot_num:
+        return 32, f"hashSlotCount {slot_count} outside [0, {hash_slot_num}]"
+    for off, name, v in ((0, "beginTimestamp", fb), (8, "endTimestamp", fe),
+                         (16, "beginPhyOffset", bp), (24, "endPhyOffset", ep)):
+        if v < 0:
+            return off, f"{name} {v} is negative"
+    if not settled:
+        return None
+    count = max(raw, 1)
+    if count == 1:
+        if slot_count:
+            return 32, f"hashSlotCount {slot_count} in a file without entries"
+        if bp != ep:
+            return 24, f"endPhyOffset {ep} differs from beginPhyOffset {bp} in a file without entries"
+        if fb != fe:
+            return 8, f"endTimestamp {fe} differs from beginTimestamp {fb} in a file without entries"
+        return None
+    if slot_count == 0 or slot_count >= count:
+        return 32, f"hashSlotCount {slot_count} outside [1, {count - 1}] for {count - 1} entries"
+    base = INDEX_HEADER_SIZE + INDEX_HASH_SLOT_SIZE * hash_slot_num
+    last = base + (count - 1) * INDEX_ENTRY_SIZE
+    h1, phy1, d1, p1 = _ENTRY.unpack_from(buf, base + INDEX_ENTRY_SIZE)
+    h, phy, diff, prev = _ENTRY.unpack_from(buf, last)
+    if h1 < 0 or d1 < 0 or p1 != 0:
+        return base + INDEX_ENTRY_SIZE, f"index entry 1 is not a first entry ({h1}, {phy1}, {d1}, {p1})"
+    if h < 0 or diff < 0 or not 0 <= prev < count - 1 or phy < phy1:
+        return last, f"index entry {count - 1} (the last) is not an entry ({h}, {phy}, {diff}, {prev})"
+    if bp != phy1:
+        return 16, f"beginPhyOffset {bp}, but the first entry points at {phy1}"
+    if ep != phy:
+        return 24, f"endPhyOffset {ep}, but the last entry points at {phy}"
+    if count == 2:
+        if fe != fb:
+            return 8, f"endTimestamp {fe} differs from beginTimestamp {fb} in a file with one entry"
+    else:
+        # (a negative difference clamps to 0, so floor division does as Java's)
+        want = 0 if fb <= 0 else min(max((fe - fb) // 1000, 0), _INT_MAX)
+        if diff != want:
+            return 8, (f"endTimestamp {fe} is not the time of the last entry (beginTimestamp {fb} + "
+                       f"{diff} s)")
+    return None
+
+
+def infer_index_geometry(paths, hash_slot_num=None, index_num=None, live=None) -> tuple:
     """Find ``(hash_slot_num, index_num)`` of existing index files.
 
     Tries, in order: the given values, RocketMQ's defaults, the geometry implied
     by a full file (``index_count == index_num``), then every geometry that fits
     the file size, keeping the one whose slots and entries agree (each used
     slot points at an entry whose key hash falls in that slot, and the number
-    of used slots equals the header's hashSlotCount).
+    of used slots equals the header's hashSlotCount). *live*: the path of a
+    file another process may be writing (a follower's newest file), held to
+    the checks a concurrent put cannot break (see ``_geometry_fits``).
 
     Raises:
         CorruptedFileError: a file whose size or content fits no geometry the
@@ -615,7 +735,7 @@ def infer_index_geometry(paths, hash_slot_num=None, index_num=None) -> tuple:
     for s, n in candidates:
         if index_file_size(s, n) != size:
             continue
-        fits = [_geometry_fits(p, s, n) for p in paths]
+        fits = [_geometry_fits(p, s, n, p == live) for p in paths]
         if all(fits):
             return s, n
         if best is None or sum(fits) > best[0]:
@@ -637,7 +757,7 @@ def infer_index_geometry(paths, hash_slot_num=None, index_num=None) -> tuple:
             continue
         n = rest // INDEX_ENTRY_SIZE
         if n > 1 and all(h[5] <= n for h in headers):
-            fits = [_geometry_fits(p, s, n) for p in paths]
+            fits = [_geometry_fits(p, s, n, p == live) for p in paths]
             if all(fits):
                 return s, n
             if any(fits):
@@ -648,37 +768,59 @@ def infer_index_geometry(paths, hash_slot_num=None, index_num=None) -> tuple:
     raise CorruptedFileError(f"no slot/entry geometry fits these {size}-byte index files", paths[0], 0)
 
 
-def _geometry_fits(path, s, n) -> bool:
+def _geometry_fits(path, s, n, live=False) -> bool:
     """Whether index file *path* (of index_file_size(s, n) bytes) reads as
     *s* hash slots and *n* entries: entry 0 unused, as many non-zero slots
     as the header counts, each pointing below the header's entry count at an
     entry whose key hash is >= 0 and falls in that slot.
 
-    Reads the slots and the entries they point at through a mapping, checked
-    as arrays: a default file is 420 MB, of which a store that is opened
-    read-only reads ~20 MB of slots here (it read the whole file, and made
-    a Python int per slot)."""
+    *live*: another process may be putting keys into the file meanwhile. A
+    put writes the entry, then the slot, then the header counts, so the
+    slots are held against the counts read before and after them: at least
+    the slot count before and at most one more than the slot count after
+    (one put may sit between its slot and its count), values up to the entry
+    count after. An entry a slot names was written before the slot.
+
+    The slots are copied out of the file before they are checked (a default
+    file has 20 MB of them): a check never runs over bytes that change under
+    it. The key hashes of the entries they name are gathered through a
+    mapping, copied in one step."""
     import numpy as np  # (importing rmqstore does not import numpy)
 
-    with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-        _, _, _, _, slot_count, count = _HEADER.unpack_from(mm, 0)
-        count = max(count, 1)
-        base = INDEX_HEADER_SIZE + INDEX_HASH_SLOT_SIZE * s
-        if count > n or any(mm[base : base + INDEX_ENTRY_SIZE]):  # (entry 0 is never used)
+    base = INDEX_HEADER_SIZE + INDEX_HASH_SLOT_SIZE * s
+    with open(path, "rb") as fh:
+        fd = fh.fileno()
+        head = os.pread(fd, INDEX_HEADER_SIZE, 0)
+        if len(head) < INDEX_HEADER_SIZE:
             return False
-        slots = np.frombuffer(mm, dtype=">i4", count=s, offset=INDEX_HEADER_SIZE)
-        # each entry's first 4 bytes, its key hash
-        heads = np.ndarray((count,), dtype=">i4", buffer=mm, offset=base, strides=(INDEX_ENTRY_SIZE,))
-        try:
-            used = np.flatnonzero(slots)
+        _, _, _, _, slot_count, count = _HEADER.unpack(head)
+        count = max(count, 1)
+        if count > n or any(os.pread(fd, INDEX_ENTRY_SIZE, base)):  # (entry 0 is never used)
+            return False
+        raw = os.pread(fd, INDEX_HASH_SLOT_SIZE * s, INDEX_HEADER_SIZE)
+        if len(raw) < INDEX_HASH_SLOT_SIZE * s:
+            return False
+        slots = np.frombuffer(raw, dtype=">i4")
+        used = np.flatnonzero(slots)
+        if live:
+            _, _, _, _, slot_count_after, count_after = _HEADER.unpack(os.pread(fd, INDEX_HEADER_SIZE, 0))
+            if not slot_count <= len(used) <= slot_count_after + 1:
+                return False
+            top = min(max(count_after, 1), n - 1)
+        else:
             if len(used) != slot_count:
                 return False
-            if not len(used):
-                return True  # (no key yet)
-            v = slots[used].astype(np.int64)
-            if v.min() <= 0 or v.max() >= count:
-                return False
-            key_hash = heads[v].astype(np.int64)
-            return bool(key_hash.min() >= 0 and (key_hash % s == used).all())
-        finally:
-            del slots, heads  # (views of the mapping: it closes next)
+            top = count - 1
+        if not len(used):
+            return True  # (no key yet)
+        v = slots[used].astype(np.int64)
+        if v.min() <= 0 or v.max() > top:
+            return False
+        with mmap.mmap(fd, 0, access=mmap.ACCESS_READ) as mm:
+            # each entry's first 4 bytes, its key hash
+            heads = np.ndarray((top + 1,), dtype=">i4", buffer=mm, offset=base, strides=(INDEX_ENTRY_SIZE,))
+            try:
+                key_hash = heads[v].astype(np.int64)  # a copy
+            finally:
+                del heads  # (a view of the mapping: it closes next)
+        return bool(key_hash.min() >= 0 and (key_hash % s == used).all())

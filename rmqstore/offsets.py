@@ -57,7 +57,14 @@ matters to a broker (fastjson reads both spellings):
 Topic and group names: RocketMQ allows only ``^[%|a-zA-Z0-9_-]+$``
 (``TopicValidator``), so ``@`` never occurs in them and the broker splits keys
 on ``@``. rmqstore's topics may hold other characters; only ``@`` (which would
-make the key ambiguous) and empty names are refused when committing.
+make the key ambiguous), empty names and names that cannot be written as
+UTF-8 (lone surrogates: the file could never be saved again) are refused when
+committing.
+
+A file is read whole or not at all (:func:`parse_offset_json` says what it
+accepts): one that is not an offset table, at any level, is a
+:class:`~rmqstore.exceptions.CorruptedFileError` naming it, and loading falls
+back to ``.bak``.
 """
 
 from __future__ import annotations
@@ -125,6 +132,11 @@ def _check_name(what: str, value) -> str:
         raise IllegalMessageError(
             f"{what} {value!r} contains '@': RocketMQ keys offsets by '<topic>@<group>' and splits them at '@'"
         )
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate: the table could never be saved again
+            raise IllegalMessageError(f"{what} {value!r} cannot be written as UTF-8") from None
     return value
 
 
@@ -193,18 +205,44 @@ def _as_int(value, what: str, lo: int, hi: int) -> int:
     return value
 
 
+def _writable(what: str, value) -> None:
+    """ValueError unless *value* (read from a file) can be written back as UTF-8
+    JSON: a ``\\ud800`` escape reads as a lone surrogate, which no later
+    persist could write."""
+    try:
+        (value if isinstance(value, str) else _compact(value)).encode("utf-8")
+    except (UnicodeEncodeError, RecursionError, TypeError) as e:
+        raise ValueError(f"{what} cannot be written back: {e}") from None
+
+
+def _loads(text: str):
+    try:
+        return json.loads(text)
+    except RecursionError:  # nested deeper than the parser goes
+        raise ValueError("nested too deeply") from None
+
+
 def parse_offset_json(text: str) -> dict:
     """Parse the text of a ``consumerOffset.json`` (ours, or a broker's with bare
     integer keys) into ``{"offsetTable": {key: {queue_id: offset}}, "dataVersion":
     dict | None, "extra": {name: value}}``; queue ids and offsets are ints.
     ``groupTopicMap`` is dropped (derived).
 
+    What is read is what fastjson reads into RocketMQ's table: queue ids and
+    offsets as JSON numbers or strings holding an integer, in Integer and
+    Long range (a negative offset, RocketMQ's "none", is kept as read), an
+    entry that is null skipped; keys as they are (one without ``@`` too).
+    Anything else — another shape at any level, a value of another type, a
+    document nested deeper than the parser goes, a string no persist could
+    write back (a lone surrogate escape) — makes the whole document bad: no
+    entry is guessed at or dropped.
+
     Raises ValueError when the text is not such a document."""
     text = text.removeprefix("\ufeff")
     try:
-        doc = json.loads(text)
+        doc = _loads(text)
     except ValueError:
-        doc = json.loads(_quote_bare_keys(text))  # fastjson's {0:42}
+        doc = _loads(_quote_bare_keys(text))  # fastjson's {0:42}
     if not isinstance(doc, dict):
         raise ValueError(f"top level is a {type(doc).__name__}, not an object")
     table: dict = {}
@@ -213,6 +251,7 @@ def parse_offset_json(text: str) -> dict:
         if not isinstance(raw_table, dict):
             raise ValueError("offsetTable is not an object")
         for key, queues in raw_table.items():
+            _writable("an offsetTable key", key)
             if queues is None:
                 continue
             if not isinstance(queues, dict):
@@ -236,7 +275,28 @@ def parse_offset_json(text: str) -> dict:
     extra = {
         k: v for k, v in doc.items() if k not in ("offsetTable", "dataVersion") and k not in _TOP_LEVEL_DERIVED
     }
+    for name, value in extra.items():  # written back as read
+        _writable(f"member {name!r}", name)
+        _writable(f"member {name!r}", value)
     return {"offsetTable": table, "dataVersion": version, "extra": extra}
+
+
+def _read_offset_file(path):
+    """(parsed, stat) of the offset file *path*; parsed is None for a missing
+    (stat None too) or empty file. Raises CorruptedFileError when it does not
+    parse."""
+    try:
+        with open(path, "rb") as fh:
+            st = os.fstat(fh.fileno())
+            data = fh.read()
+    except FileNotFoundError:
+        return None, None
+    if not data.strip():
+        return None, st
+    try:
+        return parse_offset_json(data.decode("utf-8")), st
+    except (ValueError, UnicodeDecodeError) as e:
+        raise CorruptedFileError(f"not a consumerOffset.json: {e}", path) from None
 
 
 # --- writing -----------------------------------------------------------------------------
@@ -360,22 +420,6 @@ class ConsumerOffsetStore:
         """Which file :meth:`load` read: the file's path, the ``.bak`` path, or None (neither existed)."""
         return self._loaded_from
 
-    def _read(self, path):
-        """(parsed, stat) of *path*; parsed is None for a missing or empty file.
-        Raises CorruptedFileError when it does not parse."""
-        try:
-            with open(path, "rb") as fh:
-                st = os.fstat(fh.fileno())
-                data = fh.read()
-        except FileNotFoundError:
-            return None, None
-        if not data.strip():
-            return None, st
-        try:
-            return parse_offset_json(data.decode("utf-8")), st
-        except (ValueError, UnicodeDecodeError) as e:
-            raise CorruptedFileError(f"not a consumerOffset.json: {e}", path) from None
-
     def load(self) -> bool:
         """Read the table from the file, falling back to ``<file>.bak`` when the
         file is missing, empty or does not parse (RocketMQ ``ConfigManager.load``).
@@ -386,6 +430,7 @@ class ConsumerOffsetStore:
 
         Raises:
             CorruptedFileError: the file exists with content that does not parse
+                (is not an offset table: see :func:`parse_offset_json`)
                 and ``.bak`` is missing or does not parse either (RocketMQ would
                 start with an empty table when ``.bak`` is missing, so every
                 group would re-consume from the start; rmqstore refuses
@@ -393,7 +438,7 @@ class ConsumerOffsetStore:
         """
         main_error = None
         try:
-            parsed, st = self._read(self.path)
+            parsed, st = _read_offset_file(self.path)
         except CorruptedFileError as e:
             parsed, st, main_error = None, None, e
         main_good = parsed is not None
@@ -402,7 +447,7 @@ class ConsumerOffsetStore:
             if main_error is not None:
                 log.warning("%s; trying %s", main_error, self.bak_path)
             try:
-                parsed, _ = self._read(self.bak_path)
+                parsed, _ = _read_offset_file(self.bak_path)
             except CorruptedFileError as e:
                 raise CorruptedFileError(
                     "neither the consumer-offset file nor its .bak parses "
@@ -456,14 +501,15 @@ class ConsumerOffsetStore:
         reset), as RocketMQ does (it only logs it).
 
         Args:
-            group (str), topic (str): non-empty, without ``@``.
+            group (str), topic (str): non-empty, without ``@``, UTF-8 encodable.
             queue_id (int): 0 .. 2**31-1.
             offset (int): 0 .. 2**63-1 (a queue offset, not a physical one).
             sync (bool | None): persist before returning; None = :attr:`sync`.
 
         Raises:
             MessageTypeError: an argument has the wrong type.
-            IllegalMessageError: empty name, ``@`` in a name, value out of range.
+            IllegalMessageError: empty name, ``@`` in a name, a name with a lone
+                surrogate, value out of range.
             StoreReadOnlyError: opened read-only.
             StoreClosedError: after :meth:`close`.
             OSError: the file could not be written (the table in memory holds

@@ -50,11 +50,13 @@ from ._layout import (
     TRANSACTION_MASK,
     TRANSACTION_NOT_TYPE,
 )
+from .checkpoint import field_problems as checkpoint_field_problems
 from .config import StoreConfig
 from .consumequeue import queue_dirs, tags_code
-from .exceptions import RmqStoreError
-from .index import index_file_size, infer_index_geometry
+from .exceptions import CorruptedFileError, RmqStoreError
+from .index import header_problem, index_file_size, infer_index_geometry
 from .message import Message, decode_host
+from .offsets import CONSUMER_OFFSET_FILE, _read_offset_file
 
 __all__ = [
     "Problem",
@@ -715,6 +717,11 @@ class _Verifier:
         if raw_count < 0 or raw_count > n:
             self.error(rel, 36, f"indexCount {raw_count} outside [1, {n}]")
             count = min(max(count, 1), n)
+        # (a store reads around such a file: a writable open rebuilds it when it is the newest)
+        found = header_problem(buf, s, n)
+        header_at = found[0] if found is not None else None
+        if found is not None and header_at != 36:
+            self.error(rel, header_at, f"index header contradicts the file: {found[1]}")
         base = INDEX_HEADER_SIZE + INDEX_HASH_SLOT_SIZE * s
         entry = _INDEX_ENTRY.unpack_from
         visited = bytearray(count)
@@ -741,7 +748,7 @@ class _Verifier:
                     if p >= e:
                         break  # reported with the entry below
                     e = p
-            if used != slot_count:
+            if used != slot_count and header_at != 32:
                 self.warning(rel, 32, f"hashSlotCount is {slot_count}, but {used} hash slots are in use")
             if any(buf[base : base + INDEX_ENTRY_SIZE]):
                 self.warning(rel, base, "index entry 0 (never used) is not zero")
@@ -755,9 +762,9 @@ class _Verifier:
                 entries.release()
         if count > 1:
             first_phy = entry(buf, base + INDEX_ENTRY_SIZE)[1]
-            if begin_phy != first_phy:
+            if begin_phy != first_phy and header_at != 16:
                 self.warning(rel, 16, f"beginPhyOffset is {begin_phy}, but the first entry points at {first_phy}")
-            if end_phy != last_phy:
+            if end_phy != last_phy and header_at != 24:
                 self.warning(rel, 24, f"endPhyOffset is {end_phy}, but the last entry points at {last_phy}")
             unreached = [i for i in range(1, count) if not visited[i]]
             if unreached:
@@ -803,8 +810,40 @@ class _Verifier:
                 self.error("checkpoint", size, f"checkpoint holds {size} bytes; its five fields need 40 ({CHECKPOINT_FILE_SIZE} expected)")
             elif size != CHECKPOINT_FILE_SIZE:
                 self.warning("checkpoint", min(size, CHECKPOINT_FILE_SIZE), f"checkpoint holds {size} bytes, {CHECKPOINT_FILE_SIZE} expected")
+            if size >= 40:
+                with open(cp, "rb") as fh:
+                    fields = struct.unpack(">qqqqq", fh.read(40))
+                # (a store reads such a field as 0: recovery then starts earlier)
+                for offset, _name, text in checkpoint_field_problems(fields, self.cl_end):
+                    self.error("checkpoint", offset, text)
         if self.abort:
             self.warning("abort", 0, "store was not shut down cleanly (abort file present; the next writable open runs abnormal recovery)")
+
+    # -- consumer offsets
+
+    def consumer_offsets(self) -> None:
+        """``config/consumerOffset.json`` and its ``.bak``: a file that does not
+        parse is an error where a store would refuse the offsets (no good
+        file to fall back on), a warning where it reads the other one."""
+        path = os.path.join(self.root, CONSUMER_OFFSET_FILE)
+        bak = path + ".bak"
+        state, why = {}, {}
+        for p in (path, bak):
+            try:
+                parsed, st = _read_offset_file(p)
+                state[p] = "good" if parsed is not None else ("empty" if st is not None else "missing")
+            except (CorruptedFileError, OSError) as e:
+                state[p], why[p] = "bad", str(e)
+        if state[path] == "bad":
+            if state[bak] == "good":
+                self.warning(_rel(self.root, path), 0, f"{why[path]}; a store reads its .bak")
+            else:
+                self.error(_rel(self.root, path), 0, f"{why[path]}; no good .bak: a store refuses the offsets")
+        if state[bak] == "bad":
+            if state[path] == "good":
+                self.warning(_rel(self.root, bak), 0, why[bak])
+            else:
+                self.error(_rel(self.root, bak), 0, f"{why[bak]}; the file itself is {state[path]}: a store refuses the offsets")
 
 
 def _header_geometry(paths, size: int):
@@ -853,6 +892,7 @@ def verify_store(root, config: Optional[StoreConfig] = None) -> list:
         v.missing_units()
         v.index()
         v.misc()
+        v.consumer_offsets()
     finally:
         v.close()
     return v.problems
