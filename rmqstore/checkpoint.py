@@ -7,7 +7,7 @@ import os
 import struct
 import time
 
-from ._layout import CHECKPOINT_FILE_SIZE
+from ._layout import CHECKPOINT_FILE_SIZE, is_offset_name
 from .mapped_file import _NOFOLLOW, open_no_follow
 
 __all__ = ["StoreCheckpoint", "field_problems"]
@@ -49,7 +49,7 @@ def _commitlog_end(root: str):
     directory."""
     directory = os.path.join(root, "commitlog")
     try:
-        names = [n for n in os.listdir(directory) if n.isdigit()]
+        names = [n for n in os.listdir(directory) if is_offset_name(n)]
     except (FileNotFoundError, NotADirectoryError):
         return None
     end = 0

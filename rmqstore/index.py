@@ -15,6 +15,7 @@ import time
 
 from . import _kernels as k
 from ._layout import (
+    is_offset_name,
     INDEX_ENTRY_SIZE,
     INDEX_HASH_SLOT_SIZE,
     INDEX_HEADER_SIZE,
@@ -316,11 +317,16 @@ class IndexService:
             entries = sorted(os.listdir(self.directory))
         except FileNotFoundError:
             entries = []
-        names = [n for n in entries if n.isdigit()]
-        paths = [os.path.join(self.directory, n) for n in names if os.path.isfile(os.path.join(self.directory, n))]
+        paths = []
+        for n in entries:
+            path = os.path.join(self.directory, n)
+            if is_offset_name(n) and os.path.isfile(path):
+                paths.append(path)
+            elif not (n.endswith(".tmp") and is_offset_name(n[:-4])):
+                log.warning("skipping %s: not an index file of this store", path)
         if not self.read_only:
             for n in entries:
-                if n.endswith(".tmp") and n[:-4].isdigit():  # a creation a crash interrupted (or a spare)
+                if n.endswith(".tmp") and is_offset_name(n[:-4]):  # a creation a crash interrupted (or a spare)
                     self.junk.append(os.path.join(self.directory, n))
             if paths and self.hash_slot_num is not None:
                 want = index_file_size(self.hash_slot_num, self.index_num)
@@ -588,7 +594,7 @@ class IndexService:
         to ``files``, and the count of leading files whose file is gone (the
         caller removes them with :meth:`delete_first` under exclusivity)."""
         try:
-            names = sorted(n for n in os.listdir(self.directory) if n.isdigit())
+            names = sorted(n for n in os.listdir(self.directory) if is_offset_name(n))
         except FileNotFoundError:
             return [], 0
         known = {f.name for f in self.files}

@@ -84,7 +84,7 @@ from .exceptions import (
     StoreClosedError,
     StoreReadOnlyError,
 )
-from .mapped_file import fsync_dir
+from .mapped_file import _NOFOLLOW, fsync_dir
 
 __all__ = [
     "CONSUMER_OFFSET_FILE",
@@ -658,7 +658,11 @@ class ConsumerOffsetStore:
             os.makedirs(directory, exist_ok=True)
             fsync_dir(os.path.dirname(directory))
         tmp = path + ".tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o644)
+        try:  # a leftover (or a link planted in its place): never written through
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o644)
         try:
             _write_all(fd, data)
             os.fsync(fd)
@@ -687,7 +691,7 @@ class ConsumerOffsetStore:
         except OSError:
             with open(path, "rb") as src:
                 data = src.read()
-            fd = os.open(bak_tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o644)
+            fd = os.open(bak_tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o644)
             try:
                 _write_all(fd, data)
                 os.fsync(fd)

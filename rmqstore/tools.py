@@ -25,6 +25,7 @@ from typing import NamedTuple, Optional
 
 from . import _kernels as k
 from ._layout import (
+    is_offset_name,
     BLANK_MAGIC_CODE,
     BORNHOST_V6_FLAG,
     CHECKPOINT_FILE_SIZE,
@@ -175,7 +176,7 @@ def _numeric_files(directory: str):
     files, other = [], []
     for name in names:
         path = os.path.join(directory, name)
-        if name.isdigit() and os.path.isfile(path):
+        if is_offset_name(name) and os.path.isfile(path):
             files.append((int(name), name, path))
         elif not os.path.isdir(path):
             other.append(name)
