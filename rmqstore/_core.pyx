@@ -3431,6 +3431,21 @@ cdef class PutGate:
         return store._put_one(msg)
 
 
+cdef inline bint _long_in(object v, long long lo, long long hi, long long *out) noexcept:
+    """Whether *v* is an exact int within [lo, hi] (then its value in *out*):
+    the gate's fast path takes no other number, the store's method checks
+    (and refuses) the rest."""
+    cdef int ovf = 0
+    if not PyLong_CheckExact(v):
+        return False
+    out[0] = PyLong_AsLongLongAndOverflow(v, &ovf)  # (cannot fail for an exact int)
+    return not ovf and lo <= out[0] <= hi
+
+
+cdef enum:
+    _I32_MAX = 0x7FFFFFFF
+
+
 @cython.auto_pickle(False)  # (a store's gate is not data)
 cdef class ReadGate:
     # Docstrings: see _pure.ReadGate (the semantics). Each method is the
@@ -3471,7 +3486,9 @@ cdef class ReadGate:
         instructions)."""
         cdef list queues = self.queues
         cdef Py_ssize_t i
-        if queues is None or not PyLong_CheckExact(queue_id) or not PyUnicode_CheckExact(topic):
+        if not PyLong_CheckExact(queue_id):  # a bool, a float, a numpy int: the store's method checks it
+            return None
+        if queues is None or not PyUnicode_CheckExact(topic):
             return cqs.get((topic, queue_id))
         i = PyObject_Hash(queue_id) & 15
         cq = _slot_hit(queues, i, topic, queue_id)
@@ -3530,8 +3547,10 @@ cdef class ReadGate:
         cqs, index, commitlog, refs = self.cqs, self.index, self.commitlog, self.refs
         store = self._store()
         cdef list out
+        cdef long long mc, lo, hi
         if cqs is not None and PyUnicode_CheckExact(topic) and PyUnicode_CheckExact(key) \
-                and not rmq_flag(store, "_closed", &_AC_S_CLOSED):
+                and _long_in(max_count, 1, _I32_MAX, &mc) and _long_in(begin, LLONG_MIN, LLONG_MAX, &lo) \
+                and _long_in(end, lo, LLONG_MAX, &hi) and not rmq_flag(store, "_closed", &_AC_S_CLOSED):
             out = []
             if _query_keyed(index, commitlog, topic, key, max_count, begin, end, self.message_type, out,
                             refs) is not None:
@@ -3542,10 +3561,12 @@ cdef class ReadGate:
         """``MessageStore.get_messages`` (see there)."""
         cdef dict cqs = self.cqs
         cdef list out
+        cdef long long off, mc, wait
         commitlog, refs = self.commitlog, self.refs
         store = self._store()
         wanted = None if tags is None else self._filter(tags)
-        if cqs is not None and wanted is not False and PyLong_CheckExact(offset) and PyLong_CheckExact(max_count) \
+        if cqs is not None and wanted is not False and _long_in(offset, LLONG_MIN, LLONG_MAX, &off) \
+                and _long_in(max_count, 1, _I32_MAX, &mc) and _long_in(wait_ms, 0, LLONG_MAX, &wait) \
                 and not rmq_flag(store, "_closed", &_AC_S_CLOSED):
             cq = self._queue(cqs, topic, queue_id)
             if cq is not None:
@@ -3554,18 +3575,18 @@ cdef class ReadGate:
                                        max_count if max_count > self.min_units else self.min_units,
                                        self.message_type, out, wanted, refs)
                 # what the store's method would do next: a careful read, a follow or a wait
-                if found is not None and found[0] != "STOPPED" and \
-                        (out or (not self.read_only and PyLong_CheckExact(wait_ms) and wait_ms <= 0)):
+                if found is not None and found[0] != "STOPPED" and (out or (not self.read_only and wait == 0)):
                     return rmq_tuple5(self.result_type, self.statuses[found[0]], out, found[1], found[2], found[3])
         return type(store).get_messages(store, topic, queue_id, offset, max_count, tags, wait_ms)
 
     def get_message_views(self, topic, queue_id, offset, max_count=32):
         """``MessageStore.get_message_views`` (see there)."""
         cdef dict cqs = self.cqs
+        cdef long long off, mc
         commitlog, refs = self.commitlog, self.refs
         store = self._store()
-        if cqs is not None and not self.read_only and PyLong_CheckExact(offset) and PyLong_CheckExact(max_count) \
-                and not rmq_flag(store, "_closed", &_AC_S_CLOSED):
+        if cqs is not None and not self.read_only and _long_in(offset, LLONG_MIN, LLONG_MAX, &off) \
+                and _long_in(max_count, 1, _I32_MAX, &mc) and not rmq_flag(store, "_closed", &_AC_S_CLOSED):
             cq = self._queue(cqs, topic, queue_id)
             if cq is not None and _may_read(refs):
                 found = _pull_queue(cq, commitlog, offset, max_count,

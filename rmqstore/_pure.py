@@ -1686,14 +1686,17 @@ class ReadGate:
 
     - checks the store is open (``store._closed``) and the gate attached;
     - for the common case (an exact ``"lower"``/``"upper"`` boundary; str
-      topic and key; an int offset and count, tags None or a str; views of
-      a writable store) calls the whole-operation kernel (:func:`time_lookup`,
+      topic and key; an int queue id, an int offset, timestamp, begin and
+      end within a long, an int count in 1 .. 2**31-1, begin <= end, an int
+      wait_ms in 0 .. 2**63-1, tags None or a str; views of a writable
+      store) calls the whole-operation kernel (:func:`time_lookup`,
       :func:`query_keyed`, :func:`pull_messages`, :func:`pull_views`) with
       the store's reader references;
     - hands anything else to the store class's method of its name, which
-      decides (errors, an unknown queue, a clean-up holding the references,
-      a careful read, a follow or a wait included): a pull only when
-      ``get_messages`` would return its result unchanged.
+      decides (errors, an argument out of its range, an unknown queue, a
+      clean-up holding the references, a careful read, a follow or a wait
+      included): a pull only when ``get_messages`` would return its result
+      unchanged.
 
     Args:
         store (MessageStore): held weakly (the store's dict holds the gate);
@@ -1744,7 +1747,8 @@ class ReadGate:
         cqs, commitlog, refs = self._cqs, self._commitlog, self._refs  # at once: detach may clear them
         store = self._store()
         upper = _BOUNDARY.get(boundary) if type(boundary) is str else None
-        if upper is not None and cqs is not None and not getattr(store, "_closed", True):
+        if upper is not None and cqs is not None and type(queue_id) is int and type(timestamp) is int \
+                and _I64_MIN <= timestamp <= _I64_MAX and not getattr(store, "_closed", True):
             cq = cqs.get((topic, queue_id))
             if cq is not None:
                 found = time_lookup(cq, commitlog, timestamp, upper, refs)
@@ -1755,7 +1759,9 @@ class ReadGate:
     def query_messages(self, topic, key, max_count=64, begin=0, end=(1 << 63) - 1):
         cqs, index, commitlog, refs = self._cqs, self._index, self._commitlog, self._refs
         store = self._store()
-        if cqs is not None and type(topic) is str and type(key) is str and not getattr(store, "_closed", True):
+        if cqs is not None and type(topic) is str and type(key) is str and type(max_count) is int \
+                and 0 < max_count <= _I32_MAX and type(begin) is int and type(end) is int \
+                and _I64_MIN <= begin <= end <= _I64_MAX and not getattr(store, "_closed", True):
             out: list = []
             if query_keyed(index, commitlog, topic, key, max_count, begin, end, self._message_type, out,
                            refs) is not None:
@@ -1779,8 +1785,8 @@ class ReadGate:
         cqs, commitlog, refs = self._cqs, self._commitlog, self._refs
         store = self._store()
         wanted = None if tags is None else self._filter(tags)
-        if cqs is not None and wanted is not False and type(offset) is int and type(max_count) is int \
-                and not getattr(store, "_closed", True):
+        if cqs is not None and wanted is not False and _pull_args_ok(queue_id, offset, max_count) \
+                and type(wait_ms) is int and 0 <= wait_ms <= _I64_MAX and not getattr(store, "_closed", True):
             cq = cqs.get((topic, queue_id))
             if cq is not None:
                 out: list = []
@@ -1788,14 +1794,14 @@ class ReadGate:
                                       self._message_type, out, wanted, refs)
                 # what the store's method would do next: a careful read, a follow or a wait
                 if found is not None and found[0] != "STOPPED" and \
-                        (out or (not self._read_only and type(wait_ms) is int and wait_ms <= 0)):
+                        (out or (not self._read_only and wait_ms == 0)):
                     return tuple.__new__(self._result_type, (self._statuses[found[0]], out, *found[1:]))
         return type(store).get_messages(store, topic, queue_id, offset, max_count, tags, wait_ms)
 
     def get_message_views(self, topic, queue_id, offset, max_count=32):
         cqs, commitlog, refs = self._cqs, self._commitlog, self._refs
         store = self._store()
-        if cqs is not None and not self._read_only and type(offset) is int and type(max_count) is int \
+        if cqs is not None and not self._read_only and _pull_args_ok(queue_id, offset, max_count) \
                 and not getattr(store, "_closed", True):
             cq = cqs.get((topic, queue_id))
             if cq is not None:
@@ -1810,6 +1816,15 @@ class ReadGate:
 
 
 _BOUNDARY = {"lower": False, "upper": True}
+_I32_MAX = (1 << 31) - 1
+_I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
+
+
+def _pull_args_ok(queue_id, offset, max_count) -> bool:
+    """Whether a pull's numbers are exact ints within their ranges (else
+    the store's method checks them, and raises)."""
+    return type(queue_id) is int and type(offset) is int and type(max_count) is int \
+        and _I64_MIN <= offset <= _I64_MAX and 0 < max_count <= _I32_MAX
 
 
 def _wall_ms() -> int:
