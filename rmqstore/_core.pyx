@@ -1950,8 +1950,14 @@ cdef object _search_time(_Search *s, const unsigned char *b, Py_ssize_t blen, lo
 cdef inline bint _may_read(object refs) except -1:
     """Whether a kernel may read a store's files with no reader reference
     (``ReferenceResource``): it runs no Python code while it reads, so the
-    GIL it holds keeps clean-up out, unless a clean-up already holds the
-    references exclusively. *refs* None: the caller holds one."""
+    GIL it holds keeps clean-up and the store's close() out (this module
+    does not declare itself free-threading compatible: a free-threaded
+    CPython imports it with the GIL on), unless one of them already holds
+    the references exclusively; close() keeps them so for good, and the
+    callers then go to ``refs.hold()``, which raises StoreClosedError.
+    *refs* None: the caller holds one. Every read goes through a buffer
+    export of a segment's mmap besides, which Python never unmaps while
+    exported (a close that got in would leave the mapping to the export)."""
     return refs is None or not rmq_getattr(refs, "_exclusive", &_AC_EXCL)
 
 
@@ -3583,18 +3589,26 @@ cdef class ReadGate:
         """``MessageStore.get_message_views`` (see there)."""
         cdef dict cqs = self.cqs
         cdef long long off, mc
+        cdef bint gc_was
         commitlog, refs = self.commitlog, self.refs
         store = self._store()
         if cqs is not None and not self.read_only and _long_in(offset, LLONG_MIN, LLONG_MAX, &off) \
                 and _long_in(max_count, 1, _I32_MAX, &mc) and not rmq_flag(store, "_closed", &_AC_S_CLOSED):
             cq = self._queue(cqs, topic, queue_id)
             if cq is not None and _may_read(refs):
-                found = _pull_queue(cq, commitlog, offset, max_count,
-                                    max_count if max_count > self.min_units else self.min_units, None, None, None)
-                if found[0] != "STOPPED":  # (else the store's method reads it carefully, and raises)
+                # no collection may run Python code (finalizers) and let the store's
+                # close() in until the view exports the segment: then it cannot unmap it
+                gc_was = PyGC_Disable()
+                try:
+                    found = _pull_queue(cq, commitlog, offset, max_count,
+                                        max_count if max_count > self.min_units else self.min_units, None, None, None)
                     segment = found[4]
-                    return rmq_tuple6(self.views_type, 0, self.statuses[found[0]],
-                                      None if segment is None else memoryview(segment).toreadonly(),
+                    view = None if segment is None else memoryview(segment).toreadonly()
+                finally:
+                    if gc_was:
+                        PyGC_Enable()
+                if found[0] != "STOPPED":  # (else the store's method reads it carefully, and raises)
+                    return rmq_tuple6(self.views_type, 0, self.statuses[found[0]], view,
                                       self.units_of(found[5]), found[1], found[2], found[3])
         return type(store).get_message_views(store, topic, queue_id, offset, max_count)
 

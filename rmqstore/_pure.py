@@ -1805,13 +1805,16 @@ class ReadGate:
                 and not getattr(store, "_closed", True):
             cq = cqs.get((topic, queue_id))
             if cq is not None:
-                found = pull_views(cq, commitlog, offset, max_count, max(max_count, self._min_units), refs)
-                if found is not None and found[0] != "STOPPED":  # (else the store's method reads it carefully)
-                    status, nxt, mn, mx, segment, packed = found
-                    return tuple.__new__(self._views_type, (
-                        self._statuses[status], None if segment is None else memoryview(segment).toreadonly(),
-                        self._units_of(packed), nxt, mn, mx,
-                    ))
+                refs.hold()  # until the view exports the segment: then the store's close cannot unmap it
+                try:
+                    status, nxt, mn, mx, segment, packed = pull_views(cq, commitlog, offset, max_count,
+                                                                      max(max_count, self._min_units), None)
+                    view = None if segment is None else memoryview(segment).toreadonly()
+                finally:
+                    refs.release()
+                if status != "STOPPED":  # (else the store's method reads it carefully)
+                    return tuple.__new__(self._views_type, (self._statuses[status], view, self._units_of(packed),
+                                                            nxt, mn, mx))
         return type(store).get_message_views(store, topic, queue_id, offset, max_count)
 
 
@@ -2066,6 +2069,9 @@ def pull_views(cq, commitlog, queue_offset: int, max_count: int, max_units: int,
     when the first unit to read needs the caller's careful path (nothing
     found before it); *segment* the ``mmap`` of the segment holding the
     records (None when none); *units* ``VIEW_UNIT`` entries, one per message.
+    A caller that exports *segment* (a memoryview) does so while it still
+    holds its reader reference (so with ``refs=None``, under its own hold):
+    an exported mapping is one the store's ``close()`` cannot unmap.
     """
     return _held(refs, lambda: _pull_queue(cq, commitlog, queue_offset, max_count, max_units, None, None, None))
 

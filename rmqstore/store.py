@@ -608,11 +608,19 @@ class MessageStore:
     def close(self) -> None:
         """Stop the flush thread, flush everything, write the checkpoint, remove
         ``abort`` (kept after a failed flush, so the next open recovers),
-        release the lock and unmap every file. Idempotent."""
+        release the lock and unmap every file. Idempotent.
+
+        Calls racing it either answer (they got in first) or raise
+        StoreClosedError: a clean-up round in progress (the service's or
+        ``delete_expired``) ends first, long polls are woken, and the files
+        are unmapped only once the reads inside have left (waiting at most
+        ``destroy_maped_file_interval_forcibly`` ms, 1 s at least; a view
+        from ``get_message_views`` keeps its mapping readable after that)."""
         if self._closed:
             return
         self._stop_flusher()
-        with self._lock:
+        # (in this order: a clean-up round takes the append lock after its own)
+        with self._retention._lock, self._lock:
             if self._closed:
                 return
             try:
@@ -647,7 +655,7 @@ class MessageStore:
         released. Data already in the mappings stays in the page cache, exactly
         as after ``kill -9``."""
         self._stop_flusher()
-        with self._lock:
+        with self._retention._lock, self._lock:
             self._closed = True
             self._release()
 
@@ -659,10 +667,17 @@ class MessageStore:
 
     def _release(self) -> None:
         self._wake_waiters()  # _closed is set: waiting long polls return now
-        self.commitlog.close()
-        for cq in self._cqs.values():
-            cq.close()
-        self.index.close()
+        # reads that start from now on raise StoreClosedError; the ones inside
+        # finish before a file is unmapped (the kernels that read without a
+        # reference see the references held exclusively, for good)
+        drain = max(1.0, self.config.destroy_maped_file_interval_forcibly / 1000)
+        if not self._refs.shutdown(drain):
+            log.warning("closing %s with reads still inside after %.0f s", self.root_dir, drain)
+        with self._dispatch_lock:  # (no flush() walks the files meanwhile)
+            self.commitlog.close()
+            for cq in list(self._cqs.values()):
+                cq.close()
+            self.index.close()
         if self._store_lock is not None:
             self._store_lock.release()
             self._store_lock = None
@@ -765,12 +780,14 @@ class MessageStore:
     def flush(self) -> None:
         """Force CommitLog, ConsumeQueues, index and checkpoint to disk.
 
-        Raises FlushError if a sync fails (the store then takes no more writes)."""
+        Raises FlushError if a sync fails (the store then takes no more writes);
+        StoreClosedError."""
         self._ensure_open()
         if self.read_only:
             return
         self._check_write_error()
         with self._dispatch_lock:
+            self._ensure_open()  # (close unmaps under this lock)
             self._flush_all()
 
     @property
@@ -989,14 +1006,19 @@ class MessageStore:
             return False
         self._next_full_refresh = time.monotonic() + 1.0
         grew = False
-        for topic, qid, _qdir in queue_dirs(self.root_dir):
-            if (topic, qid) not in self._cqs:
-                grew |= self._follow_queue(topic, qid, full=False)
-        grew |= self._follow_commit_log()
-        end = self.commitlog.max_offset()
-        for cq in list(self._cqs.values()):
-            grew |= cq.follow(end)
-        _added, n_index = self.index.follow()
+        refs = self._refs
+        refs.hold()  # the scan reads the files close() unmaps
+        try:
+            for topic, qid, _qdir in queue_dirs(self.root_dir):
+                if (topic, qid) not in self._cqs:
+                    grew |= self._follow_queue_held(topic, qid)
+            grew |= self._follow_commit_log()
+            end = self.commitlog.max_offset()
+            for cq in list(self._cqs.values()):
+                grew |= cq.follow(end)
+            _added, n_index = self.index.follow()
+        finally:
+            refs.release()
         self._drop_vanished(n_index)
         return grew
 
@@ -1036,10 +1058,24 @@ class MessageStore:
         if cq is None or offset >= cq.max_offset_in_queue():
             self._follow_queue(topic, queue_id)
 
-    def _follow_queue(self, topic, queue_id, full: bool = True) -> bool:
+    def _follow_queue(self, topic, queue_id) -> bool:
         """Read-only: take in new units of one queue (creating it when the
-        writer made it after we opened) and the records they point at. The
-        CommitLog goes first: the writer stores a record before its unit."""
+        writer made it after we opened) and the records they point at, under
+        a reader reference; all of :meth:`refresh` when one is due. Raises
+        StoreClosedError."""
+        refs = self._refs
+        refs.hold()
+        try:
+            grew = self._follow_queue_held(topic, queue_id)
+        finally:
+            refs.release()
+        if time.monotonic() >= self._next_full_refresh:
+            grew |= self.refresh()
+        return grew
+
+    def _follow_queue_held(self, topic, queue_id) -> bool:
+        """_follow_queue's part under the reference. The CommitLog goes
+        first: the writer stores a record before its unit."""
         self._follow_commit_log()
         end = self.commitlog.max_offset()
         cq = self._cqs.get((topic, queue_id))
@@ -1053,12 +1089,8 @@ class MessageStore:
                 return False
             cq.correct_min_offset(self.commitlog.min_offset())
             self._cqs[(topic, queue_id)] = cq
-            grew = True
-        else:
-            grew = cq.follow(end)
-        if full and time.monotonic() >= self._next_full_refresh:
-            grew |= self.refresh()
-        return grew
+            return True
+        return cq.follow(end)
 
     def _poll_follow(self, topic, queue_id, offset, max_count, tags, wait_ms, result) -> GetMessageResult:
         """Long polling on a read-only store: no in-process signal comes from
@@ -1812,10 +1844,13 @@ class MessageStore:
         if cq is None:
             return GetViewsResult(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, None, _view_units(b""), 0, 0, 0)
         units = max_count if max_count > _MAX_FILTER_UNITS else _MAX_FILTER_UNITS
-        found = k.pull_views(cq, self.commitlog, offset, max_count, units, self._refs)
-        if found is None:  # clean-up at work: wait for it, then read
-            found = self._held(k.pull_views, cq, self.commitlog, offset, max_count, units)
-        status, nxt, mn, mx, segment, packed = found
+        refs = self._refs
+        refs.hold()  # until the view exports the segment: then close() cannot unmap it
+        try:
+            status, nxt, mn, mx, segment, packed = k.pull_views(cq, self.commitlog, offset, max_count, units, None)
+            view = None if segment is None else memoryview(segment).toreadonly()
+        finally:
+            refs.release()
         if status == "STOPPED":  # the careful path raises for a unit that is not its record
             careful = self.get_messages(topic, queue_id, offset, max_count)
             if careful.messages:
@@ -1827,10 +1862,7 @@ class MessageStore:
                 )
             return GetViewsResult(careful.status, None, _view_units(b""), careful.next_begin_offset, mn, mx)
         # (the tuple made directly: a NamedTuple's own __new__ is a Python frame, per pull)
-        return _new_tuple(GetViewsResult, (
-            _STATUS_BY_NAME[status], None if segment is None else memoryview(segment).toreadonly(),
-            _view_units(packed), nxt, mn, mx,
-        ))
+        return _new_tuple(GetViewsResult, (_STATUS_BY_NAME[status], view, _view_units(packed), nxt, mn, mx))
 
     def _columns_held(self, topic, queue_id, offset, max_count, with_body, with_properties) -> GetColumnsResult:
         view = self.commitlog.segment_view()
@@ -2029,6 +2061,7 @@ class MessageStore:
             from .offsets import CONSUMER_OFFSET_FILE, ConsumerOffsetStore
 
             with self._lock:
+                self._ensure_open()  # (close persists and drops it under this lock)
                 if self._offsets is None:
                     created = ConsumerOffsetStore(
                         os.path.join(self.root_dir, CONSUMER_OFFSET_FILE),
