@@ -267,7 +267,8 @@ class MessageStore:
         # records appended but not yet dispatched, in CommitLog order
         self._pending: collections.deque = collections.deque()
         self._dispatch_lock = threading.Lock()
-        self._flush_lock = threading.Lock()  # one CommitLog sync at a time
+        # one CommitLog sync at a time; re-entrant: close() holds it around its own flush
+        self._flush_lock = threading.RLock()
         self._commit_cond = threading.Condition()  # SYNC_FLUSH producers wait here
         self._committing = False  # a group-commit leader is syncing
         self._written_end = 0  # physical offset past the last appended record
@@ -619,8 +620,10 @@ class MessageStore:
         if self._closed:
             return
         self._stop_flusher()
-        # (in this order: a clean-up round takes the append lock after its own)
-        with self._retention._lock, self._lock:
+        # in this order: a clean-up round takes the flush and append locks
+        # after its own, a SYNC_FLUSH group commit the append lock after the
+        # flush lock (close's own flush takes the flush lock again)
+        with self._retention._lock, self._flush_lock, self._lock:
             if self._closed:
                 return
             try:
@@ -655,7 +658,7 @@ class MessageStore:
         released. Data already in the mappings stays in the page cache, exactly
         as after ``kill -9``."""
         self._stop_flusher()
-        with self._retention._lock, self._lock:
+        with self._retention._lock, self._flush_lock, self._lock:  # (close's order)
             self._closed = True
             self._release()
 

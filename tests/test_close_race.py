@@ -320,3 +320,38 @@ def test_crash_hook_still_drops_the_store(tmp_path, template, impl):
     with MessageStore.open(tmp_path / "s", StoreConfig(**CFG)) as again:
         assert not again.last_exit_ok
         assert len(again.get_messages("T", 0, 0, 100).messages) == N // 2
+
+
+@pytest.mark.parametrize("flush", ["SYNC_FLUSH", "ASYNC_FLUSH"])
+def test_close_does_not_deadlock_with_puts(tmp_path, impl, flush):
+    """close() takes the flush lock before the append lock, as a SYNC_FLUSH
+    group commit does (it used to take them the other way round and wait
+    forever for a leader that waited for it). The puts' own outcomes
+    racing close are the put path's; here close must return."""
+    cfg = StoreConfig(**{**CFG, "mapped_file_size_commit_log": 1 << 20, "flush_disk_type": flush})
+    with no_hang(120):
+        for rnd in range(ROUNDS):
+            s = MessageStore.open(tmp_path / f"r{rnd}", cfg)
+            stop = threading.Event()
+
+            def put():
+                while not stop.is_set():
+                    try:
+                        s.put_message(Message("T", b"x"))
+                    except Exception:  # noqa: BLE001 - closed under it
+                        return
+
+            threads = [threading.Thread(target=put, daemon=True) for _ in range(THREADS)]
+            for t in threads:
+                t.start()
+            time.sleep(random.Random(rnd).random() * 0.01)
+            closer = threading.Thread(target=s.close, daemon=True)
+            closer.start()
+            closer.join(30)
+            stop.set()
+            assert not closer.is_alive(), f"round {rnd}: close() did not return"
+            for t in threads:
+                t.join(10)
+            with MessageStore.open(tmp_path / f"r{rnd}", cfg) as again:
+                assert again.get_messages("T", 0, 0, 1).status in (GetMessageStatus.FOUND,
+                                                                   GetMessageStatus.NO_MATCHED_LOGIC_QUEUE)
