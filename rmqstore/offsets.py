@@ -328,7 +328,9 @@ class ConsumerOffsetStore:
                  read_only: bool = False, owner_closed: Callable[[], bool] | None = None):
         if isinstance(flush_interval_ms, bool) or not isinstance(flush_interval_ms, int) \
                 or not 0 < flush_interval_ms <= _INT32_MAX:  # (0 would make the persist thread spin)
-            raise IllegalMessageError(f"flush_interval_ms must be an int in [1, {_INT32_MAX}], got {flush_interval_ms!r}")
+            raise IllegalMessageError(
+                f"flush_interval_ms must be an int in [1, {_INT32_MAX}], got {flush_interval_ms!r}"
+            )
         self.path = os.path.abspath(os.fspath(path))
         self.sync = bool(sync)
         self.flush_interval_ms = flush_interval_ms

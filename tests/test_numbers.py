@@ -182,7 +182,8 @@ def test_no_put_fails_after_writing(tmp_path, impl):
     with MessageStore.open(tmp_path, cfg) as s:
         s.put_message(Message("T", b"x" * 3000))
         before = (s.max_physical_offset, [mf.wrote_position for mf in s.commitlog.queue.files])
-        for put in (lambda m: s.put_message(m), lambda m: s.put_messages([m])):
+        for put in (lambda m: s.put_message(m), lambda m: s.put_messages([m]),
+                    lambda m: s.put_message_columns("T", [m.body])):
             with pytest.raises(rmqstore.MessageTooLargeError):
                 put(Message("T", b"y" * 4096))
             assert (s.max_physical_offset, [mf.wrote_position for mf in s.commitlog.queue.files]) == before

@@ -109,10 +109,12 @@ def test_odd_arguments_are_refused_and_the_ends_of_a_long_answered(store):
         got, want = s.get_messages("V", 0, offset, max_count), _careful(s, 0, offset, max_count)
         assert tuple(got) == tuple(want), (offset, max_count)
     assert s.get_messages("V", 0, 0, 2**31 - 1).status is GetMessageStatus.FOUND
-    for offset, status in [(2**63 - 1, GetMessageStatus.OFFSET_OVERFLOW_BADLY), (-(2**63), GetMessageStatus.OFFSET_TOO_SMALL)]:
+    for offset, status in [(2**63 - 1, GetMessageStatus.OFFSET_OVERFLOW_BADLY),
+                           (-(2**63), GetMessageStatus.OFFSET_TOO_SMALL)]:
         assert s.get_message_views("V", 0, offset).status is status
-    for offset, max_count, error in [(2**70, 32, ArgumentError), (-(2**70), 32, ArgumentError), (0, 2**70, ArgumentError),
-                                     (0, 0, ArgumentError), (True, 32, MessageTypeError), (0, 32.0, MessageTypeError)]:
+    for offset, max_count, error in [(2**70, 32, ArgumentError), (-(2**70), 32, ArgumentError),
+                                     (0, 2**70, ArgumentError), (0, 0, ArgumentError), (True, 32, MessageTypeError),
+                                     (0, 32.0, MessageTypeError)]:
         for pull in (s.get_messages, s.get_message_views):
             with pytest.raises(error):
                 pull("V", 0, offset, max_count)

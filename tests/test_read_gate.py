@@ -33,7 +33,8 @@ GATED = ("get_offset_in_queue_by_time", "query_messages", "get_messages", "get_m
 PULLS = list(itertools.product((0, 1, 7), (-(2**63), -1, 0, 1, 399, 400, 498, 499, 500, 501, 2**63 - 1), (1, 32, 600)))
 #: (arguments, error) both the gate and the store's method refuse
 REFUSED_PULLS = [(("T", 0, 10**20, 32), ArgumentError), (("T", 7, -(2**63) - 1, 32), ArgumentError),
-                 (("T", 0, 0, 0), ArgumentError), (("T", 0, 0, 2**31), ArgumentError), (("T", 0, True, 32), MessageTypeError),
+                 (("T", 0, 0, 0), ArgumentError), (("T", 0, 0, 2**31), ArgumentError),
+                 (("T", 0, True, 32), MessageTypeError),
                  (("T", 0, 0, 1.0), MessageTypeError), (("T", True, 0, 32), MessageTypeError),
                  (("T", 2**31, 0, 32), ArgumentError)]
 CFG = StoreConfig(  # 400-unit queue files: the queues below span two
@@ -277,7 +278,8 @@ def test_the_gate_finds_each_queue_as_the_store_dict_does(tmp_path, impl):
                 got = s.get_messages(topic, qid, want, 1)
                 assert _pull(got) == _pull(MessageStore.get_messages(s, topic, qid, want, 1)), (topic, qid)
                 assert [m.topic for m in got.messages] == ([topic] if qid != 5 and (topic, qid) != ("Ux", 1) else [])
-        for call in (lambda: s.get_offset_in_queue_by_time("Tx", True, T0 + 7), lambda: s.get_messages("Tx", True, 2, 1)):
+        for call in (lambda: s.get_offset_in_queue_by_time("Tx", True, T0 + 7),
+                     lambda: s.get_messages("Tx", True, 2, 1)):
             with pytest.raises(MessageTypeError):  # a bool is no queue id, though True == 1 finds queue 1 in a dict
                 call()
         s.put_message(Message("Tx", b"late", queue_id=5))  # a queue made after lookups missed it
