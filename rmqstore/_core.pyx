@@ -25,6 +25,7 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_FromSt
 from cpython.bytearray cimport PyByteArray_CheckExact
 from cpython.memoryview cimport PyMemoryView_Check
 from cpython.list cimport PyList_Append, PyList_CheckExact, PyList_GET_SIZE
+from cpython.bool cimport PyBool_Check
 from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_CheckExact
 from cpython.number cimport PyNumber_Index
 from cpython.dict cimport PyDict_CheckExact, PyDict_GetItem, PyDict_Next
@@ -3442,10 +3443,13 @@ cdef inline bint _long_in(object v, long long lo, long long hi, long long *out) 
     the gate's fast path takes no other number, the store's method checks
     (and refuses) the rest."""
     cdef int ovf = 0
-    if not PyLong_CheckExact(v):
-        return False
-    out[0] = PyLong_AsLongLongAndOverflow(v, &ovf)  # (cannot fail for an exact int)
-    return not ovf and lo <= out[0] <= hi
+    if not rmq_small_long(v, out):  # (the usual values, read inline)
+        if not PyLong_CheckExact(v):
+            return False
+        out[0] = PyLong_AsLongLongAndOverflow(v, &ovf)  # (cannot fail for an exact int)
+        if ovf:
+            return False
+    return lo <= out[0] <= hi
 
 
 cdef enum:
@@ -3558,8 +3562,8 @@ cdef class ReadGate:
                 and _long_in(max_count, 1, _I32_MAX, &mc) and _long_in(begin, LLONG_MIN, LLONG_MAX, &lo) \
                 and _long_in(end, lo, LLONG_MAX, &hi) and not rmq_flag(store, "_closed", &_AC_S_CLOSED):
             out = []
-            if _query_keyed(index, commitlog, topic, key, max_count, begin, end, self.message_type, out,
-                            refs) is not None:
+            if _query_keyed_in(index, commitlog, topic, key, max_count, lo, hi, self.message_type, out,
+                               refs) is not None:
                 return out
         return type(store).query_messages(store, topic, key, max_count, begin, end)
 
@@ -3915,11 +3919,15 @@ def query_keyed(index, commitlog, topic, key, max_num, begin, end, message_type,
 
 
 cdef object _query_keyed(index, commitlog, topic, key, max_num, begin, end, message_type, list out, refs):
+    return _query_keyed_in(index, commitlog, topic, key, max_num, _wide(begin), _wide(end), message_type, out, refs)
+
+
+cdef object _query_keyed_in(index, commitlog, topic, key, max_num, rmq_i128 lo, rmq_i128 hi, message_type,
+                            list out, refs):
     # IndexService.queryOffset over index's files, then read_keyed, in one call
     cdef Py_ssize_t i, n, hsn = 0, idx = 0, limit
     cdef int32_t key_hash
     cdef int64_t fb, fe
-    cdef rmq_i128 lo = _wide(begin), hi = _wide(end)
     cdef bint gc_was
     cdef Py_buffer iv
     cdef _View v
@@ -3979,8 +3987,11 @@ def read_ext(commitlog, physical_offset, message_type, list out not None, refs):
     cdef Py_ssize_t p0, limit, tl
     cdef const unsigned char *b
     cdef const unsigned char *t
-    cdef rmq_i128 phy = _wide(physical_offset)
+    cdef rmq_i128 phy
     cdef bint gc_was
+    if PyBool_Check(physical_offset):
+        raise TypeError("physical_offset must be an int, not a bool")
+    phy = _wide(physical_offset)
     if not _may_read(refs):
         return None
     _ext_offsets(message_type)

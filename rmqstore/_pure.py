@@ -2014,8 +2014,10 @@ def read_ext(commitlog, physical_offset: int, message_type, out: list, refs):
     valid record starts. *refs* as in :func:`time_lookup`. Returns *out*,
     or None (nothing read) when the caller must hold a reference and call
     again with ``refs=None``. Raises TypeError unless *physical_offset* is
-    an int (``__index__``)."""
+    an int (``__index__``; a bool is not)."""
     _check_ext_type(message_type)
+    if isinstance(physical_offset, bool):
+        raise TypeError("physical_offset must be an int, not a bool")
     phy = operator.index(physical_offset)
 
     def read():

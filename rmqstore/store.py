@@ -1523,11 +1523,13 @@ class MessageStore:
         not); ArgumentError outside a long; StoreClosedError."""
         if self._closed:
             self._ensure_open()
-        if type(physical_offset) is not int:
-            physical_offset = _int_arg("physical_offset", physical_offset, _I64_MIN, _I64_MAX)
         out: list = []
-        if k.read_ext(self.commitlog, physical_offset, MessageExt, out, self._refs) is None:  # clean-up at work
-            self._held(k.read_ext, self.commitlog, physical_offset, MessageExt, out)
+        try:  # (the kernel refuses what is not an int, a bool too: the checks cost a lookup nothing)
+            if k.read_ext(self.commitlog, physical_offset, MessageExt, out, self._refs) is None:  # clean-up at work
+                self._held(k.read_ext, self.commitlog, physical_offset, MessageExt, out)
+        except TypeError:
+            _int_arg("physical_offset", physical_offset, _I64_MIN, _I64_MAX)  # raises MessageTypeError
+            raise
         if out:
             return out[0]
         if not _I64_MIN <= physical_offset <= _I64_MAX:  # (no record is past a long: checked only here)
