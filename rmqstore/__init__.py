@@ -9,6 +9,7 @@ from ._kernels import IMPLEMENTATION
 from .config import ASYNC_FLUSH, SYNC_FLUSH, StoreConfig
 from .consumer import Consumer
 from .exceptions import (
+    ArgumentError,
     ConfigError,
     CorruptedFileError,
     DiskFullError,
@@ -64,6 +65,7 @@ __all__ = [
     "MessageTooLargeError",
     "PropertiesSizeExceededError",
     "MessageTypeError",
+    "ArgumentError",
     "StoreClosedError",
     "StoreReadOnlyError",
     "StoreLockedError",

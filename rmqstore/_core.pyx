@@ -25,6 +25,7 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_FromSt
 from cpython.bytearray cimport PyByteArray_CheckExact
 from cpython.memoryview cimport PyMemoryView_Check
 from cpython.list cimport PyList_Append, PyList_CheckExact, PyList_GET_SIZE
+from cpython.bool cimport PyBool_Check
 from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_CheckExact
 from cpython.number cimport PyNumber_Index
 from cpython.dict cimport PyDict_CheckExact, PyDict_GetItem, PyDict_Next
@@ -1949,8 +1950,14 @@ cdef object _search_time(_Search *s, const unsigned char *b, Py_ssize_t blen, lo
 cdef inline bint _may_read(object refs) except -1:
     """Whether a kernel may read a store's files with no reader reference
     (``ReferenceResource``): it runs no Python code while it reads, so the
-    GIL it holds keeps clean-up out, unless a clean-up already holds the
-    references exclusively. *refs* None: the caller holds one."""
+    GIL it holds keeps clean-up and the store's close() out (this module
+    does not declare itself free-threading compatible: a free-threaded
+    CPython imports it with the GIL on), unless one of them already holds
+    the references exclusively; close() keeps them so for good, and the
+    callers then go to ``refs.hold()``, which raises StoreClosedError.
+    *refs* None: the caller holds one. Every read goes through a buffer
+    export of a segment's mmap besides, which Python never unmaps while
+    exported (a close that got in would leave the mapping to the export)."""
     return refs is None or not rmq_getattr(refs, "_exclusive", &_AC_EXCL)
 
 
@@ -3500,6 +3507,24 @@ cdef class PutGate:
         return store._put_one(msg)
 
 
+cdef inline bint _long_in(object v, long long lo, long long hi, long long *out) noexcept:
+    """Whether *v* is an exact int within [lo, hi] (then its value in *out*):
+    the gate's fast path takes no other number, the store's method checks
+    (and refuses) the rest."""
+    cdef int ovf = 0
+    if not rmq_small_long(v, out):  # (the usual values, read inline)
+        if not PyLong_CheckExact(v):
+            return False
+        out[0] = PyLong_AsLongLongAndOverflow(v, &ovf)  # (cannot fail for an exact int)
+        if ovf:
+            return False
+    return lo <= out[0] <= hi
+
+
+cdef enum:
+    _I32_MAX = 0x7FFFFFFF
+
+
 @cython.auto_pickle(False)  # (a store's gate is not data)
 cdef class ReadGate:
     # Docstrings: see _pure.ReadGate (the semantics). Each method is the
@@ -3540,7 +3565,9 @@ cdef class ReadGate:
         instructions)."""
         cdef list queues = self.queues
         cdef Py_ssize_t i
-        if queues is None or not PyLong_CheckExact(queue_id) or not PyUnicode_CheckExact(topic):
+        if not PyLong_CheckExact(queue_id):  # a bool, a float, a numpy int: the store's method checks it
+            return None
+        if queues is None or not PyUnicode_CheckExact(topic):
             return cqs.get((topic, queue_id))
         i = PyObject_Hash(queue_id) & 15
         cq = _slot_hit(queues, i, topic, queue_id)
@@ -3599,11 +3626,13 @@ cdef class ReadGate:
         cqs, index, commitlog, refs = self.cqs, self.index, self.commitlog, self.refs
         store = self._store()
         cdef list out
+        cdef long long mc, lo, hi
         if cqs is not None and PyUnicode_CheckExact(topic) and PyUnicode_CheckExact(key) \
-                and not rmq_flag(store, "_closed", &_AC_S_CLOSED):
+                and _long_in(max_count, 1, _I32_MAX, &mc) and _long_in(begin, LLONG_MIN, LLONG_MAX, &lo) \
+                and _long_in(end, lo, LLONG_MAX, &hi) and not rmq_flag(store, "_closed", &_AC_S_CLOSED):
             out = []
-            if _query_keyed(index, commitlog, topic, key, max_count, begin, end, self.message_type, out,
-                            refs) is not None:
+            if _query_keyed_in(index, commitlog, topic, key, max_count, lo, hi, self.message_type, out,
+                               refs) is not None:
                 return out
         return type(store).query_messages(store, topic, key, max_count, begin, end)
 
@@ -3611,10 +3640,12 @@ cdef class ReadGate:
         """``MessageStore.get_messages`` (see there)."""
         cdef dict cqs = self.cqs
         cdef list out
+        cdef long long off, mc, wait
         commitlog, refs = self.commitlog, self.refs
         store = self._store()
         wanted = None if tags is None else self._filter(tags)
-        if cqs is not None and wanted is not False and PyLong_CheckExact(offset) and PyLong_CheckExact(max_count) \
+        if cqs is not None and wanted is not False and _long_in(offset, LLONG_MIN, LLONG_MAX, &off) \
+                and _long_in(max_count, 1, _I32_MAX, &mc) and _long_in(wait_ms, 0, LLONG_MAX, &wait) \
                 and not rmq_flag(store, "_closed", &_AC_S_CLOSED):
             cq = self._queue(cqs, topic, queue_id)
             if cq is not None:
@@ -3623,26 +3654,34 @@ cdef class ReadGate:
                                        max_count if max_count > self.min_units else self.min_units,
                                        self.message_type, out, wanted, refs)
                 # what the store's method would do next: a careful read, a follow or a wait
-                if found is not None and found[0] != "STOPPED" and \
-                        (out or (not self.read_only and PyLong_CheckExact(wait_ms) and wait_ms <= 0)):
+                if found is not None and found[0] != "STOPPED" and (out or (not self.read_only and wait == 0)):
                     return rmq_tuple5(self.result_type, self.statuses[found[0]], out, found[1], found[2], found[3])
         return type(store).get_messages(store, topic, queue_id, offset, max_count, tags, wait_ms)
 
     def get_message_views(self, topic, queue_id, offset, max_count=32):
         """``MessageStore.get_message_views`` (see there)."""
         cdef dict cqs = self.cqs
+        cdef long long off, mc
+        cdef bint gc_was
         commitlog, refs = self.commitlog, self.refs
         store = self._store()
-        if cqs is not None and not self.read_only and PyLong_CheckExact(offset) and PyLong_CheckExact(max_count) \
-                and not rmq_flag(store, "_closed", &_AC_S_CLOSED):
+        if cqs is not None and not self.read_only and _long_in(offset, LLONG_MIN, LLONG_MAX, &off) \
+                and _long_in(max_count, 1, _I32_MAX, &mc) and not rmq_flag(store, "_closed", &_AC_S_CLOSED):
             cq = self._queue(cqs, topic, queue_id)
             if cq is not None and _may_read(refs):
-                found = _pull_queue(cq, commitlog, offset, max_count,
-                                    max_count if max_count > self.min_units else self.min_units, None, None, None)
-                if found[0] != "STOPPED":  # (else the store's method reads it carefully, and raises)
+                # no collection may run Python code (finalizers) and let the store's
+                # close() in until the view exports the segment: then it cannot unmap it
+                gc_was = PyGC_Disable()
+                try:
+                    found = _pull_queue(cq, commitlog, offset, max_count,
+                                        max_count if max_count > self.min_units else self.min_units, None, None, None)
                     segment = found[4]
-                    return rmq_tuple6(self.views_type, 0, self.statuses[found[0]],
-                                      None if segment is None else memoryview(segment).toreadonly(),
+                    view = None if segment is None else memoryview(segment).toreadonly()
+                finally:
+                    if gc_was:
+                        PyGC_Enable()
+                if found[0] != "STOPPED":  # (else the store's method reads it carefully, and raises)
+                    return rmq_tuple6(self.views_type, 0, self.statuses[found[0]], view,
                                       self.units_of(found[5]), found[1], found[2], found[3])
         return type(store).get_message_views(store, topic, queue_id, offset, max_count)
 
@@ -3949,11 +3988,15 @@ def query_keyed(index, commitlog, topic, key, max_num, begin, end, message_type,
 
 
 cdef object _query_keyed(index, commitlog, topic, key, max_num, begin, end, message_type, list out, refs):
+    return _query_keyed_in(index, commitlog, topic, key, max_num, _wide(begin), _wide(end), message_type, out, refs)
+
+
+cdef object _query_keyed_in(index, commitlog, topic, key, max_num, rmq_i128 lo, rmq_i128 hi, message_type,
+                            list out, refs):
     # IndexService.queryOffset over index's files, then read_keyed, in one call
     cdef Py_ssize_t i, n, hsn = 0, idx = 0, limit
     cdef int32_t key_hash
     cdef int64_t fb, fe
-    cdef rmq_i128 lo = _wide(begin), hi = _wide(end)
     cdef bint gc_was
     cdef Py_buffer iv
     cdef _View v
@@ -4013,8 +4056,11 @@ def read_ext(commitlog, physical_offset, message_type, list out not None, refs):
     cdef Py_ssize_t p0, limit, tl
     cdef const unsigned char *b
     cdef const unsigned char *t
-    cdef rmq_i128 phy = _wide(physical_offset)
+    cdef rmq_i128 phy
     cdef bint gc_was
+    if PyBool_Check(physical_offset):
+        raise TypeError("physical_offset must be an int, not a bool")
+    phy = _wide(physical_offset)
     if not _may_read(refs):
         return None
     _ext_offsets(message_type)

@@ -1737,14 +1737,17 @@ class ReadGate:
 
     - checks the store is open (``store._closed``) and the gate attached;
     - for the common case (an exact ``"lower"``/``"upper"`` boundary; str
-      topic and key; an int offset and count, tags None or a str; views of
-      a writable store) calls the whole-operation kernel (:func:`time_lookup`,
+      topic and key; an int queue id, an int offset, timestamp, begin and
+      end within a long, an int count in 1 .. 2**31-1, begin <= end, an int
+      wait_ms in 0 .. 2**63-1, tags None or a str; views of a writable
+      store) calls the whole-operation kernel (:func:`time_lookup`,
       :func:`query_keyed`, :func:`pull_messages`, :func:`pull_views`) with
       the store's reader references;
     - hands anything else to the store class's method of its name, which
-      decides (errors, an unknown queue, a clean-up holding the references,
-      a careful read, a follow or a wait included): a pull only when
-      ``get_messages`` would return its result unchanged.
+      decides (errors, an argument out of its range, an unknown queue, a
+      clean-up holding the references, a careful read, a follow or a wait
+      included): a pull only when ``get_messages`` would return its result
+      unchanged.
 
     Args:
         store (MessageStore): held weakly (the store's dict holds the gate);
@@ -1795,7 +1798,8 @@ class ReadGate:
         cqs, commitlog, refs = self._cqs, self._commitlog, self._refs  # at once: detach may clear them
         store = self._store()
         upper = _BOUNDARY.get(boundary) if type(boundary) is str else None
-        if upper is not None and cqs is not None and not getattr(store, "_closed", True):
+        if upper is not None and cqs is not None and type(queue_id) is int and type(timestamp) is int \
+                and _I64_MIN <= timestamp <= _I64_MAX and not getattr(store, "_closed", True):
             cq = cqs.get((topic, queue_id))
             if cq is not None:
                 found = time_lookup(cq, commitlog, timestamp, upper, refs)
@@ -1806,7 +1810,9 @@ class ReadGate:
     def query_messages(self, topic, key, max_count=64, begin=0, end=(1 << 63) - 1):
         cqs, index, commitlog, refs = self._cqs, self._index, self._commitlog, self._refs
         store = self._store()
-        if cqs is not None and type(topic) is str and type(key) is str and not getattr(store, "_closed", True):
+        if cqs is not None and type(topic) is str and type(key) is str and type(max_count) is int \
+                and 0 < max_count <= _I32_MAX and type(begin) is int and type(end) is int \
+                and _I64_MIN <= begin <= end <= _I64_MAX and not getattr(store, "_closed", True):
             out: list = []
             if query_keyed(index, commitlog, topic, key, max_count, begin, end, self._message_type, out,
                            refs) is not None:
@@ -1830,8 +1836,8 @@ class ReadGate:
         cqs, commitlog, refs = self._cqs, self._commitlog, self._refs
         store = self._store()
         wanted = None if tags is None else self._filter(tags)
-        if cqs is not None and wanted is not False and type(offset) is int and type(max_count) is int \
-                and not getattr(store, "_closed", True):
+        if cqs is not None and wanted is not False and _pull_args_ok(queue_id, offset, max_count) \
+                and type(wait_ms) is int and 0 <= wait_ms <= _I64_MAX and not getattr(store, "_closed", True):
             cq = cqs.get((topic, queue_id))
             if cq is not None:
                 out: list = []
@@ -1839,28 +1845,40 @@ class ReadGate:
                                       self._message_type, out, wanted, refs)
                 # what the store's method would do next: a careful read, a follow or a wait
                 if found is not None and found[0] != "STOPPED" and \
-                        (out or (not self._read_only and type(wait_ms) is int and wait_ms <= 0)):
+                        (out or (not self._read_only and wait_ms == 0)):
                     return tuple.__new__(self._result_type, (self._statuses[found[0]], out, *found[1:]))
         return type(store).get_messages(store, topic, queue_id, offset, max_count, tags, wait_ms)
 
     def get_message_views(self, topic, queue_id, offset, max_count=32):
         cqs, commitlog, refs = self._cqs, self._commitlog, self._refs
         store = self._store()
-        if cqs is not None and not self._read_only and type(offset) is int and type(max_count) is int \
+        if cqs is not None and not self._read_only and _pull_args_ok(queue_id, offset, max_count) \
                 and not getattr(store, "_closed", True):
             cq = cqs.get((topic, queue_id))
             if cq is not None:
-                found = pull_views(cq, commitlog, offset, max_count, max(max_count, self._min_units), refs)
-                if found is not None and found[0] != "STOPPED":  # (else the store's method reads it carefully)
-                    status, nxt, mn, mx, segment, packed = found
-                    return tuple.__new__(self._views_type, (
-                        self._statuses[status], None if segment is None else memoryview(segment).toreadonly(),
-                        self._units_of(packed), nxt, mn, mx,
-                    ))
+                refs.hold()  # until the view exports the segment: then the store's close cannot unmap it
+                try:
+                    status, nxt, mn, mx, segment, packed = pull_views(cq, commitlog, offset, max_count,
+                                                                      max(max_count, self._min_units), None)
+                    view = None if segment is None else memoryview(segment).toreadonly()
+                finally:
+                    refs.release()
+                if status != "STOPPED":  # (else the store's method reads it carefully)
+                    return tuple.__new__(self._views_type, (self._statuses[status], view, self._units_of(packed),
+                                                            nxt, mn, mx))
         return type(store).get_message_views(store, topic, queue_id, offset, max_count)
 
 
 _BOUNDARY = {"lower": False, "upper": True}
+_I32_MAX = (1 << 31) - 1
+_I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
+
+
+def _pull_args_ok(queue_id, offset, max_count) -> bool:
+    """Whether a pull's numbers are exact ints within their ranges (else
+    the store's method checks them, and raises)."""
+    return type(queue_id) is int and type(offset) is int and type(max_count) is int \
+        and _I64_MIN <= offset <= _I64_MAX and 0 < max_count <= _I32_MAX
 
 
 def _wall_ms() -> int:
@@ -2047,8 +2065,10 @@ def read_ext(commitlog, physical_offset: int, message_type, out: list, refs):
     valid record starts. *refs* as in :func:`time_lookup`. Returns *out*,
     or None (nothing read) when the caller must hold a reference and call
     again with ``refs=None``. Raises TypeError unless *physical_offset* is
-    an int (``__index__``)."""
+    an int (``__index__``; a bool is not)."""
     _check_ext_type(message_type)
+    if isinstance(physical_offset, bool):
+        raise TypeError("physical_offset must be an int, not a bool")
     phy = operator.index(physical_offset)
 
     def read():
@@ -2102,6 +2122,9 @@ def pull_views(cq, commitlog, queue_offset: int, max_count: int, max_units: int,
     when the first unit to read needs the caller's careful path (nothing
     found before it); *segment* the ``mmap`` of the segment holding the
     records (None when none); *units* ``VIEW_UNIT`` entries, one per message.
+    A caller that exports *segment* (a memoryview) does so while it still
+    holds its reader reference (so with ``refs=None``, under its own hold):
+    an exported mapping is one the store's ``close()`` cannot unmap.
     """
     return _held(refs, lambda: _pull_queue(cq, commitlog, queue_offset, max_count, max_units, None, None, None))
 

@@ -27,6 +27,8 @@ from .store import MessageStore
 
 __all__ = ["AsyncMessageStore"]
 
+_I64_MAX = (1 << 63) - 1
+
 
 class AsyncMessageStore:
     """Awaitable wrapper of a :class:`MessageStore`; same arguments, same errors.
@@ -75,9 +77,9 @@ class AsyncMessageStore:
         to wait, runs on the loop's thread (*inline*); one that is to wait for
         messages waits in an executor thread on the store's condition (no
         polling)."""
-        if self.inline and type(wait_ms) is int:
+        if self.inline and type(wait_ms) is int and 0 <= wait_ms <= _I64_MAX:  # (else the store's method raises)
             r = self.store.get_messages(topic, queue_id, offset, max_count, tags)
-            if r.messages or wait_ms <= 0:
+            if r.messages or wait_ms == 0:
                 return r
         return await self._run(self.store.get_messages, topic, queue_id, offset, max_count, tags, wait_ms)
 

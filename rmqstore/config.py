@@ -11,7 +11,14 @@ import dataclasses
 import re
 from dataclasses import dataclass, field, fields
 
-from ._layout import CQ_STORE_UNIT_SIZE
+from ._layout import (
+    CQ_STORE_UNIT_SIZE,
+    INDEX_ENTRY_SIZE,
+    INDEX_HASH_SLOT_SIZE,
+    INDEX_HEADER_SIZE,
+    MAX_TOPIC_LENGTH_V1,
+    MIN_RECORD_SIZE,
+)
 from .exceptions import ConfigError
 
 __all__ = ["StoreConfig", "ASYNC_FLUSH", "SYNC_FLUSH"]
@@ -93,35 +100,26 @@ class StoreConfig:
                 if not isinstance(v, bool):
                     raise ConfigError(f"{f.name} must be a bool, got {v!r}")
             elif want is int:
+                lo, hi, _why = _INT_RANGES[f.name]
                 if isinstance(v, bool) or not isinstance(v, int):
-                    raise ConfigError(f"{f.name} must be an int, got {v!r}")
+                    raise ConfigError(f"{f.name} must be an int in [{lo}, {hi}], got {v!r}")
+                if not lo <= v <= hi:
+                    raise ConfigError(f"{f.name} must be in [{lo}, {hi}] ({_why}), got {v}")
             elif not isinstance(v, want):
                 raise ConfigError(f"{f.name} must be a {want.__name__}, got {v!r}")
         cq = self.mapped_file_size_consume_queue
-        if cq <= 0:
-            raise ConfigError("mapped_file_size_consume_queue must be positive")
-        if cq % CQ_STORE_UNIT_SIZE:
+        if cq % CQ_STORE_UNIT_SIZE:  # RocketMQ's getter: whole units (the range leaves room for it)
             object.__setattr__(
                 self, "mapped_file_size_consume_queue", (cq // CQ_STORE_UNIT_SIZE + 1) * CQ_STORE_UNIT_SIZE
             )
-        if self.mapped_file_size_commit_log < 4096:
-            raise ConfigError("mapped_file_size_commit_log must be at least 4096 bytes")
-        if self.max_hash_slot_num <= 0 or self.max_index_num <= 1:
-            raise ConfigError("max_hash_slot_num must be > 0 and max_index_num > 1")
-        if self.max_message_size <= 0:
-            raise ConfigError("max_message_size must be positive")
+        size = _index_size(self.max_hash_slot_num, self.max_index_num)
+        if size > INT32_MAX:
+            raise ConfigError(
+                f"max_hash_slot_num and max_index_num make a {size}-byte index file; the format's int32 "
+                f"positions allow 40 + 4 * max_hash_slot_num + 20 * max_index_num <= {INT32_MAX}"
+            )
         if self.flush_disk_type not in (ASYNC_FLUSH, SYNC_FLUSH):
             raise ConfigError(f"flush_disk_type must be ASYNC_FLUSH or SYNC_FLUSH, got {self.flush_disk_type!r}")
-        for name in (
-            "file_reserved_time", "clean_resource_interval", "delete_commit_log_files_interval",
-            "delete_consume_queue_files_interval", "destroy_maped_file_interval_forcibly",
-            "redelete_hanged_file_interval", "clean_resource_initial_delay", "disk_check_interval",
-            "follow_poll_interval",
-        ):
-            if getattr(self, name) < 0:
-                raise ConfigError(f"{name} must not be negative")
-        if self.delete_file_batch_max <= 0:
-            raise ConfigError("delete_file_batch_max must be positive")
         _parse_hours(self.delete_when)
         object.__setattr__(self, "_delay_table", _parse_delay_levels(self.message_delay_level))
 
@@ -141,7 +139,7 @@ class StoreConfig:
     @property
     def index_file_size(self) -> int:
         """Bytes of one IndexFile: 40 + 4 * slots + 20 * entries."""
-        return 40 + 4 * self.max_hash_slot_num + 20 * self.max_index_num
+        return _index_size(self.max_hash_slot_num, self.max_index_num)
 
     # --- retention (SPEC §12) ---------------------------------------------------
 
@@ -225,6 +223,60 @@ class StoreConfig:
         """Field values by snake_case name."""
         return {f.name: getattr(self, f.name) for f in fields(self) if f.init}
 
+INT32_MAX = (1 << 31) - 1
+INT64_MAX = (1 << 63) - 1
+
+
+def _index_size(hash_slot_num: int, index_num: int) -> int:
+    """Bytes of an IndexFile: 40 + 4 * slots + 20 * entries."""
+    return INDEX_HEADER_SIZE + INDEX_HASH_SLOT_SIZE * hash_slot_num + INDEX_ENTRY_SIZE * index_num
+
+
+_MS = "ms, a Java int"
+_SPIN = "ms between two runs of a thread: 0 would make it spin"
+#: name -> (lowest, highest, why): the allowed values of every int field. The
+#: bounds are RocketMQ's meaning of the field (its Java ints), narrowed where
+#: a value could not work: a thread that would spin, a query or clean-up
+#: round that could do nothing, a file too small for one record or too
+#: large for the format's int32 positions.
+_INT_RANGES = {
+    "mapped_file_size_commit_log": (
+        4096, INT32_MAX, "bytes per CommitLog file: room for a record, int32 positions in the file"),
+    "mapped_file_size_consume_queue": (
+        CQ_STORE_UNIT_SIZE, INT32_MAX // CQ_STORE_UNIT_SIZE * CQ_STORE_UNIT_SIZE,
+        "bytes per ConsumeQueue file, rounded up to 20-byte units: at least one unit, int32 positions"),
+    "max_hash_slot_num": (1, (INT32_MAX - INDEX_HEADER_SIZE - 2 * INDEX_ENTRY_SIZE) // INDEX_HASH_SLOT_SIZE,
+                          "hash slots per index file: at least one"),
+    "max_index_num": (2, (INT32_MAX - INDEX_HEADER_SIZE - INDEX_HASH_SLOT_SIZE) // INDEX_ENTRY_SIZE,
+                      "entries per index file, entry 0 unused: room for one key"),
+    "max_message_size": (1, INT32_MAX - MIN_RECORD_SIZE, "bytes of a body: its length is a record's int32"),
+    "max_topic_length": (0, MAX_TOPIC_LENGTH_V1, "bytes of a topic written with a one-byte length"),
+    "flush_interval_commit_log": (1, INT32_MAX, _SPIN),
+    "flush_commit_log_least_pages": (0, INT32_MAX, "dirty 4 KiB pages before a flush, 0 for any byte"),
+    "flush_commit_log_thorough_interval": (0, INT32_MAX, _MS),
+    "sync_flush_timeout": (1, INT32_MAX, "ms a SYNC_FLUSH put waits for the disk"),
+    "flush_interval_consume_queue": (1, INT32_MAX, _SPIN),
+    "flush_consume_queue_least_pages": (0, INT32_MAX, "dirty 4 KiB pages before a flush, 0 for any byte"),
+    "flush_consume_queue_thorough_interval": (0, INT32_MAX, _MS),
+    "max_msgs_num_batch": (1, INT32_MAX, "keys a query returns at most: 0 would find nothing"),
+    "default_query_max_num": (1, INT32_MAX, "messages a query returns by default: 0 would find nothing"),
+    "file_reserved_time": (0, INT32_MAX, "hours a file is kept"),
+    "disk_max_used_space_ratio": (0, 100, "percent of the disk"),
+    "disk_space_warning_level_ratio": (0, 100, "percent of the disk"),
+    "disk_space_clean_forcibly_ratio": (0, 100, "percent of the disk"),
+    "clean_resource_interval": (1, INT32_MAX, _SPIN),
+    "delete_commit_log_files_interval": (0, INT32_MAX, _MS),
+    "delete_consume_queue_files_interval": (0, INT32_MAX, _MS),
+    "destroy_maped_file_interval_forcibly": (0, INT32_MAX, _MS),
+    "redelete_hanged_file_interval": (0, INT32_MAX, _MS),
+    "delete_file_batch_max": (1, INT32_MAX, "files one clean-up round deletes: 0 would delete none"),
+    "clean_resource_initial_delay": (0, INT32_MAX, _MS),
+    "disk_check_interval": (0, INT32_MAX, _MS),
+    "follow_poll_interval": (1, INT32_MAX, _SPIN),
+    "max_transfer_count_on_message_in_memory": (1, INT32_MAX, "messages one pull transfers: 0 would move none"),
+    "max_transfer_bytes_on_message_in_memory": (1, INT32_MAX, "bytes one pull transfers: 0 would move none"),
+}
+
 
 def _convert(name, want, value):
     if isinstance(value, str) and want is not str:
@@ -235,11 +287,13 @@ def _convert(name, want, value):
             if text.lower() in ("false", "0", "no"):
                 return False
             raise ConfigError(f"{name}: {value!r} is not a boolean")
-        try:
-            return int(text)
-        except ValueError:
-            raise ConfigError(f"{name}: {value!r} is not an integer") from None
+        if not _JAVA_INT.fullmatch(text):  # what Integer.parseInt reads: no "1_000", "1e3", " 1 2", "١"
+            raise ConfigError(f"{name}: {value!r} is not an integer")
+        return int(text)
     return value
+
+
+_JAVA_INT = re.compile(r"[+-]?[0-9]+")
 
 
 # names RocketMQ uses for the same setting elsewhere (cleaner locals, spelling)
@@ -256,21 +310,25 @@ def _parse_hours(text: str) -> frozenset:
         item = item.strip()
         if not item:
             continue
-        if not item.isdigit() or not 0 <= int(item) <= 23:
+        if not _DIGITS.fullmatch(item) or not 0 <= int(item) <= 23:
             raise ConfigError(f"delete_when: {item!r} is not an hour of day (0-23)")
         hours.add(int(item))
     return frozenset(hours)
 
 
+_DIGITS = re.compile(r"[0-9]+")
+
+
 def _parse_delay_levels(text: str) -> tuple:
+    """``messageDelayLevel``: levels separated by spaces, each a count of
+    ``s``, ``m``, ``h`` or ``d`` (RocketMQ's parse), in ms within a long."""
     out = []
     for item in text.split():
         unit = _DELAY_UNITS.get(item[-1:])
-        try:
-            n = int(item[:-1])
-        except ValueError:
-            n = None
-        if unit is None or n is None:
-            raise ConfigError(f"message_delay_level: bad level {item!r}")
-        out.append(n * unit)
+        digits = item[:-1]
+        if unit is None or not _DIGITS.fullmatch(digits) or int(digits) * unit > INT64_MAX:
+            raise ConfigError(
+                f"message_delay_level: bad level {item!r} (want a count of s, m, h or d, at most {INT64_MAX} ms)"
+            )
+        out.append(int(digits) * unit)
     return tuple(out)

@@ -25,6 +25,8 @@ __all__ = ["Consumer"]
 
 log = logging.getLogger("rmqstore.consumer")
 
+_I32_MAX = (1 << 31) - 1
+
 # statuses after which a queue has nothing more to give right now
 _EMPTY = frozenset({
     GetMessageStatus.OFFSET_OVERFLOW_ONE,
@@ -68,7 +70,7 @@ class Consumer:
         queue_ids (iterable[int] | None): the queues to read; None = every queue
             the topic has (now and later).
         batch (int): messages pulled per queue at a time (RocketMQ
-            ``pullBatchSize``, default 32), >= 1.
+            ``pullBatchSize``, default 32), 1 .. 2**31-1.
         tags (str | list[str] | None): tag filter as in
             :meth:`MessageStore.get_messages` (``"TagA || TagB"``).
         sync (bool | None): whether each commit is on disk before the next
@@ -88,9 +90,9 @@ class Consumer:
         _check_name("group", group)
         _check_name("topic", topic)
         if isinstance(batch, bool) or not isinstance(batch, int):
-            raise MessageTypeError(f"batch must be an int, got {type(batch).__name__}")
-        if batch < 1:
-            raise IllegalMessageError(f"batch must be >= 1, got {batch}")
+            raise MessageTypeError(f"batch must be an int in [1, {_I32_MAX}], got {type(batch).__name__}")
+        if not 1 <= batch <= _I32_MAX:  # a pull's max_count
+            raise IllegalMessageError(f"batch must be in [1, {_I32_MAX}], got {batch}")
         if queue_ids is not None:
             if isinstance(queue_ids, int):
                 raise MessageTypeError("queue_ids must be an iterable of int or None")

@@ -16,6 +16,7 @@ __all__ = [
     "MessageTooLargeError",
     "PropertiesSizeExceededError",
     "MessageTypeError",
+    "ArgumentError",
     "StoreClosedError",
     "StoreReadOnlyError",
     "StoreLockedError",
@@ -67,7 +68,15 @@ class PropertiesSizeExceededError(IllegalMessageError):
 
 
 class MessageTypeError(RmqStoreError, TypeError):
-    """A message field has the wrong Python type."""
+    """A message field, or an argument of a store method, has the wrong
+    Python type (a bool or a float where an int is expected included)."""
+
+
+class ArgumentError(RmqStoreError, ValueError):
+    """An argument of a store method is outside its allowed range (a count
+    below 1, an offset or a time outside a 64-bit long, a queue id outside
+    a 32-bit int, a wait that is negative, NaN or infinite, ...). The
+    message names the argument and the range."""
 
 
 class StoreClosedError(RmqStoreError, ValueError):

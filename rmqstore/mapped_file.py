@@ -291,10 +291,17 @@ class ReferenceResource:
     make that pull fail; the forcible interval only unlinks the file early
     (see ``retention``).
 
+    The store's ``close()`` calls :meth:`shutdown` before it unmaps: from
+    then on every :meth:`hold` raises StoreClosedError (holds waiting for a
+    clean-up too), clean-ups are refused, and it waits for the readers
+    inside to leave. The exclusive flag stays set, so kernels that read
+    without a reference while it is clear (``_exclusive``) send their
+    callers to :meth:`hold`, which raises.
+
     Holds are not re-entrant: a thread must not hold twice at once.
     """
 
-    __slots__ = ("_lock", "_cond", "_refs", "_exclusive")
+    __slots__ = ("_lock", "_cond", "_refs", "_exclusive", "_cleaning", "_closed")
 
     def __init__(self) -> None:
         # a plain Lock (C-level ``with``) on the fast paths; the Condition over
@@ -302,21 +309,31 @@ class ReferenceResource:
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
         self._refs = 0
-        self._exclusive = False
+        self._exclusive = False  # new holds wait (a clean-up is in, or the store closed)
+        self._cleaning = False  # a clean-up owns the exclusivity
+        self._closed = False
 
     @property
     def ref_count(self) -> int:
         """References held right now."""
         return self._refs
 
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`shutdown` was called."""
+        return self._closed
+
     def hold(self) -> None:
-        """Take one reader reference (waits while a clean-up works)."""
+        """Take one reader reference (waits while a clean-up works).
+        Raises StoreClosedError once :meth:`shutdown` was called."""
         with self._lock:
-            if not self._exclusive:
+            if not self._exclusive:  # (never clear once closed: see shutdown)
                 self._refs += 1
                 return
-            while self._exclusive:
+            while self._exclusive and not self._closed:
                 self._cond.wait()
+            if self._closed:
+                raise StoreClosedError("the store is closed")
             self._refs += 1
 
     def release(self) -> None:
@@ -331,28 +348,59 @@ class ReferenceResource:
     def acquire_exclusive(self, timeout: float) -> bool:
         """Block new holds and wait up to *timeout* seconds for held references
         to drain. Returns True when exclusive (then :meth:`release_exclusive`
-        must follow), False when readers stayed inside."""
+        must follow), False when readers stayed inside or the store closed."""
         deadline = time.monotonic() + timeout
         with self._cond:
             while self._exclusive:  # another clean-up: queue behind it
                 left = deadline - time.monotonic()
-                if left <= 0:
+                if self._closed or left <= 0:
                     return False
                 self._cond.wait(left)
-            self._exclusive = True
+            if self._closed:
+                return False
+            self._exclusive = self._cleaning = True
             while self._refs > 0:
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    self._exclusive = False
-                    self._cond.notify_all()
+                    self._end_cleaning()
                     return False
                 self._cond.wait(left)
             return True
 
     def release_exclusive(self) -> None:
         with self._cond:
+            self._end_cleaning()
+
+    def _end_cleaning(self) -> None:
+        # (lock held) once closed, holds stay blocked for good
+        self._cleaning = False
+        if not self._closed:
             self._exclusive = False
+        self._cond.notify_all()
+
+    def shutdown(self, timeout: float) -> bool:
+        """Close the references for good: every later :meth:`hold` raises
+        StoreClosedError, waiting ones included, and clean-ups are refused.
+        Then wait up to *timeout* seconds for a clean-up that is in and for
+        the readers inside to leave. Idempotent. Returns whether they left
+        (False: the caller unmaps with readers inside, which Python's mmap
+        survives: a mapping a buffer still exports stays mapped)."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            self._closed = True
             self._cond.notify_all()
+            while self._cleaning:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._cond.wait(left)
+            self._exclusive = True
+            while self._refs > 0:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(left)
+            return not self._cleaning
 
 
 class MappedFileQueue:

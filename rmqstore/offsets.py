@@ -386,8 +386,11 @@ class ConsumerOffsetStore:
 
     def __init__(self, path, sync: bool = True, flush_interval_ms: int = FLUSH_CONSUMER_OFFSET_INTERVAL_MS,
                  read_only: bool = False, owner_closed: Callable[[], bool] | None = None):
-        if isinstance(flush_interval_ms, bool) or not isinstance(flush_interval_ms, int) or flush_interval_ms <= 0:
-            raise IllegalMessageError(f"flush_interval_ms must be a positive int, got {flush_interval_ms!r}")
+        if isinstance(flush_interval_ms, bool) or not isinstance(flush_interval_ms, int) \
+                or not 0 < flush_interval_ms <= _INT32_MAX:  # (0 would make the persist thread spin)
+            raise IllegalMessageError(
+                f"flush_interval_ms must be an int in [1, {_INT32_MAX}], got {flush_interval_ms!r}"
+            )
         self.path = os.path.abspath(os.fspath(path))
         self.sync = bool(sync)
         self.flush_interval_ms = flush_interval_ms

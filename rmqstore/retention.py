@@ -43,6 +43,7 @@ import threading
 import time
 from typing import NamedTuple
 
+from .exceptions import StoreClosedError
 from .mapped_file import fsync_dir
 
 __all__ = ["CleanupReport", "Retention", "disk_usage_ratio"]
@@ -112,8 +113,9 @@ class CleanupReport(NamedTuple):
 
 class Retention:
     """The clean-up of one writable :class:`~rmqstore.store.MessageStore`.
-    Rounds are serialised; use the store's ``run_maintenance`` /
-    ``delete_expired``."""
+    Rounds are serialised (``_lock``, which the store's ``close()`` takes
+    too, so it never unmaps a file under a round); use the store's
+    ``run_maintenance`` / ``delete_expired``."""
 
     def __init__(self, store) -> None:
         self.store = store
@@ -159,9 +161,14 @@ class Retention:
                 of age and disk use.
             reserved_hours (int | None): age limit in hours instead of
                 ``file_reserved_time``.
+
+        Raises StoreClosedError when the store closed (``close()`` waits for
+        a round in progress, holding this lock, then closes it).
         """
         store, cfg = self.store, self.store.config
         with self._lock:
+            if store._closed:
+                raise StoreClosedError(f"store {store.root_dir} is closed")
             now = store._clock()
             to_delete, immediately, ratio = self.space_to_delete()
             reasons = []

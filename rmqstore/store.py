@@ -11,6 +11,8 @@ import collections
 import errno
 import fcntl
 import logging
+import math
+import operator
 import os
 import threading
 import time
@@ -42,6 +44,7 @@ from .commitlog import CommitLog
 from .config import SYNC_FLUSH, StoreConfig
 from .consumequeue import ConsumeQueue, queue_dirs, tags_code
 from .exceptions import (
+    ArgumentError,
     ConfigError,
     CorruptedFileError,
     DiskFullError,
@@ -78,6 +81,12 @@ __all__ = ["MessageStore"]
 log = logging.getLogger("rmqstore.store")
 
 MAX_OFFSET = (1 << 63) - 1
+# the ranges of RocketMQ's Java ints and longs: what an argument may hold
+_I32_MIN, _I32_MAX = -(1 << 31), (1 << 31) - 1
+_I64_MIN, _I64_MAX = -(1 << 63), MAX_OFFSET
+#: a long poll waits at most this many seconds at a time (threading's
+#: timeouts stop at TIMEOUT_MAX; the loop around it waits on)
+_WAIT_SLICE = 3600.0
 _BOUNDARIES = {"lower": False, "upper": True}
 # pull outcomes a long poll waits on: nothing there yet
 _WAITABLE = frozenset(
@@ -217,6 +226,53 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+def _int_arg(name: str, value, lo: int, hi: int) -> int:
+    """*value* as an int in [lo, hi]. Raises MessageTypeError for a bool, a
+    float or anything else without ``__index__``, ArgumentError out of range."""
+    if type(value) is not int:
+        if isinstance(value, bool):
+            raise MessageTypeError(f"{name} must be an int in [{lo}, {hi}], got a bool")
+        try:
+            value = operator.index(value)  # (numpy's ints too)
+        except TypeError:
+            raise MessageTypeError(f"{name} must be an int in [{lo}, {hi}], got {type(value).__name__}") from None
+    if not lo <= value <= hi:
+        raise ArgumentError(f"{name} must be in [{lo}, {hi}], got {value}")
+    return value
+
+
+def _wait_arg(wait_ms):
+    """A long poll's *wait_ms* (an int or a float, ms) in [0, 2**63-1]: no
+    NaN, infinity or negative wait. Raises MessageTypeError, ArgumentError."""
+    if type(wait_ms) is int and 0 <= wait_ms <= _I64_MAX:
+        return wait_ms
+    if isinstance(wait_ms, bool) or not isinstance(wait_ms, (int, float)):
+        raise MessageTypeError(f"wait_ms must be an int or a float (ms), got {type(wait_ms).__name__}")
+    if not (math.isfinite(wait_ms) and 0 <= wait_ms <= _I64_MAX):
+        raise ArgumentError(f"wait_ms must be in [0, {_I64_MAX}] ms, got {wait_ms}")
+    return wait_ms
+
+
+def _pull_args(queue_id, offset, max_count) -> tuple:
+    """A pull's queue id (a Java int), queue offset (a long: outside the
+    queue it is a status, not an error) and count (1 .. 2**31-1)."""
+    return (
+        _int_arg("queue_id", queue_id, _I32_MIN, _I32_MAX),
+        _int_arg("offset", offset, _I64_MIN, _I64_MAX),
+        _int_arg("max_count", max_count, 1, _I32_MAX),
+    )
+
+
+def _query_args(max_count, begin, end) -> tuple:
+    """A key query's count and [begin, end] store-time range (ms, longs)."""
+    max_count = _int_arg("max_count", max_count, 1, _I32_MAX)
+    begin = _int_arg("begin", begin, _I64_MIN, _I64_MAX)
+    end = _int_arg("end", end, _I64_MIN, _I64_MAX)
+    if begin > end:
+        raise ArgumentError(f"begin ({begin}) must not be after end ({end})")
+    return max_count, begin, end
+
+
 class MessageStore:
     """An embedded RocketMQ store in one directory.
 
@@ -254,7 +310,8 @@ class MessageStore:
         self._pending: collections.deque = collections.deque()
         self._pending_keys = 0
         self._dispatch_lock = threading.Lock()
-        self._flush_lock = threading.Lock()  # one CommitLog sync at a time
+        # one CommitLog sync at a time; re-entrant: close() holds it around its own flush
+        self._flush_lock = threading.RLock()
         self._commit_cond = threading.Condition()  # SYNC_FLUSH producers wait here
         self._committing = False  # a group-commit leader is syncing
         self._written_end = 0  # physical offset past the last appended record
@@ -734,11 +791,21 @@ class MessageStore:
     def close(self) -> None:
         """Stop the flush thread, flush everything, write the checkpoint, remove
         ``abort`` (kept after a failed flush, so the next open recovers),
-        release the lock and unmap every file. Idempotent."""
+        release the lock and unmap every file. Idempotent.
+
+        Calls racing it either answer (they got in first) or raise
+        StoreClosedError: a clean-up round in progress (the service's or
+        ``delete_expired``) ends first, long polls are woken, and the files
+        are unmapped only once the reads inside have left (waiting at most
+        ``destroy_maped_file_interval_forcibly`` ms, 1 s at least; a view
+        from ``get_message_views`` keeps its mapping readable after that)."""
         if self._closed:
             return
         self._stop_flusher()
-        with self._lock:
+        # in this order: a clean-up round takes the flush and append locks
+        # after its own, a SYNC_FLUSH group commit the append lock after the
+        # flush lock (close's own flush takes the flush lock again)
+        with self._retention._lock, self._flush_lock, self._lock:
             if self._closed:
                 return
             try:
@@ -773,7 +840,7 @@ class MessageStore:
         released. Data already in the mappings stays in the page cache, exactly
         as after ``kill -9``."""
         self._stop_flusher()
-        with self._lock:
+        with self._retention._lock, self._flush_lock, self._lock:  # (close's order)
             self._closed = True
             self._release()
 
@@ -785,10 +852,17 @@ class MessageStore:
 
     def _release(self) -> None:
         self._wake_waiters()  # _closed is set: waiting long polls return now
-        self.commitlog.close()
-        for cq in self._cqs.values():
-            cq.close()
-        self.index.close()
+        # reads that start from now on raise StoreClosedError; the ones inside
+        # finish before a file is unmapped (the kernels that read without a
+        # reference see the references held exclusively, for good)
+        drain = max(1.0, self.config.destroy_maped_file_interval_forcibly / 1000)
+        if not self._refs.shutdown(drain):
+            log.warning("closing %s with reads still inside after %.0f s", self.root_dir, drain)
+        with self._dispatch_lock:  # (no flush() walks the files meanwhile)
+            self.commitlog.close()
+            for cq in list(self._cqs.values()):
+                cq.close()
+            self.index.close()
         if self._store_lock is not None:
             self._store_lock.release()
             self._store_lock = None
@@ -893,12 +967,14 @@ class MessageStore:
     def flush(self) -> None:
         """Force CommitLog, ConsumeQueues, index and checkpoint to disk.
 
-        Raises FlushError if a sync fails (the store then takes no more writes)."""
+        Raises FlushError if a sync fails (the store then takes no more writes);
+        StoreClosedError."""
         self._ensure_open()
         if self.read_only:
             return
         self._check_write_error()
         with self._dispatch_lock:
+            self._ensure_open()  # (close unmaps under this lock)
             self._flush_all()
 
     @property
@@ -958,7 +1034,7 @@ class MessageStore:
             force (bool): delete every CommitLog segment but the current one,
                 regardless of age (RocketMQ's clean-at-once).
             reserved_hours (int | None): keep files younger than this many
-                hours instead of ``file_reserved_time``.
+                hours (0 .. 2**31-1) instead of ``file_reserved_time``.
 
         A segment's age is its last record's store time (its mtime when it has
         none, P-23) against the store clock. At most ``delete_file_batch_max``
@@ -972,8 +1048,9 @@ class MessageStore:
         """
         self._ensure_writable()
         if reserved_hours is not None and (isinstance(reserved_hours, bool) or not isinstance(reserved_hours, int)
-                                           or reserved_hours < 0):
-            raise ConfigError(f"reserved_hours must be a non-negative int, got {reserved_hours!r}")
+                                           or not 0 <= reserved_hours <= _I32_MAX):
+            raise ConfigError(f"reserved_hours must be an int in [0, {_I32_MAX}] (as file_reserved_time), "
+                              f"got {reserved_hours!r}")
         return self._retention.run(manual=True, force=force, reserved_hours=reserved_hours)
 
     def run_maintenance(self):
@@ -1077,14 +1154,19 @@ class MessageStore:
             return False
         self._next_full_refresh = time.monotonic() + 1.0
         grew = False
-        for topic, qid, _qdir in queue_dirs(self.root_dir):
-            if (topic, qid) not in self._cqs:
-                grew |= self._follow_queue(topic, qid, full=False)
-        grew |= self._follow_commit_log()
-        end = self.commitlog.max_offset()
-        for cq in list(self._cqs.values()):
-            grew |= cq.follow(end)
-        _added, n_index = self.index.follow()
+        refs = self._refs
+        refs.hold()  # the scan reads the files close() unmaps
+        try:
+            for topic, qid, _qdir in queue_dirs(self.root_dir):
+                if (topic, qid) not in self._cqs:
+                    grew |= self._follow_queue_held(topic, qid)
+            grew |= self._follow_commit_log()
+            end = self.commitlog.max_offset()
+            for cq in list(self._cqs.values()):
+                grew |= cq.follow(end)
+            _added, n_index = self.index.follow()
+        finally:
+            refs.release()
         self._drop_vanished(n_index)
         return grew
 
@@ -1124,10 +1206,24 @@ class MessageStore:
         if cq is None or offset >= cq.max_offset_in_queue():
             self._follow_queue(topic, queue_id)
 
-    def _follow_queue(self, topic, queue_id, full: bool = True) -> bool:
+    def _follow_queue(self, topic, queue_id) -> bool:
         """Read-only: take in new units of one queue (creating it when the
-        writer made it after we opened) and the records they point at. The
-        CommitLog goes first: the writer stores a record before its unit."""
+        writer made it after we opened) and the records they point at, under
+        a reader reference; all of :meth:`refresh` when one is due. Raises
+        StoreClosedError."""
+        refs = self._refs
+        refs.hold()
+        try:
+            grew = self._follow_queue_held(topic, queue_id)
+        finally:
+            refs.release()
+        if time.monotonic() >= self._next_full_refresh:
+            grew |= self.refresh()
+        return grew
+
+    def _follow_queue_held(self, topic, queue_id) -> bool:
+        """_follow_queue's part under the reference. The CommitLog goes
+        first: the writer stores a record before its unit."""
         self._follow_commit_log()
         end = self.commitlog.max_offset()
         cq = self._cqs.get((topic, queue_id))
@@ -1141,12 +1237,8 @@ class MessageStore:
                 return False
             cq.correct_min_offset(self.commitlog.min_offset())
             self._cqs[(topic, queue_id)] = cq
-            grew = True
-        else:
-            grew = cq.follow(end)
-        if full and time.monotonic() >= self._next_full_refresh:
-            grew |= self.refresh()
-        return grew
+            return True
+        return cq.follow(end)
 
     def _poll_follow(self, topic, queue_id, offset, max_count, tags, wait_ms, result) -> GetMessageResult:
         """Long polling on a read-only store: no in-process signal comes from
@@ -1753,22 +1845,39 @@ class MessageStore:
         (an int, bytes) as a :class:`MessageExt`, or None when no valid record
         starts there: below the minimum offset, at or past the maximum, or not
         a record boundary (a record whose body CRC does not match is not
-        valid: every read checks it). RocketMQ ``lookMessageByOffset``.
+        valid: every read checks it). RocketMQ ``lookMessageByOffset``: any
+        long (-2**63 .. 2**63-1) is a valid question, answered None where no
+        record starts.
 
-        Raises TypeError unless *physical_offset* is an int; StoreClosedError."""
+        Raises MessageTypeError unless *physical_offset* is an int (a bool is
+        not); ArgumentError outside a long; StoreClosedError."""
         if self._closed:
             self._ensure_open()
         out: list = []
-        if k.read_ext(self.commitlog, physical_offset, MessageExt, out, self._refs) is None:  # clean-up at work
-            self._held(k.read_ext, self.commitlog, physical_offset, MessageExt, out)
-        return out[0] if out else None
+        try:  # (the kernel refuses what is not an int, a bool too: the checks cost a lookup nothing)
+            if k.read_ext(self.commitlog, physical_offset, MessageExt, out, self._refs) is None:  # clean-up at work
+                self._held(k.read_ext, self.commitlog, physical_offset, MessageExt, out)
+        except TypeError:
+            _int_arg("physical_offset", physical_offset, _I64_MIN, _I64_MAX)  # raises MessageTypeError
+            raise
+        if out:
+            return out[0]
+        if not _I64_MIN <= physical_offset <= _I64_MAX:  # (no record is past a long: checked only here)
+            _int_arg("physical_offset", physical_offset, _I64_MIN, _I64_MAX)
+        return None
 
     def iter_messages(self, start_offset: int = 0):
-        """Yield every stored message in CommitLog order from physical offset
-        *start_offset* (a record boundary; blank records are skipped).
+        """An iterator of every stored message in CommitLog order from physical
+        offset *start_offset* (an int, 0 .. 2**63-1, a record boundary; blank
+        records are skipped).
 
-        Raises CorruptedFileError at a record that does not validate."""
+        Raises MessageTypeError, ArgumentError (at once, for *start_offset*),
+        StoreClosedError; while iterating CorruptedFileError at a record that
+        does not validate, StoreClosedError once the store is closed."""
         self._ensure_open()
+        return self._iter_messages(_int_arg("start_offset", start_offset, 0, _I64_MAX))
+
+    def _iter_messages(self, start_offset: int):
         offsets = self.commitlog.iter_offsets(start_offset)
         refs = self._refs
         at = start_offset
@@ -1812,14 +1921,24 @@ class MessageStore:
         return sorted(key for key, cq in self._cqs.items() if cq.queue.files)
 
     def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int:
-        """First queue offset whose message is still stored (0 for an unknown queue)."""
+        """First queue offset whose message is still stored (0 for an unknown queue).
+
+        Raises MessageTypeError, ArgumentError (*queue_id* outside a Java
+        int), StoreClosedError."""
         self._ensure_open()
+        if type(queue_id) is not int or not _I32_MIN <= queue_id <= _I32_MAX:
+            queue_id = _int_arg("queue_id", queue_id, _I32_MIN, _I32_MAX)
         cq = self._cqs.get((topic, queue_id))
         return cq.min_offset_in_queue() if cq else 0
 
     def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
-        """The next queue offset to be written (0 for an unknown queue)."""
+        """The next queue offset to be written (0 for an unknown queue).
+
+        Raises MessageTypeError, ArgumentError (*queue_id* outside a Java
+        int), StoreClosedError."""
         self._ensure_open()
+        if type(queue_id) is not int or not _I32_MIN <= queue_id <= _I32_MAX:
+            queue_id = _int_arg("queue_id", queue_id, _I32_MIN, _I32_MAX)
         if self.read_only:
             self._follow_queue(topic, queue_id)
         cq = self._cqs.get((topic, queue_id))
@@ -1832,12 +1951,21 @@ class MessageStore:
         *offset* (RocketMQ ``getMessage``; with *wait_ms*, its long polling).
 
         Args:
+            topic (str): the topic.
+            queue_id (int): a Java int (-2**31 .. 2**31-1); a queue that does
+                not exist answers NO_MATCHED_LOGIC_QUEUE.
+            offset (int): queue offset, a long (-2**63 .. 2**63-1); outside
+                the queue it is answered with a status, as RocketMQ does
+                (OFFSET_TOO_SMALL below the minimum, OFFSET_OVERFLOW_ONE at
+                the end, OFFSET_OVERFLOW_BADLY past it).
+            max_count (int): messages at most, 1 .. 2**31-1.
             tags (str | list[str] | None): None or ``"*"`` for every message,
                 else ``"TagA || TagB"`` or a list: kept are messages whose tags
                 code matches and whose TAGS really is one of them.
-            wait_ms (int): when nothing is there yet, wait up to this many ms for
-                messages put into this store (in this process) and return as
-                soon as one arrives; no busy loop. 0 returns at once. On a
+            wait_ms (int | float): when nothing is there yet, wait up to this
+                many ms (0 .. 2**63-1, finite) for messages put into this
+                store (in this process) and return as soon as one arrives; no
+                busy loop; ``close()`` wakes it. 0 returns at once. On a
                 read-only store (follow mode) the queue's tail is re-read
                 every ``follow_poll_interval`` ms instead, as a writer process
                 gives no signal.
@@ -1847,10 +1975,15 @@ class MessageStore:
         NO_MESSAGE_IN_QUEUE, OFFSET_TOO_SMALL, OFFSET_OVERFLOW_ONE,
         OFFSET_OVERFLOW_BADLY, FOUND, NO_MATCHED_MESSAGE, MESSAGE_WAS_REMOVING.
 
-        Raises CorruptedFileError when a unit points at something that is not
-        its record, or at a record whose body CRC does not match (every read
-        checks it; RocketMQ checks it on recovery only).
+        Raises MessageTypeError (an argument of the wrong type: a bool or a
+        float is not an int), ArgumentError (a number outside the range
+        above), StoreClosedError, and CorruptedFileError when a unit points
+        at something that is not its record, or at a record whose body CRC
+        does not match (every read checks it; RocketMQ checks it on recovery
+        only).
         """
+        queue_id, offset, max_count = _pull_args(queue_id, offset, max_count)
+        wait_ms = _wait_arg(wait_ms)
         result = self._pull(topic, queue_id, offset, max_count, tags)
         if self.read_only and not result.messages and result.status in _WAITABLE:
             # follow mode: a writer process may have dispatched more since
@@ -1875,7 +2008,7 @@ class MessageStore:
                         left = deadline - time.monotonic()
                         if left <= 0:
                             return result
-                        self._arrival.wait(left)
+                        self._arrival.wait(min(left, _WAIT_SLICE))
                 finally:
                     self._waiting -= 1
             result = self._pull(topic, queue_id, offset, max_count, tags)
@@ -1998,10 +2131,15 @@ class MessageStore:
         Returns a :class:`GetColumnsResult` with the statuses and offsets of
         get_messages (NO_MATCHED_LOGIC_QUEUE, NO_MESSAGE_IN_QUEUE,
         OFFSET_TOO_SMALL, OFFSET_OVERFLOW_ONE, OFFSET_OVERFLOW_BADLY, FOUND,
-        MESSAGE_WAS_REMOVING). Raises CorruptedFileError when a unit points at
+        MESSAGE_WAS_REMOVING). *queue_id*, *offset* and *max_count* as in
+        get_messages.
+
+        Raises MessageTypeError, ArgumentError (as get_messages),
+        StoreClosedError, and CorruptedFileError when a unit points at
         something that is not its record.
         """
         self._ensure_open()
+        queue_id, offset, max_count = _pull_args(queue_id, offset, max_count)
         if self.read_only:
             self._follow_if_behind(topic, queue_id, offset)
         self._refs.hold()
@@ -2025,22 +2163,29 @@ class MessageStore:
         the segment may change under later appends.
 
         Returns a :class:`GetViewsResult` with the statuses and offsets of
-        get_messages. Raises StoreClosedError; CorruptedFileError when a unit
-        points at something that is not its record (a damaged body, whose CRC
-        does not match, included), or at one whose stored topic is not the
-        queue's topic byte for byte (then read it with get_messages)."""
+        get_messages; *queue_id*, *offset* and *max_count* as there.
+
+        Raises MessageTypeError, ArgumentError (as get_messages),
+        StoreClosedError; CorruptedFileError when a unit points at something
+        that is not its record (a damaged body, whose CRC does not match,
+        included), or at one whose stored topic is not the queue's topic byte
+        for byte (then read it with get_messages)."""
         if self._closed:
             self._ensure_open()
+        queue_id, offset, max_count = _pull_args(queue_id, offset, max_count)
         if self.read_only:
             self._follow_if_behind(topic, queue_id, offset)
         cq = self._cqs.get((topic, queue_id))
         if cq is None:
             return GetViewsResult(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, None, _view_units(b""), 0, 0, 0)
         units = max_count if max_count > _MAX_FILTER_UNITS else _MAX_FILTER_UNITS
-        found = k.pull_views(cq, self.commitlog, offset, max_count, units, self._refs)
-        if found is None:  # clean-up at work: wait for it, then read
-            found = self._held(k.pull_views, cq, self.commitlog, offset, max_count, units)
-        status, nxt, mn, mx, segment, packed = found
+        refs = self._refs
+        refs.hold()  # until the view exports the segment: then close() cannot unmap it
+        try:
+            status, nxt, mn, mx, segment, packed = k.pull_views(cq, self.commitlog, offset, max_count, units, None)
+            view = None if segment is None else memoryview(segment).toreadonly()
+        finally:
+            refs.release()
         if status == "STOPPED":  # the careful path raises for a unit that is not its record
             careful = self.get_messages(topic, queue_id, offset, max_count)
             if careful.messages:
@@ -2052,10 +2197,7 @@ class MessageStore:
                 )
             return GetViewsResult(careful.status, None, _view_units(b""), careful.next_begin_offset, mn, mx)
         # (the tuple made directly: a NamedTuple's own __new__ is a Python frame, per pull)
-        return _new_tuple(GetViewsResult, (
-            _STATUS_BY_NAME[status], None if segment is None else memoryview(segment).toreadonly(),
-            _view_units(packed), nxt, mn, mx,
-        ))
+        return _new_tuple(GetViewsResult, (_STATUS_BY_NAME[status], view, _view_units(packed), nxt, mn, mx))
 
     def _columns_held(self, topic, queue_id, offset, max_count, with_body, with_properties) -> GetColumnsResult:
         view = self.commitlog.segment_view()
@@ -2144,10 +2286,17 @@ class MessageStore:
         """Physical offsets the index holds for *key* in *topic* with index time in
         [begin, end] (ms), exactly as RocketMQ's ``IndexService.queryOffset``:
         newest first, at most ``min(max_count, max_msgs_num_batch)``, key-hash
-        collisions and duplicates included."""
+        collisions and duplicates included.
+
+        Args:
+            max_count (int): 1 .. 2**31-1.
+            begin, end (int): ms since epoch, longs, begin <= end.
+
+        Raises MessageTypeError, ArgumentError, StoreClosedError."""
         self._ensure_open()
         if not isinstance(key, str) or not isinstance(topic, str):
             raise MessageTypeError("topic and key must be str")
+        max_count, begin, end = _query_args(max_count, begin, end)
         self._refs.hold()
         try:
             return self.index.query_offsets(topic, key, max_count, begin, end)
@@ -2158,11 +2307,15 @@ class MessageStore:
         """The messages behind :meth:`query_offsets`, keeping only records that
         are still stored, whose topic is *topic* and whose UNIQ_KEY or one of
         whose KEYS is *key* (fixes RocketMQ #3613 hash collisions, P-1/P-16);
-        each record once (P-6), in the order of :meth:`query_offsets`."""
+        each record once (P-6), in the order of :meth:`query_offsets`.
+        *max_count*, *begin* and *end* as there.
+
+        Raises MessageTypeError, ArgumentError, StoreClosedError."""
         if self._closed:  # (inline: a call per lookup is measurable)
             self._ensure_open()
         if not isinstance(key, str) or not isinstance(topic, str):
             raise MessageTypeError("topic and key must be str")
+        max_count, begin, end = _query_args(max_count, begin, end)
         out: list = []
         if k.query_keyed(self.index, self.commitlog, topic, key, max_count, begin, end, MessageExt, out,
                          self._refs) is None:  # clean-up at work: wait for it, then read
@@ -2188,9 +2341,12 @@ class MessageStore:
         """Queue offset of the first (``"lower"``) or last (``"upper"``) message
         stored at *timestamp* ms, or the nearest one after/before it (RocketMQ
         5.1.1+ ``getOffsetInQueueByTime`` with BoundaryType), clamped to the
-        queue's [min, max] offsets; 0 for an unknown queue.
+        queue's [min, max] offsets; 0 for an unknown queue. *queue_id* is a
+        Java int, *timestamp* a long (ms since epoch, any value of one).
 
-        Raises ValueError for any other *boundary*."""
+        Raises MessageTypeError (a bool or a float is not an int),
+        ArgumentError for a number outside its range or any other
+        *boundary* (a ValueError), StoreClosedError."""
         if self._closed:  # (inline: a call per lookup is measurable)
             self._ensure_open()
         upper = _BOUNDARIES.get(boundary) if type(boundary) is str else None  # (as given: no lower() per lookup)
@@ -2198,12 +2354,14 @@ class MessageStore:
             try:
                 upper = _BOUNDARIES[boundary.lower()]
             except (KeyError, AttributeError):
-                raise ValueError(f"boundary must be 'lower' or 'upper', got {boundary!r}") from None
+                raise ArgumentError(f"boundary must be 'lower' or 'upper', got {boundary!r}") from None
+        queue_id = _int_arg("queue_id", queue_id, _I32_MIN, _I32_MAX)
+        timestamp = _int_arg("timestamp", timestamp, _I64_MIN, _I64_MAX)
         cq = self._cqs.get((topic, queue_id))
         if cq is None:
             return 0
         found = k.time_lookup(cq, self.commitlog, timestamp, upper, self._refs)
-        if found is None:  # clean-up at work, or a timestamp past int64: under a held reference
+        if found is None:  # clean-up at work: under a held reference
             found = self._held(k.time_lookup, cq, self.commitlog, timestamp, upper)
         return found
 
@@ -2238,6 +2396,7 @@ class MessageStore:
             from .offsets import CONSUMER_OFFSET_FILE, ConsumerOffsetStore
 
             with self._lock:
+                self._ensure_open()  # (close persists and drops it under this lock)
                 if self._offsets is None:
                     created = ConsumerOffsetStore(
                         os.path.join(self.root_dir, CONSUMER_OFFSET_FILE),

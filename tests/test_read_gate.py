@@ -12,6 +12,7 @@ left alone. Each test runs with both kernels.
 
 from __future__ import annotations
 
+import functools
 import gc
 import inspect
 import itertools
@@ -21,15 +22,21 @@ import pytest
 from conftest import ListClock
 
 from rmqstore import Message, MessageExt, MessageStore, StoreConfig, _kernels
-from rmqstore.exceptions import MessageTypeError, StoreClosedError
+from rmqstore.exceptions import ArgumentError, MessageTypeError, StoreClosedError
 from rmqstore.message import GetMessageResult, GetMessageStatus, GetViewsResult
 from rmqstore.store import _tag_filter, _view_units
 
 T0 = 1_700_000_000_000
 GATED = ("get_offset_in_queue_by_time", "query_messages", "get_messages", "get_message_views")
 #: (queue id, offset, max_count) of the pulls compared: queues 0, 1 and none; offsets around the file
-#: boundary (400) and the end (500) of a queue
-PULLS = list(itertools.product((0, 1, 7), (-1, 0, 1, 399, 400, 498, 499, 500, 501, 10**20), (1, 32, 600)))
+#: boundary (400) and the end (500) of a queue, and the ends of a long
+PULLS = list(itertools.product((0, 1, 7), (-(2**63), -1, 0, 1, 399, 400, 498, 499, 500, 501, 2**63 - 1), (1, 32, 600)))
+#: (arguments, error) both the gate and the store's method refuse
+REFUSED_PULLS = [(("T", 0, 10**20, 32), ArgumentError), (("T", 7, -(2**63) - 1, 32), ArgumentError),
+                 (("T", 0, 0, 0), ArgumentError), (("T", 0, 0, 2**31), ArgumentError),
+                 (("T", 0, True, 32), MessageTypeError),
+                 (("T", 0, 0, 1.0), MessageTypeError), (("T", True, 0, 32), MessageTypeError),
+                 (("T", 2**31, 0, 32), ArgumentError)]
 CFG = StoreConfig(  # 400-unit queue files: the queues below span two
     mapped_file_size_commit_log=1 << 20,
     mapped_file_size_consume_queue=8_000,
@@ -105,8 +112,10 @@ def test_time_lookups_answer_as_the_store_method(tmp_path, impl):
                     assert s.get_offset_in_queue_by_time("T", q, ts, boundary=boundary) == want
             assert s.get_offset_in_queue_by_time("T", q, T0 + 50) == \
                 MessageStore.get_offset_in_queue_by_time(s, "T", q, T0 + 50, "lower")
-        for ts in (2**70, -(2**70)):  # past int64: the careful path
-            assert s.get_offset_in_queue_by_time("T", 0, ts) == MessageStore.get_offset_in_queue_by_time(s, "T", 0, ts)
+        for ts in (2**70, -(2**70)):  # past a long: refused by both
+            for call in (s.get_offset_in_queue_by_time, functools.partial(MessageStore.get_offset_in_queue_by_time, s)):
+                with pytest.raises(ArgumentError, match="timestamp"):
+                    call("T", 0, ts)
         for bad in ("middle", None, b"lower"):
             with pytest.raises(ValueError, match="boundary must be"):
                 s.get_offset_in_queue_by_time("T", 0, T0, bad)
@@ -120,10 +129,15 @@ def test_key_lookups_answer_as_the_store_method(tmp_path, impl):
     s = _fill(tmp_path / "s")
     try:
         cases = [("T", "k3"), ("T", "k49"), ("T", "nope"), ("U", "k3"), ("T", "k3", 4), ("T", "k3", 64, T0 + 1000),
-                 ("T", "k3", 64, 0, T0 + 500), ("T", "k3", 0)]
+                 ("T", "k3", 64, 0, T0 + 500), ("T", "k3", 2**31 - 1, -(2**63), 2**63 - 1)]
         for args in cases:
             want = [m.physical_offset for m in MessageStore.query_messages(s, *args)]
             assert [m.physical_offset for m in s.query_messages(*args)] == want, args
+        for args, error in [(("T", "k3", 0), ArgumentError), (("T", "k3", True), MessageTypeError),
+                            (("T", "k3", 4, 5, 4), ArgumentError), (("T", "k3", 4, 0, 2**63), ArgumentError)]:
+            for call in (s.query_messages, functools.partial(MessageStore.query_messages, s)):
+                with pytest.raises(error):
+                    call(*args)
         assert len(s.query_messages("T", "k3")) == 20
         for bad in (("T", b"k3"), (b"T", "k3"), ("T", 3)):
             with pytest.raises(MessageTypeError):
@@ -138,6 +152,10 @@ def test_pulls_answer_as_the_store_method(tmp_path, impl):
         for (q, offset, max_count), tags in itertools.product(PULLS, (None, "A", "A || B", "*")):
             args = ("T", q, offset, max_count, tags)
             assert _pull(s.get_messages(*args)) == _pull(MessageStore.get_messages(s, *args)), args
+        for args, error in REFUSED_PULLS:
+            for call in (s.get_messages, functools.partial(MessageStore.get_messages, s)):
+                with pytest.raises(error):
+                    call(*args)
         # a position past the tail with a wait: the store's method waits for a put
         threading.Timer(0.05, lambda: s.put_message(Message("T", b"late", queue_id=0))).start()
         r = s.get_messages("T", 0, 500, 32, None, 5000)
@@ -153,10 +171,18 @@ def test_views_answer_as_the_store_method(tmp_path, impl):
             args = ("T", q, offset, max_count)
             got, want = s.get_message_views(*args), MessageStore.get_message_views(s, *args)
             assert type(got) is GetViewsResult and _views(got) == _views(want), args
+        for args, error in REFUSED_PULLS:
+            for call in (s.get_message_views, functools.partial(MessageStore.get_message_views, s)):
+                with pytest.raises(error):
+                    call(*args)
         r = s.get_message_views("T", 1, 5, 3)
         assert r.status is GetMessageStatus.FOUND and r.bodies() == [b"m11", b"m13", b"m15"]
-        # not exact ints: the store's method
-        assert _views(s.get_message_views("T", 1, True, 3)) == _views(MessageStore.get_message_views(s, "T", 1, 1, 3))
+        # not exact ints: the store's method (an int with __index__ is one, a bool is not)
+        np = pytest.importorskip("numpy")
+        assert _views(s.get_message_views("T", np.int32(1), np.int64(1), np.int8(3))) == \
+            _views(MessageStore.get_message_views(s, "T", 1, 1, 3))
+        with pytest.raises(MessageTypeError):
+            s.get_message_views("T", 1, True, 3)
         with pytest.raises(TypeError):
             s.get_message_views("T", 1, 5, 3.0)
     finally:
@@ -247,11 +273,15 @@ def test_the_gate_finds_each_queue_as_the_store_dict_does(tmp_path, impl):
         for _ in range(2):  # (the second round from the slots)
             for topic, qid, ts, want in [("Tx", 0, T0 + 6, 2), ("Tx", 16, T0 + 8, 2), ("Ux", 0, T0 + 42, 2),
                                          ("Tx", 0, T0 + 6, 2), (other, 16, T0 + 8, 2), ("Tx", 1, T0 + 7, 2),
-                                         ("Tx", True, T0 + 7, 2), ("Tx", 5, T0, 0), ("Ux", 1, T0, 0)]:
+                                         ("Tx", 5, T0, 0), ("Ux", 1, T0, 0)]:
                 assert s.get_offset_in_queue_by_time(topic, qid, ts) == want, (topic, qid)
                 got = s.get_messages(topic, qid, want, 1)
                 assert _pull(got) == _pull(MessageStore.get_messages(s, topic, qid, want, 1)), (topic, qid)
                 assert [m.topic for m in got.messages] == ([topic] if qid != 5 and (topic, qid) != ("Ux", 1) else [])
+        for call in (lambda: s.get_offset_in_queue_by_time("Tx", True, T0 + 7),
+                     lambda: s.get_messages("Tx", True, 2, 1)):
+            with pytest.raises(MessageTypeError):  # a bool is no queue id, though True == 1 finds queue 1 in a dict
+                call()
         s.put_message(Message("Tx", b"late", queue_id=5))  # a queue made after lookups missed it
         assert s.get_offset_in_queue_by_time("Tx", 5, T0 + 45) == 0
         assert [m.body for m in s.get_messages("Tx", 5, 0).messages] == [b"late"]
