@@ -716,8 +716,8 @@ class ConsumerOffsetStore:
             if self._flusher is not None or self._closed:
                 return
             t = threading.Thread(target=self._flush_loop, name=f"rmqstore-offsets:{self.path}", daemon=True)
-            self._flusher = t
             t.start()
+            self._flusher = t  # published once started: close() in another thread may join it at once
 
     def _flush_loop(self) -> None:
         """Persist deferred commits every :attr:`flush_interval_ms` (RocketMQ's

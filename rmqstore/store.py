@@ -309,6 +309,7 @@ class MessageStore:
         # records appended but not yet dispatched, in CommitLog order, and their index keys
         self._pending: collections.deque = collections.deque()
         self._pending_keys = 0
+        self._closing = False  # close() has begun: nothing is dispatched any more
         self._dispatch_lock = threading.Lock()
         # one CommitLog sync at a time; re-entrant: close() holds it around its own flush
         self._flush_lock = threading.RLock()
@@ -811,8 +812,11 @@ class MessageStore:
             try:
                 if not self.read_only:
                     with self._dispatch_lock:
+                        self._closing = True  # a SYNC_FLUSH put waiting to dispatch finds it done
                         if self._write_error is None:
                             self._flush_all()
+                            # everything is on disk: dispatch what SYNC_FLUSH puts appended
+                            self._dispatch_locked(MAX_OFFSET)
                     if self._write_error is None and not self._pending:
                         try:
                             os.unlink(os.path.join(self.root_dir, "abort"))
@@ -1561,15 +1565,24 @@ class MessageStore:
     def _dispatch_pending(self, upto: int) -> None:
         """Dispatch pending records that end at or before physical offset *upto*,
         in CommitLog order."""
-        pending = self._pending
         with self._dispatch_lock:
-            while pending and pending[0][3] + pending[0][4] <= upto:
-                p = pending[0]
-                self._dispatch(*p)
-                pending.popleft()
-                self._pending_keys -= self._index_keys(p[5], p[7])
+            if self._closing:  # close dispatched everything it flushed, then unmapped
+                if self._pending and self._pending[0][3] + self._pending[0][4] <= upto:
+                    self._ensure_open()
+                    raise StoreClosedError(f"store {self.root_dir} closed before this put was dispatched")
+                return
+            self._dispatch_locked(upto)
         if self._waiting:  # read after the units are in: a waiter that missed it sees them
             self._wake_waiters()
+
+    def _dispatch_locked(self, upto: int) -> None:
+        """:meth:`_dispatch_pending`'s work; the dispatch lock is held."""
+        pending = self._pending
+        while pending and pending[0][3] + pending[0][4] <= upto:
+            p = pending[0]
+            self._dispatch(*p)
+            pending.popleft()
+            self._pending_keys -= self._index_keys(p[5], p[7])
 
     def _commit(self, end: int) -> None:
         """SYNC_FLUSH: return once the CommitLog is on disk up to *end*, then
