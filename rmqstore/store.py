@@ -2195,7 +2195,8 @@ class MessageStore:
         refs = self._refs
         refs.hold()  # until the view exports the segment: then close() cannot unmap it
         try:
-            status, nxt, mn, mx, segment, packed = k.pull_views(cq, self.commitlog, offset, max_count, units, None)
+            found = k.pull_views(cq, self.commitlog, offset, max_count, units, None)  # (never None without refs)
+            status, nxt, mn, mx, segment, packed = found  # type: ignore[misc]
             view = None if segment is None else memoryview(segment).toreadonly()
         finally:
             refs.release()
