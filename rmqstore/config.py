@@ -202,15 +202,20 @@ class StoreConfig:
 
     @classmethod
     def from_properties(cls, path) -> "StoreConfig":
-        """Load a broker ``.properties`` file (``name=value`` lines, ``#``/``!``
-        comments). Names that are not store settings are ignored."""
+        """Load a broker ``.properties`` file (``name=value``, ``name: value``
+        or ``name value`` lines, ``#``/``!`` comments), read as ISO-8859-1 as
+        Java's ``Properties.load`` reads a stream (so no byte is an encoding
+        error). Names that are not store settings are ignored.
+
+        Raises OSError (no such file, a directory), ConfigError (a value out
+        of its range, see the fields)."""
         values = {}
-        with open(path, encoding="utf-8") as fh:
+        with open(path, encoding="iso-8859-1") as fh:
             for line in fh:
                 line = line.strip()
                 if not line or line[0] in "#!":
                     continue
-                m = re.match(r"([^=:\s]+)\s*[=:]\s*(.*)", line)
+                m = re.match(r"([^=:\s]+)\s*(?:[=:]\s*|\s)(.*)", line)
                 if m:
                     values[m.group(1)] = m.group(2)
         return cls.from_dict(values, strict=False)

@@ -481,3 +481,12 @@ def test_error_classes():
     assert issubclass(MessageTypeError, TypeError)
     assert "ArgumentError" in rmqstore.__all__
     assert math.isnan(NAN)
+
+
+def test_properties_are_read_as_java_reads_them(tmp_path):
+    """ISO-8859-1 (a byte that is not UTF-8 is no error), and ``=``, ``:``
+    or whitespace between a name and its value."""
+    p = tmp_path / "broker.properties"
+    p.write_bytes(b"brokerName=caf\xe9\nflushDiskType SYNC_FLUSH\nmappedFileSizeCommitLog: 65536\n# a comment\n")
+    cfg = StoreConfig.from_properties(p)
+    assert cfg.flush_disk_type == "SYNC_FLUSH" and cfg.mapped_file_size_commit_log == 65536
