@@ -734,9 +734,18 @@ def _parser() -> argparse.ArgumentParser:
                         description="Run `rmqstore spark -h` for the jobs.", add_help=False)
     sp.add_argument("-h", "--help", action="store_true")
     sp.add_argument("spark_args", nargs=argparse.REMAINDER)
-    sp.set_defaults(func=lambda a: __import__("rmqstore.spark.cli", fromlist=["main"]).main(
-        ["-h"] * a.help + a.spark_args))
+    sp.set_defaults(func=_spark)
     return p
+
+
+def _spark(args) -> int:
+    """``rmqstore spark ...``: the jobs of rmqstore.spark, which needs the
+    ``spark`` extra; without it, one line and exit 2."""
+    try:
+        from .spark.cli import main as spark_main
+    except ImportError as e:
+        raise UsageError(str(e)) from None
+    return spark_main(["-h"] * args.help + args.spark_args)
 
 
 # Errors that mean "what the user pointed at or handed in is wrong": a path

@@ -480,3 +480,16 @@ def test_spark_jobs_check_their_arguments_before_spark_starts(tmp_path, capsys, 
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
     assert os.listdir(empty) == []
+
+
+def test_spark_without_pyspark_is_one_line(tmp_path, capsys, monkeypatch):
+    """Without the spark extra, ``rmqstore spark`` says what to install (one
+    line, exit 2), not a traceback."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "pyspark", None)  # (import pyspark raises ImportError)
+    for name in [m for m in sys.modules if m == "rmqstore.spark" or m.startswith("rmqstore.spark.")]:
+        monkeypatch.delitem(sys.modules, name)
+    assert main(["spark", "rebuild-cq", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "rmqstore[spark]" in err
