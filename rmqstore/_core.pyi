@@ -19,6 +19,8 @@ from _typeshed import ReadableBuffer, WriteableBuffer
 from typing_extensions import disjoint_base
 
 __all__ = [
+    "Message",
+    "MessageExt",
     "java_hash",
     "index_key_hash",
     "masked_crc32",
@@ -54,6 +56,94 @@ __all__ = [
     "pull_views",
     "pull_messages",
 ]
+
+@disjoint_base
+class Message:
+    """A message to store; see rmqstore._pure_message.Message (same fields,
+    methods and errors)."""
+
+    topic: Any
+    body: Any
+    queue_id: Any
+    flag: Any
+    tags: Any
+    keys: Any
+    unique_key: Any
+    properties: Any
+    born_timestamp: Any
+    born_host: Any
+    store_host: Any
+    reconsume_times: Any
+    sys_flag: Any
+    prepared_transaction_offset: Any
+    def __init__(
+        self,
+        topic: str,
+        body: Any = b"",
+        queue_id: int = 0,
+        flag: int = 0,
+        tags: str | None = None,
+        keys: str | list[str] | tuple[str, ...] | None = None,
+        unique_key: str | None = None,
+        properties: dict[str, str] | None = None,
+        born_timestamp: int | None = None,
+        born_host: Any = None,
+        store_host: Any = None,
+        reconsume_times: int = 0,
+        sys_flag: int = 0,
+        prepared_transaction_offset: int = 0,
+    ) -> None: ...
+    @property
+    def transaction_type(self) -> int: ...
+    def property_map(self) -> dict[str, str]: ...
+    def encode_properties(self, props: dict[str, str] | None = None) -> bytes: ...
+
+@disjoint_base
+class MessageExt:
+    """A stored record as read back; see rmqstore._pure_message.MessageExt."""
+
+    store_size: Any
+    magic_code: Any
+    body_crc: Any
+    queue_id: Any
+    flag: Any
+    queue_offset: Any
+    physical_offset: Any
+    sys_flag: Any
+    born_timestamp: Any
+    store_timestamp: Any
+    reconsume_times: Any
+    prepared_transaction_offset: Any
+    body: Any
+    topic: Any
+    properties_blob: Any
+    def __init__(self, fields: tuple[Any, ...], properties: dict[str, str] | None = None) -> None: ...
+    @property
+    def properties(self) -> dict[str, str]: ...
+    @property
+    def born_host(self) -> str: ...
+    @property
+    def store_host(self) -> str: ...
+    @property
+    def born_host_raw(self) -> bytes: ...
+    @property
+    def store_host_raw(self) -> bytes: ...
+    @property
+    def msg_id(self) -> str: ...
+    @property
+    def tags(self) -> str | None: ...
+    @property
+    def keys(self) -> str | None: ...
+    @property
+    def unique_key(self) -> str | None: ...
+    @property
+    def transaction_type(self) -> int: ...
+    @property
+    def born_host_v6(self) -> bool: ...
+    @property
+    def store_host_v6(self) -> bool: ...
+    def to_dict(self, body: str = "base64") -> dict[str, Any]: ...
+    __hash__: None  # type: ignore[assignment]
 
 # (total_size, magic, body_crc, queue_id, flag, queue_offset, physical_offset,
 #  sys_flag, born_timestamp, born_host, store_timestamp, store_host,

@@ -15,7 +15,7 @@ written: TypeError unless an int, OverflowError outside the field's width.
 """
 
 cimport cython
-from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
+from libc.stdint cimport INT32_MAX, INT32_MIN, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.limits cimport LLONG_MAX, LLONG_MIN
 from libc.stdlib cimport calloc, free, malloc, realloc
 from libc.string cimport memchr, memcmp, memcpy, memmove, memset
@@ -29,7 +29,7 @@ from cpython.bool cimport PyBool_Check
 from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_CheckExact
 from cpython.number cimport PyNumber_Index
 from cpython.dict cimport PyDict_CheckExact, PyDict_GetItem, PyDict_Next
-from cpython.exc cimport PyErr_CheckSignals
+from cpython.exc cimport PyErr_CheckSignals, PyErr_Occurred
 from cpython.ref cimport Py_INCREF, Py_XDECREF, PyObject
 from cpython.tuple cimport PyTuple_GET_ITEM
 from cpython.unicode cimport PyUnicode_AsUTF8AndSize, PyUnicode_CheckExact
@@ -164,21 +164,6 @@ cdef extern from *:
     #endif
         return o;
     }
-    /* Byte offset of a __slots__ member (T_OBJECT_EX) from its descriptor, or -1. */
-    static Py_ssize_t rmq_slot_offset(PyObject *descr) {
-        if (!PyObject_TypeCheck(descr, &PyMemberDescr_Type)) return -1;
-        PyMemberDef *m = ((PyMemberDescrObject *)descr)->d_member;
-        return (m->type == T_OBJECT_EX && !(m->flags & READONLY)) ? m->offset : -1;
-    }
-    /* The slot's value (borrowed), NULL when unset. */
-    static inline PyObject *rmq_slot(PyObject *obj, Py_ssize_t off) {
-        return *(PyObject **)((char *)obj + off);
-    }
-    /* Set a slot of a fresh object (it holds NULL): takes a new reference. */
-    static inline void rmq_set_slot(PyObject *obj, Py_ssize_t off, PyObject *v) {
-        Py_INCREF(v);
-        *(PyObject **)((char *)obj + off) = v;
-    }
     /* An attribute site's cache: obj.<name> read or written at the
        __slots__ offset found for obj's type, while the type is unchanged
        (its version tag, which any change to it or to a base clears). The
@@ -264,10 +249,6 @@ cdef extern from *:
             return -1;
         return rmq_attr_learn(obj, name, c);
     }
-    /* A fresh instance of *tp*, slots unset, no __init__ run. */
-    static inline PyObject *rmq_alloc(PyObject *tp) {
-        return ((PyTypeObject *)tp)->tp_alloc((PyTypeObject *)tp, 0);
-    }
     /* An instance of the n-tuple subclass *tp* of *items*, without calling
        its Python-level __new__. With *untrack* the GC stops tracking it: a
        tuple of immutable fields in a type with no __dict__ can join no
@@ -297,10 +278,6 @@ cdef extern from *:
     """
     bint rmq_small_long(object o, long long *v)
     object rmq_deref(object ref)
-    Py_ssize_t rmq_slot_offset(object descr)
-    void rmq_set_slot(object obj, Py_ssize_t off, object value)
-    object rmq_alloc(object tp)
-    PyObject *rmq_slot(object obj, Py_ssize_t off)
     object rmq_tuple6(object tp, int untrack, object a, object b, object c, object d, object e, object f)
     object rmq_tuple5(object tp, object a, object b, object c, object d, object e)
     ctypedef struct rmq_attr_cache:
@@ -370,6 +347,8 @@ _LAYOUT = {
 }
 
 __all__ = [
+    "Message",
+    "MessageExt",
     "java_hash",
     "index_key_hash",
     "masked_crc32",
@@ -2234,19 +2213,279 @@ cdef int _select(const unsigned char *b, Py_ssize_t hsn, Py_ssize_t idx, int32_t
     return 0
 
 
+# --- messages ---------------------------------------------------------------
+#
+# Message and MessageExt (declared in _core.pxd): the put path reads a
+# Message's fields and the read paths fill a MessageExt's as C fields. The
+# rules that are not hot (an argument that fails its check, the property map
+# and blob, to_dict) are the pure module's functions, shared with the twin
+# classes, so each is written once.
+
+from rmqstore import _pure_message as _pm
+from rmqstore._ids import decode_host as _decode_host
+
+cdef extern from "Python.h":
+    Py_ssize_t PyUnicode_FindChar(object s, Py_UCS4 ch, Py_ssize_t start, Py_ssize_t end, int direction) except -2
+
+
+cdef inline bint _int_in(object v, long long lo, long long hi) noexcept:
+    """Whether *v* is an exact int in [lo, hi] (the common case of
+    Message's int checks; anything else goes to the pure checks)."""
+    cdef int ovf = 0
+    cdef long long x
+    if not PyLong_CheckExact(v):
+        return False
+    x = PyLong_AsLongLongAndOverflow(v, &ovf)
+    if ovf != 0 or (x == -1 and PyErr_Occurred() != NULL):
+        PyErr_Clear()
+        return False
+    return lo <= x <= hi
+
+
+cdef inline bint _plain_str(object v) noexcept:
+    """Whether *v* is an exact str with no \\x01 or \\x02 in it."""
+    cdef Py_ssize_t n
+    cdef const unsigned char *p
+    if not PyUnicode_CheckExact(v):
+        return False
+    n = PyUnicode_GET_LENGTH(v)
+    if PyUnicode_IS_COMPACT_ASCII(v):  # (most names and values: one byte per character)
+        p = PyUnicode_1BYTE_DATA(v)
+        return memchr(p, 1, n) == NULL and memchr(p, 2, n) == NULL
+    return PyUnicode_FindChar(v, 1, 0, n, 1) == -1 and PyUnicode_FindChar(v, 2, 0, n, 1) == -1
+
+
+cdef inline bint _plain_props(object props) noexcept:
+    """Whether *props* is None or an exact dict of non-empty plain names to plain values."""
+    cdef Py_ssize_t pos = 0
+    cdef PyObject *pk
+    cdef PyObject *pv
+    if props is None:
+        return True
+    if not PyDict_CheckExact(props):
+        return False
+    while PyDict_Next(props, &pos, &pk, &pv):
+        if not _plain_str(<object>pk) or PyUnicode_GET_LENGTH(<object>pk) == 0 or not _plain_str(<object>pv):
+            return False
+    return True
+
+
+cdef class Message:
+    """A message to store (RocketMQ ``Message`` plus the broker-side fields).
+
+    Message(topic, body=b"", queue_id=0, flag=0, tags=None, keys=None,
+    unique_key=None, properties=None, born_timestamp=None, born_host=None,
+    store_host=None, reconsume_times=0, sys_flag=0,
+    prepared_transaction_offset=0)
+
+    Args:
+        topic (str): non-empty, at most 127 UTF-8 bytes for v1 records; up to
+            32767 bytes (written as v2) when ``auto_message_version_on_topic_len``.
+        body (bytes-like): stored as given (the store never compresses).
+        queue_id (int): queue within the topic, >= 0.
+        flag (int): application flag, i32.
+        tags (str | None): shorthand for the ``TAGS`` property.
+        keys (str | list[str] | None): shorthand for ``KEYS``; a list is joined
+            with single spaces, a string is stored verbatim.
+        unique_key (str | None): shorthand for ``UNIQ_KEY`` (see ``new_unique_key``).
+        properties (dict[str, str] | None): written in the order given; names and
+            values must not contain ``\\x01``/``\\x02``. A shorthand whose name is
+            also in *properties* must agree with it and keeps that position;
+            other shorthands follow in the order tags, keys, unique_key.
+        born_timestamp (int | None): ms since epoch; None = the store clock at put.
+        born_host, store_host (str | tuple | None): ``"a.b.c.d:port"`` or
+            ``"[v6]:port"``; None = the store's host. IPv6 sets the V6 sysflag bits.
+        reconsume_times (int): retry count, i32.
+        sys_flag (int): sysflag bits (docs/format.md); V6 bits are set by the store.
+        prepared_transaction_offset (int): for commit/rollback records, the
+            physical offset of the prepared record.
+
+    Raises:
+        MessageTypeError: a field has the wrong type.
+        IllegalMessageError: a value is out of range or holds a separator.
+
+    The attributes may be changed after the message is made; a put checks
+    them again. The Cython core's class; ``rmqstore._pure_message.Message``
+    is its pure-Python twin.
+    """
+
+    def __init__(self, topic, body=b"", queue_id=0, flag=0, tags=None, keys=None, unique_key=None,
+                 properties=None, born_timestamp=None, born_host=None, store_host=None, reconsume_times=0,
+                 sys_flag=0, prepared_transaction_offset=0):
+        # the common case checked here; anything else (an error, a list of
+        # keys, a memoryview body) by the pure checks, whose errors these are
+        if (PyUnicode_CheckExact(topic) and PyUnicode_GET_LENGTH(topic) > 0
+                and (PyBytes_CheckExact(body) or PyByteArray_CheckExact(body))
+                and _int_in(queue_id, 0, INT32_MAX) and _int_in(flag, INT32_MIN, INT32_MAX)
+                and (tags is None or _plain_str(tags)) and (keys is None or _plain_str(keys))
+                and (unique_key is None or _plain_str(unique_key)) and _plain_props(properties)
+                and (born_timestamp is None or _int_in(born_timestamp, LLONG_MIN, LLONG_MAX))
+                and _int_in(reconsume_times, INT32_MIN, INT32_MAX) and _int_in(sys_flag, INT32_MIN, INT32_MAX)
+                and _int_in(prepared_transaction_offset, LLONG_MIN, LLONG_MAX)):
+            self.topic, self.body, self.queue_id, self.flag = topic, body, queue_id, flag
+            self.tags, self.keys, self.unique_key, self.properties = tags, keys, unique_key, properties
+            self.born_timestamp, self.born_host, self.store_host = born_timestamp, born_host, store_host
+            self.reconsume_times, self.sys_flag = reconsume_times, sys_flag
+            self.prepared_transaction_offset = prepared_transaction_offset
+            return
+        (self.topic, self.body, self.queue_id, self.flag, self.tags, self.keys, self.unique_key, self.properties,
+         self.born_timestamp, self.born_host, self.store_host, self.reconsume_times, self.sys_flag,
+         self.prepared_transaction_offset) = _pm.message_fields(
+            topic, body, queue_id, flag, tags, keys, unique_key, properties, born_timestamp, born_host,
+            store_host, reconsume_times, sys_flag, prepared_transaction_offset)
+
+    @property
+    def transaction_type(self):
+        """``sys_flag & 0xC``: 0 none, 4 prepared, 8 commit, 12 rollback."""
+        return self.sys_flag & 0xC
+
+    def property_map(self):
+        """property_map() -> dict: the properties as they will be stored, in
+        order (shorthands merged). IllegalMessageError when a shorthand and
+        the same-named property disagree."""
+        return _pm.property_map(self)
+
+    def encode_properties(self, props=None):
+        """encode_properties(props=None) -> bytes: the UTF-8 property blob
+        (``name\\x01value\\x02`` per pair) of *props* (default:
+        property_map()), every name and value checked again.
+        MessageTypeError, IllegalMessageError, PropertiesSizeExceededError."""
+        return _pm.encode_properties(self, props)
+
+    def __reduce__(self):
+        return _message_of, (self.topic, self.body, self.queue_id, self.flag, self.tags, self.keys,
+                             self.unique_key, self.properties, self.born_timestamp, self.born_host,
+                             self.store_host, self.reconsume_times, self.sys_flag,
+                             self.prepared_transaction_offset)
+
+    def __repr__(self):
+        return f"Message(topic={self.topic!r}, queue_id={self.queue_id}, body={bytes(self.body[:32])!r}...)"
+
+
+def _message_of(*fields):
+    """A Message with *fields* (MESSAGE_FIELDS order) as they were, unchecked (unpickling)."""
+    cdef Message m = Message.__new__(Message)
+    (m.topic, m.body, m.queue_id, m.flag, m.tags, m.keys, m.unique_key, m.properties, m.born_timestamp,
+     m.born_host, m.store_host, m.reconsume_times, m.sys_flag, m.prepared_transaction_offset) = fields
+    return m
+
+
+cdef class MessageExt:
+    """A stored record as read back (RocketMQ ``MessageExt``).
+
+    MessageExt(fields, properties=None): *fields* is ``decode_record``'s
+    17-tuple (store_size, magic_code, body_crc, queue_id, flag,
+    queue_offset, physical_offset, sys_flag, born_timestamp, raw born host,
+    store_timestamp, raw store host, reconsume_times,
+    prepared_transaction_offset, body, topic, properties_blob).
+
+    Attributes: topic, body (bytes), queue_id, flag, queue_offset,
+    physical_offset, sys_flag, born_timestamp / store_timestamp (ms since
+    epoch), born_host / store_host (``"a.b.c.d:port"``; IPv6 as Java prints it),
+    reconsume_times, prepared_transaction_offset, body_crc, store_size (record
+    bytes), properties (dict in stored order, RocketMQ's decoding rules),
+    msg_id (offset message id), tags, keys, unique_key (from the properties),
+    magic_code. The Cython core's class; ``rmqstore._pure_message.MessageExt``
+    is its pure-Python twin.
+    """
+
+    def __init__(self, tuple fields not None, properties=None):
+        (self.store_size, self.magic_code, self.body_crc, self.queue_id, self.flag, self.queue_offset,
+         self.physical_offset, self.sys_flag, self.born_timestamp, self._born_host, self.store_timestamp,
+         self._store_host, self.reconsume_times, self.prepared_transaction_offset, self.body, self.topic,
+         self.properties_blob) = fields
+        self._properties = properties
+
+    @property
+    def properties(self):
+        """dict: the properties in stored order (parsed on first use)."""
+        if self._properties is None:
+            self._properties = parse_properties(self.properties_blob)
+        return self._properties
+
+    @property
+    def born_host(self):
+        return _decode_host(self._born_host)
+
+    @property
+    def store_host(self):
+        return _decode_host(self._store_host)
+
+    @property
+    def born_host_raw(self):
+        return self._born_host
+
+    @property
+    def store_host_raw(self):
+        return self._store_host
+
+    @property
+    def msg_id(self):
+        """The offset msgId: raw store host + physical offset, upper-case hex."""
+        h = self._store_host
+        if not PyBytes_CheckExact(h) or PyBytes_GET_SIZE(h) not in (8, 20):
+            return _pm.offset_msg_id(h, self.physical_offset)  # (its error)
+        return _hex_id(<const unsigned char *>PyBytes_AS_STRING(h), PyBytes_GET_SIZE(h), _i64(self.physical_offset))
+
+    @property
+    def tags(self):
+        return self.properties.get("TAGS")
+
+    @property
+    def keys(self):
+        return self.properties.get("KEYS")
+
+    @property
+    def unique_key(self):
+        return self.properties.get("UNIQ_KEY")
+
+    @property
+    def transaction_type(self):
+        return self.sys_flag & 0xC
+
+    @property
+    def born_host_v6(self):
+        return bool(self.sys_flag & BORNHOST_V6_FLAG)
+
+    @property
+    def store_host_v6(self):
+        return bool(self.sys_flag & STOREHOSTADDRESS_V6_FLAG)
+
+    def to_dict(self, body="base64"):
+        """to_dict(body="base64") -> dict: every field (for JSON dumps).
+        *body*: ``"base64"``, ``"text"`` (UTF-8, replacing bad bytes),
+        ``"hex"`` or ``"none"``."""
+        return _pm.ext_to_dict(self, body)
+
+    def _stored(self):
+        return (self.store_size, self.magic_code, self.body_crc, self.queue_id, self.flag, self.queue_offset,
+                self.physical_offset, self.sys_flag, self.born_timestamp, self._born_host, self.store_timestamp,
+                self._store_host, self.reconsume_times, self.prepared_transaction_offset, self.body, self.topic,
+                self.properties_blob)
+
+    def __eq__(self, other):
+        """Equal when every stored field is equal."""
+        if not isinstance(other, MessageExt):
+            return NotImplemented
+        return self._stored() == (<MessageExt>other)._stored()
+
+    def __ne__(self, other):
+        r = self.__eq__(other)
+        return r if r is NotImplemented else not r
+
+    __hash__ = None  # deliberately unhashable
+
+    def __reduce__(self):
+        return MessageExt, (self._stored(),)
+
+    def __repr__(self):
+        return (
+            f"MessageExt(topic={self.topic!r}, queue_id={self.queue_id}, queue_offset={self.queue_offset}, "
+            f"physical_offset={self.physical_offset}, store_size={self.store_size}, msg_id={self.msg_id!r})"
+        )
+
+
 # --- the put path ---------------------------------------------------------
-
-
-cdef int _slot_offsets(object cls, tuple names, Py_ssize_t *out) except -1:
-    """Byte offsets of the ``__slots__`` members *names* of *cls*, to read
-    and fill them as CPython's own slot access does; TypeError for a name
-    that is not a writable slot."""
-    cdef Py_ssize_t i
-    for i, name in enumerate(names):
-        out[i] = rmq_slot_offset(getattr(cls, name, None))
-        if out[i] < 0:
-            raise TypeError(f"message_type.{name} must be a writable __slots__ member")
-    return 0
 
 
 cdef inline object _slot_hit(list slots, Py_ssize_t i, object topic, object queue_id):
@@ -2472,12 +2711,21 @@ cdef object _hex_id(const unsigned char *h, Py_ssize_t hn, long long phy):
     return s
 
 
-# the Message slots the put path reads, by offset (Message.__slots__ names)
-_SLOTS = ("topic", "body", "queue_id", "flag", "tags", "keys", "unique_key", "properties", "born_timestamp",
-          "born_host", "store_host", "reconsume_times", "sys_flag", "prepared_transaction_offset")
 cdef enum:
     S_TOPIC, S_BODY, S_QUEUE_ID, S_FLAG, S_TAGS, S_KEYS, S_UNIQ, S_PROPS, S_BORN_TS, S_BORN_HOST, \
         S_STORE_HOST, S_RECONSUME, S_SYS_FLAG, S_PREPARED
+
+
+cdef inline void _fields_of(Message m, PyObject **v) noexcept:
+    """*m*'s fields, borrowed, in the S_* order."""
+    v[S_TOPIC], v[S_BODY], v[S_QUEUE_ID], v[S_FLAG] = <PyObject *>m.topic, <PyObject *>m.body, \
+        <PyObject *>m.queue_id, <PyObject *>m.flag
+    v[S_TAGS], v[S_KEYS], v[S_UNIQ], v[S_PROPS] = <PyObject *>m.tags, <PyObject *>m.keys, \
+        <PyObject *>m.unique_key, <PyObject *>m.properties
+    v[S_BORN_TS], v[S_BORN_HOST], v[S_STORE_HOST] = <PyObject *>m.born_timestamp, <PyObject *>m.born_host, \
+        <PyObject *>m.store_host
+    v[S_RECONSUME], v[S_SYS_FLAG], v[S_PREPARED] = <PyObject *>m.reconsume_times, <PyObject *>m.sys_flag, \
+        <PyObject *>m.prepared_transaction_offset
 
 
 cdef class Appender:
@@ -2498,7 +2746,6 @@ cdef class Appender:
     cdef object host_bytes  # the store's encode_host, or None: messages with hosts go step by step
     cdef dict hosts  # host str -> its raw bytes, learnt from host_bytes (see _learn_hosts)
     cdef bint born_default
-    cdef Py_ssize_t off[14]  # the message type's slot offsets, in _SLOTS order
     cdef long long gen  # put calls so far
     cdef bint busy  # within a put call (_begin to _end)
     cdef _Queue touched  # the queues the current call wrote, linked by next_touched
@@ -2520,8 +2767,7 @@ cdef class Appender:
             raise ValueError("store_host must be the raw 8- or 20-byte host field")
         if not isinstance(queue_offsets, dict):
             raise TypeError("queue_offsets must be a dict")
-        _slot_offsets(message_type, _SLOTS, self.off)
-        self.message_type = message_type
+        self.message_type = message_type  # (only the core's Message goes the fast way)
         self.result_type = result_type
         # results of a type without __dict__ hold ints, the msgId and the one
         # shared status: nothing a cycle can pass through (see rmq_tuple6)
@@ -2656,12 +2902,9 @@ cdef class Appender:
         cdef int seen = 0
         cdef PyObject *v[14]
         cdef int i
-        if (self.commit_file is None and unbound is None) or type(msg) is not self.message_type:
-            return None  # (subclasses may redefine attributes: step by step)
-        for i in range(14):
-            v[i] = rmq_slot(msg, self.off[i])
-            if v[i] is NULL:
-                return None
+        if (self.commit_file is None and unbound is None) or type(msg) is not Message:
+            return None  # (the twin's Message: step by step)
+        _fields_of(<Message>msg, v)
         # v[] is borrowed: exact types only below, so that no Python code
         # (a __hash__, __index__ or __ne__) can run and replace a slot
         if not PyUnicode_CheckExact(<object>v[S_TOPIC]) or not PyLong_CheckExact(<object>v[S_QUEUE_ID]) or \
@@ -2765,10 +3008,10 @@ cdef class Appender:
         message again). Not within _encode: host_bytes runs Python code. A
         host it refuses is not kept: the step-by-step path raises its
         error."""
-        if self.host_bytes is None or type(msg) is not self.message_type:
+        if self.host_bytes is None or type(msg) is not Message:
             return 0
-        return self._learn_host(rmq_slot(msg, self.off[S_BORN_HOST])) | \
-            self._learn_host(rmq_slot(msg, self.off[S_STORE_HOST]))
+        return self._learn_host(<PyObject *>(<Message>msg).born_host) | \
+            self._learn_host(<PyObject *>(<Message>msg).store_host)
 
     cdef int _learn_host(self, PyObject *o) except -1:
         if o is NULL or not PyUnicode_CheckExact(<object>o) or PyDict_GetItem(self.hosts, <object>o) is not NULL:
@@ -2893,7 +3136,7 @@ cdef class Appender:
         placeholders) a record must fit *file_size* where no CommitLog file
         is bound."""
         cdef _Queue q = self._encode(msg, r, unbound)
-        if q is None or not self._fits(r, <object>rmq_slot(msg, self.off[S_BODY]),
+        if q is None or not self._fits(r, <object><PyObject *>(<Message>msg).body,
                                        self.commit_size if self.commit_file is not None else file_size):
             return None
         return q
@@ -2932,7 +3175,7 @@ cdef class Appender:
                 refused.append(i)
             else:
                 enc._keep(i, &r, self.born_default, q, self.tags, self.keys, self.uniq,
-                          <object>rmq_slot(msg, self.off[S_BODY]), self.born, self.store,
+                          <object><PyObject *>(<Message>msg).body, self.born, self.store,
                           self._n_keys(self.keys, self.uniq))
             self.tags = self.keys = self.uniq = None
         return refused, enc
@@ -2953,9 +3196,9 @@ cdef class Appender:
         cdef _Queue q
         cdef PyObject *t
         cdef PyObject *qid
-        if type(msg) is not self.message_type:
+        if type(msg) is not Message:
             return 0
-        t, qid = rmq_slot(msg, self.off[S_TOPIC]), rmq_slot(msg, self.off[S_QUEUE_ID])
+        t, qid = <PyObject *>(<Message>msg).topic, <PyObject *>(<Message>msg).queue_id
         if t is NULL or qid is NULL or not PyUnicode_CheckExact(<object>t) or not PyLong_CheckExact(<object>qid):
             return 0
         if self._bound(<str>t, <object>qid) is not None:  # (most messages: no Python code runs)
@@ -3208,7 +3451,7 @@ cdef class Appender:
             return None
         self._begin(&b, ts)
         try:
-            phy = self._row(&r, q, <object>rmq_slot(msg, self.off[S_BODY]), &b)
+            phy = self._row(&r, q, <object><PyObject *>(<Message>msg).body, &b)
         finally:
             self._end(&b)
         if phy < 0:
@@ -3260,7 +3503,7 @@ cdef class Appender:
                     q = self._encode(msg, &r)
                     if q is None and self._learn_hosts(msg):
                         q = self._encode(msg, &r)
-                    body = None if q is None else <object>rmq_slot(msg, self.off[S_BODY])
+                    body = None if q is None else <object><PyObject *>(<Message>msg).body
                 if q is None:
                     break
                 try:
@@ -3705,31 +3948,15 @@ cdef int _check_columns(object bodies, object queue_ids, object tags, object key
 
 # --- the pull path ----------------------------------------------------------
 
-# MessageExt's slots, in decode_record's field order, then the parsed-properties cache
-_EXT_SLOTS = ("store_size", "magic_code", "body_crc", "queue_id", "flag", "queue_offset", "physical_offset",
-              "sys_flag", "born_timestamp", "_born_host", "store_timestamp", "_store_host", "reconsume_times",
-              "prepared_transaction_offset", "body", "topic", "properties_blob", "_properties")
-cdef object _ext_type = None
-cdef Py_ssize_t _ext_off[18]
-
-
-cdef int _ext_offsets(object message_type) except -1:
-    global _ext_type
-    cdef Py_ssize_t off[18]
-    if message_type is _ext_type:
-        return 0
-    if not isinstance(message_type, type):
+cdef int _ext_type(object message_type) except -1:
+    """Check a read's *message_type*: the core's MessageExt (its fields set
+    directly) or any class made as ``message_type(fields)`` (the twin's)."""
+    if message_type is not MessageExt and not isinstance(message_type, type):
         raise TypeError("message_type must be a class")
-    _slot_offsets(message_type, _EXT_SLOTS, off)
-    memcpy(_ext_off, off, sizeof(off))
-    _ext_type = message_type
     return 0
 
 
-cdef inline void _put_slot(object obj, int i, object value) noexcept:
-    rmq_set_slot(obj, _ext_off[i], value)
-
-
+@cython.final
 cdef class _Repeats:
     """One read call's fields that records repeat (hosts, record size, magic
     code, store and born timestamps), each kept as one Python object while
@@ -3739,7 +3966,7 @@ cdef class _Repeats:
 
 
 cdef object _ext_at(object message_type, const unsigned char *b, Py_ssize_t p0, object topic, _Repeats r):
-    """A *message_type* (MessageExt's slots, _ext_offsets done) for the valid
+    """A *message_type* (see _ext_type) for the valid
     record at b + p0 whose topic is *topic*, its repeated fields from *r*."""
     cdef int32_t sys_flag = ld32(b + p0 + 36), body_len, props_len
     cdef int bw = 20 if sys_flag & BORNHOST_V6_FLAG else 8
@@ -3747,6 +3974,7 @@ cdef object _ext_at(object message_type, const unsigned char *b, Py_ssize_t p0, 
     cdef const unsigned char *h = b + p0 + 48 + bw
     cdef const unsigned char *u
     cdef long long v
+    cdef MessageExt m
     body_len = ld32(h + 20 + sw)
     u = h + 24 + sw + body_len
     u += (1 + u[0]) if ld32(b + p0 + 4) == MESSAGE_MAGIC_CODE else (2 + ld16(u))
@@ -3764,26 +3992,20 @@ cdef object _ext_at(object message_type, const unsigned char *b, Py_ssize_t p0, 
     v = ld64(h)
     if r.ts_o is None or r.ts != v:
         r.ts_o, r.ts = v, v
-    m = rmq_alloc(message_type)
-    _put_slot(m, 0, r.size_o)
-    _put_slot(m, 1, r.magic_o)
-    _put_slot(m, 2, ld32(b + p0 + 8))
-    _put_slot(m, 3, ld32(b + p0 + 12))
-    _put_slot(m, 4, ld32(b + p0 + 16))
-    _put_slot(m, 5, ld64(b + p0 + 20))
-    _put_slot(m, 6, ld64(b + p0 + 28))
-    _put_slot(m, 7, sys_flag)
     v = ld64(b + p0 + 40)
-    _put_slot(m, 8, r.ts_o if v == r.ts else v)  # (born = store time, unless the producer set it)
-    _put_slot(m, 9, r.born)
-    _put_slot(m, 10, r.ts_o)
-    _put_slot(m, 11, r.store)
-    _put_slot(m, 12, ld32(h + 8 + sw))
-    _put_slot(m, 13, ld64(h + 12 + sw))
-    _put_slot(m, 14, PyBytes_FromStringAndSize(<const char *>h + 24 + sw, body_len))
-    _put_slot(m, 15, topic)
-    _put_slot(m, 16, PyBytes_FromStringAndSize(<const char *>u + 2, props_len))
-    _put_slot(m, 17, None)
+    born_ts = r.ts_o if v == r.ts else v  # (born = store time, unless the producer set it)
+    body = PyBytes_FromStringAndSize(<const char *>h + 24 + sw, body_len)
+    blob = PyBytes_FromStringAndSize(<const char *>u + 2, props_len)
+    if message_type is not MessageExt:
+        return message_type((r.size_o, r.magic_o, ld32(b + p0 + 8), ld32(b + p0 + 12), ld32(b + p0 + 16),
+                             ld64(b + p0 + 20), ld64(b + p0 + 28), sys_flag, born_ts, r.born, r.ts_o, r.store,
+                             ld32(h + 8 + sw), ld64(h + 12 + sw), body, topic, blob))
+    m = MessageExt.__new__(MessageExt)
+    m.store_size, m.magic_code, m.body_crc = r.size_o, r.magic_o, ld32(b + p0 + 8)
+    m.queue_id, m.flag, m.queue_offset = ld32(b + p0 + 12), ld32(b + p0 + 16), ld64(b + p0 + 20)
+    m.physical_offset, m.sys_flag, m.born_timestamp, m._born_host = ld64(b + p0 + 28), sys_flag, born_ts, r.born
+    m.store_timestamp, m._store_host, m.reconsume_times = r.ts_o, r.store, ld32(h + 8 + sw)
+    m.prepared_transaction_offset, m.body, m.topic, m.properties_blob = ld64(h + 12 + sw), body, topic, blob
     return m
 
 
@@ -3878,7 +4100,7 @@ def pull_units(cq_buf, start, end, view, topic, queue_id, queue_offset, max_coun
     cdef const char *tb
     cdef Py_buffer cv
     cdef _View v
-    _ext_offsets(message_type)
+    _ext_type(message_type)
     if not isinstance(topic, str):
         raise TypeError("topic must be a str")
     tb = PyUnicode_AsUTF8AndSize(topic, &tl)
@@ -3921,7 +4143,7 @@ def read_keyed(view, offsets, topic, key, max_size, message_type, list out):
     cdef Py_ssize_t i, n, msize = _idx(max_size)
     cdef _View v
     cdef _Col offs
-    _ext_offsets(message_type)
+    _ext_type(message_type)
     if not isinstance(topic, str) or not isinstance(key, str):
         raise TypeError("topic and key must be str")
     if not PyList_CheckExact(offsets):
@@ -3941,7 +4163,7 @@ def read_keyed(view, offsets, topic, key, max_size, message_type, list out):
 
 cdef int _read_keyed(_View *v, object bufs, const int64_t *offsets, Py_ssize_t n, object topic, object key,
                      Py_ssize_t msize, object message_type, list out) except -1:
-    """read_keyed over *n* offsets with v open (_ext_offsets done, topic and
+    """read_keyed over *n* offsets with v open (_ext_type checked, topic and
     key str); v's held segment is the caller's to release."""
     cdef Py_ssize_t i, j, tl, kl, pn, p0, limit
     cdef long long phy
@@ -4004,7 +4226,7 @@ cdef object _query_keyed_in(index, commitlog, topic, key, max_num, rmq_i128 lo, 
     cdef char found_buf[512]  # 64 offsets, max_msgs_num_batch's default
     if not _may_read(refs):
         return None
-    _ext_offsets(message_type)
+    _ext_type(message_type)
     if not isinstance(topic, str) or not isinstance(key, str):
         raise TypeError("topic and key must be str")
     limit = _idx(max_num)
@@ -4063,7 +4285,7 @@ def read_ext(commitlog, physical_offset, message_type, list out not None, refs):
     phy = _wide(physical_offset)
     if not _may_read(refs):
         return None
-    _ext_offsets(message_type)
+    _ext_type(message_type)
     bufs = _view_of(&v, commitlog)
     if phy < v.lo or phy >= v.hi:
         return out
@@ -4103,7 +4325,7 @@ cdef object _pull_messages(cq, commitlog, queue_offset, max_count, max_units, me
     cdef bint gc_was
     if not _may_read(refs):
         return None
-    _ext_offsets(message_type)
+    _ext_type(message_type)
     # MessageExt objects are made while no reference is held: no collection
     # may run Python code (finalizers) and let clean-up in (as query_keyed)
     gc_was = PyGC_Disable()

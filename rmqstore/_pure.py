@@ -16,7 +16,6 @@ import operator
 import struct
 import threading
 import time
-import types
 import weakref
 import zlib
 from typing import Any
@@ -49,8 +48,11 @@ from ._layout import (
     STOP_LIMIT,
     STOREHOSTADDRESS_V6_FLAG,
 )
+from ._pure_message import MESSAGE_FIELDS, Message, MessageExt
 
 __all__ = [
+    "Message",
+    "MessageExt",
     "java_hash",
     "index_key_hash",
     "masked_crc32",
@@ -1101,9 +1103,8 @@ def _int(value, bits: int) -> int:
     return v
 
 
-# the Message slots the put path reads (Message.__slots__ names)
-_SLOTS = ("topic", "body", "queue_id", "flag", "tags", "keys", "unique_key", "properties", "born_timestamp",
-          "born_host", "store_host", "reconsume_times", "sys_flag", "prepared_transaction_offset")
+# the Message fields the put path reads
+_SLOTS = MESSAGE_FIELDS
 
 
 def _encoded(encoded) -> "_Encoded | None":
@@ -1178,8 +1179,9 @@ class Appender:
     ``put_batch`` there (a finalizer could be such a put).
 
     Args (constructor):
-        message_type (type): the Message class; its ``__slots__`` are read
-            (the core reads them by offset, as CPython's own slot access).
+        message_type (type): the Message class whose instances go the fast
+            way (exactly that class, or either implementation's Message here;
+            the core takes only its own Message).
         result_type (type): a tuple subclass built as ``(ok_status, msg_id,
             physical_offset, size, queue_offset, store_timestamp)``.
         ok_status: its first field.
@@ -1200,10 +1202,11 @@ class Appender:
             raise ValueError("store_host must be the raw 8- or 20-byte host field")
         if not isinstance(queue_offsets, dict):
             raise TypeError("queue_offsets must be a dict")
-        for name in _SLOTS:
-            if not isinstance(getattr(message_type, name, None), types.MemberDescriptorType):
-                raise TypeError(f"message_type.{name} must be a writable __slots__ member")
         self._message_type: Any = message_type
+        from .message import MESSAGE_TYPES  # (message imports this module)
+
+        # either implementation's Message: the twin reads public attributes
+        self._fast_types = frozenset((message_type, *MESSAGE_TYPES))
         self._result_type = result_type
         self._ok = ok_status
         self._store_host = store_host
@@ -1287,7 +1290,7 @@ class Appender:
         With *unbound* (check_all's placeholders by topic), a message of an
         unbound queue is encoded against its topic's placeholder, and no
         CommitLog or index file need be bound."""
-        if (self._commit is None and unbound is None) or type(msg) is not self._message_type:
+        if (self._commit is None and unbound is None) or type(msg) not in self._fast_types:
             return None  # (subclasses may redefine attributes: step by step)
         try:
             for name in _SLOTS:
@@ -1459,7 +1462,7 @@ class Appender:
         an exact int queue id) is not bound, a placeholder binding for its
         topic in *unbound*, made once per topic (:func:`_placeholder_of`);
         True when it made one (check the message again)."""
-        if type(msg) is not self._message_type:
+        if type(msg) not in self._fast_types:
             return False
         topic, queue_id = getattr(msg, "topic", None), getattr(msg, "queue_id", None)
         if type(topic) is not str or type(queue_id) is not int:
@@ -1895,21 +1898,14 @@ def _check_columns(bodies, queue_ids, tags, keys, unique_keys) -> None:
 
 # --- the pull path ----------------------------------------------------------
 
-# MessageExt's slots, in decode_record's field order, then the parsed-properties cache
-_EXT_SLOTS = ("store_size", "magic_code", "body_crc", "queue_id", "flag", "queue_offset", "physical_offset",
-              "sys_flag", "born_timestamp", "_born_host", "store_timestamp", "_store_host", "reconsume_times",
-              "prepared_transaction_offset", "body", "topic", "properties_blob", "_properties")
-
-
 def _check_ext_type(message_type) -> None:
-    if not isinstance(message_type, type) or not all(
-            isinstance(getattr(message_type, n, None), types.MemberDescriptorType) for n in _EXT_SLOTS):
-        raise TypeError("message_type must be a class with MessageExt's __slots__")
+    if not isinstance(message_type, type):
+        raise TypeError("message_type must be a class")
 
 
 def _ext(message_type, fields: tuple, topic: str):
-    """``message_type(fields)`` with *topic* for the topic field: MessageExt's
-    constructor stores the fields in its slots, which the core fills directly."""
+    """``message_type(fields)`` with *topic* for the topic field (either
+    implementation's MessageExt, or any class made that way)."""
     return message_type(fields[:15] + (topic, fields[16]))
 
 

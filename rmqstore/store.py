@@ -60,6 +60,7 @@ from .exceptions import (
 from .index import IndexService, keys_of
 from .mapped_file import _NOFOLLOW, ReferenceResource, open_no_follow
 from .message import (
+    MESSAGE_TYPES,
     GetColumnsResult,
     GetMessageResult,
     GetMessageStatus,
@@ -1276,7 +1277,7 @@ class MessageStore:
         born_timestamp, reconsume_times, prepared_transaction_offset),
         sys_flag, born host, store host, body, property blob, properties,
         record size)``."""
-        if not isinstance(msg, Message):
+        if not isinstance(msg, MESSAGE_TYPES):
             raise MessageTypeError(f"expected a Message, got {type(msg).__name__}")
         cfg = self.config
         topic = msg.topic

@@ -15,6 +15,7 @@ from conftest import scaled
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+import rmqstore
 from rmqstore import _layout as L
 from rmqstore import _pure
 
@@ -35,6 +36,10 @@ def _need_core():
         if REQUIRE_EXTENSION:
             pytest.fail(f"rmqstore._core is required but not importable: {_CORE_ERROR}")
         pytest.skip(f"rmqstore._core not built: {_CORE_ERROR}")
+    if rmqstore.IMPLEMENTATION != "cython":
+        # a pure-Python run leaves the core alone (its Message and MessageExt
+        # are the twin's): the run with the core compares the two
+        pytest.skip("the pure-Python run (RMQSTORE_PURE_PYTHON=1) does not load the core")
     return _core
 
 
@@ -105,7 +110,8 @@ def test_core_exports_same_api(core):
             methods = sorted(m for m in vars(pf) if not m.startswith("_"))
             assert methods == sorted(m for m in vars(cf) if not m.startswith("_")), name
             for m in methods:
-                assert params(getattr(pf, m)) == params(getattr(cf, m)), f"{name}.{m}"
+                if callable(vars(pf)[m]):  # (not the fields and properties)
+                    assert params(getattr(pf, m)) == params(getattr(cf, m)), f"{name}.{m}"
         else:
             assert params(pf) == params(cf), name
 

@@ -1,0 +1,22 @@
+# The core's classes whose state other kernels read directly (C fields, no
+# attribute lookups). Their docstrings and methods are in _core.pyx; the
+# pure-Python twins are in _pure_message.py.
+
+
+cdef class Message:
+    # The producer's fields, as given (and as changed after: the put path
+    # checks them again from one reading of each). Objects, not C ints, so
+    # that assigning a wrong type is caught by the put with the typed error,
+    # as for the twin.
+    cdef public object topic, body, queue_id, flag, tags, keys, unique_key, properties
+    cdef public object born_timestamp, born_host, store_host, reconsume_times, sys_flag
+    cdef public object prepared_transaction_offset
+
+
+cdef class MessageExt:
+    # A stored record's fields in the order decode_record gives them; the
+    # raw hosts and the parsed properties behind properties.
+    cdef public object store_size, magic_code, body_crc, queue_id, flag, queue_offset, physical_offset
+    cdef public object sys_flag, born_timestamp, store_timestamp, reconsume_times, prepared_transaction_offset
+    cdef public object body, topic, properties_blob
+    cdef object _born_host, _store_host, _properties
