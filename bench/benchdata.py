@@ -16,17 +16,24 @@ BODY_SIZE = 256
 CONFIG = StoreConfig(mapped_file_size_commit_log=64 * 1024 * 1024)
 
 
-def make_messages(n=N, seed=1234):
+def message_fields(n=N, seed=1234):
+    """What a producer has before it makes each message: ``(body, queue_id,
+    tags, keys, unique_key, born_timestamp)`` per message (seeded)."""
     rnd = random.Random(seed)
     return [
-        Message(
-            TOPIC,
-            rnd.randbytes(BODY_SIZE),
-            queue_id=i % QUEUES,
-            tags=f"Tag{i % 4}",
-            keys=f"key-{i}",
-            unique_key=f"{seed:08X}{i:024X}",
-            born_timestamp=1_700_000_000_000 + i,
-        )
+        (rnd.randbytes(BODY_SIZE), i % QUEUES, f"Tag{i % 4}", f"key-{i}", f"{seed:08X}{i:024X}",
+         1_700_000_000_000 + i)
         for i in range(n)
     ]
+
+
+def build(fields):
+    """The messages of *fields* (message_fields' rows), made as a caller makes them."""
+    return [
+        Message(TOPIC, body, queue_id=qid, tags=tags, keys=keys, unique_key=uniq, born_timestamp=born)
+        for body, qid, tags, keys, uniq, born in fields
+    ]
+
+
+def make_messages(n=N, seed=1234):
+    return build(message_fields(n, seed))

@@ -1,6 +1,9 @@
 """Instructions per operation under callgrind: stable where wall time is not.
 
-    python bench/instructions.py put            # put_message, one call per message
+    python bench/instructions.py build          # Message(...), from the caller's fields
+    python bench/instructions.py put            # put_message, one call per message (prebuilt)
+    python bench/instructions.py put-built      # build each Message, then put_message it
+    python bench/instructions.py put-batch-built  # build 1000 Messages, then put_messages them
     python bench/instructions.py put-batch      # put_messages, batches of 1000
     python bench/instructions.py put-columns    # put_message_columns, 1000 rows per call
     python bench/instructions.py consume        # get_messages, 32 per pull
@@ -28,24 +31,38 @@ N1, N2 = 2000, 10000
 
 def workload(kind: str, n: int) -> None:
     sys.path.insert(0, HERE)
-    from benchdata import CONFIG, QUEUES, TOPIC, make_messages
+    from benchdata import CONFIG, QUEUES, TOPIC, build, make_messages, message_fields
 
-    from rmqstore import MessageStore
+    from rmqstore import Message, MessageStore
 
     hour = 3_600_000
     cfg = CONFIG.replace(flush_interval_commit_log=hour, flush_interval_consume_queue=hour)
     if hasattr(cfg, "clean_resource_interval"):
         cfg = cfg.replace(clean_resource_interval=hour)
-    msgs = make_messages(N2 + 1000)
+    fields = message_fields(N2 + 1000)
+    msgs = build(fields)
     # puts read the store's own clock, as in use; reads get a fixed one, so
     # every run stores the same timestamps
     ticks = iter(range(1_700_000_000_000, 1_700_000_000_000 + 10 * N2))
     clock = None if kind.startswith("put") else lambda: next(ticks)
     with tempfile.TemporaryDirectory() as d, \
             MessageStore.open(os.path.join(d, "s"), config=cfg, clock=clock) as s:
-        if kind == "put":
+        if kind == "build":
+            for body, qid, tags, keys, uniq, born in fields[:n]:
+                Message(TOPIC, body, queue_id=qid, tags=tags, keys=keys, unique_key=uniq, born_timestamp=born)
+        elif kind == "put":
             for m in msgs[:n]:
                 s.put_message(m)
+        elif kind == "put-built":
+            put = s.put_message
+            for body, qid, tags, keys, uniq, born in fields[:n]:
+                put(Message(TOPIC, body, queue_id=qid, tags=tags, keys=keys, unique_key=uniq, born_timestamp=born))
+        elif kind == "put-batch-built":
+            for i in range(0, n, 1000):
+                s.put_messages([
+                    Message(TOPIC, body, queue_id=qid, tags=tags, keys=keys, unique_key=uniq, born_timestamp=born)
+                    for body, qid, tags, keys, uniq, born in fields[i : i + 1000]
+                ])
         elif kind == "put-batch":
             for i in range(0, n, 1000):
                 s.put_messages(msgs[i : i + 1000])
