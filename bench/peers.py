@@ -1,18 +1,28 @@
 """Peer stores for ``bench/test_peers.py``: one adapter per store, one interface,
 the same message-queue semantics in each.
 
-Every adapter takes rmqstore ``Message`` objects (the seeded messages of
-``benchdata.make_messages``) and implements a topic of numbered queues:
+Every adapter starts from what a producer has: a row ``(topic, body,
+queue_id, flag, tags, keys, unique_key, born_timestamp)`` (``ROW``; the
+seeded rows of ``benchdata.message_fields``), and implements a topic of
+numbered queues:
 
 ``open(path, clock=None, read_only=False)``
     open (creating if needed) the store in directory *path*; *clock* returns
     the store time in ms (default: the wall clock, as rmqstore's), called once
     per appended message.
+``prepare(row)``
+    the message as this store's API takes it, made before any timing:
+    rmqstore's ``Message``; the row itself for the others (they encode
+    their record in ``append``).
 ``append(msg)``
-    store one message durably-as-configured and return where it went (see
-    ``placed``); one transaction / write batch per message.
+    store one prepared message durably-as-configured and return where it
+    went (see ``placed``); one transaction / write batch per message.
 ``append_batch(msgs)``
-    the same for a list of messages, in one transaction / write batch.
+    the same for a list of prepared messages, in one transaction / write batch.
+``append_row(row)``, ``append_rows(rows)``
+    ``append`` and ``append_batch`` from rows, all the work a caller's code
+    does inside the call: rmqstore makes each ``Message`` there, the others
+    encode their record as in ``append``.
 ``finish()``
     commit whatever an append left pending (only ``sqlite3-tx1000`` has any).
 ``consume(queue_id, from_offset, n=32)``
@@ -51,6 +61,8 @@ from benchdata import CONFIG, TOPIC
 # The decoded form of a stored message in every peer (sqlite3 rows have it too).
 FIELDS = ("topic", "queue_id", "queue_offset", "flag", "born_timestamp", "store_timestamp",
           "tags", "keys", "unique_key", "body")
+# A producer's message before any store sees it.
+ROW = ("topic", "body", "queue_id", "flag", "tags", "keys", "unique_key", "born_timestamp")
 
 _Q = struct.Struct(">I")
 _QO = struct.Struct(">IQ")  # (queue_id, queue_offset): message key
@@ -67,14 +79,14 @@ def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def encode_record(m, queue_offset, store_ts) -> bytes:
-    t = m.topic.encode()
-    tg = m.tags.encode() if m.tags else b""
-    ks = m.keys.encode() if m.keys else b""
-    u = m.unique_key.encode() if m.unique_key else b""
-    body = m.body
-    born = store_ts if m.born_timestamp is None else m.born_timestamp
-    hdr = _HDR.pack(m.queue_id, queue_offset, m.flag, born, store_ts, len(t), len(tg), len(ks), len(u), len(body))
+def encode_record(row, queue_offset, store_ts) -> bytes:
+    topic, body, queue_id, flag, tags, keys, uniq, born = row
+    t = topic.encode()
+    tg = tags.encode() if tags else b""
+    ks = keys.encode() if keys else b""
+    u = uniq.encode() if uniq else b""
+    born = store_ts if born is None else born
+    hdr = _HDR.pack(queue_id, queue_offset, flag, born, store_ts, len(t), len(tg), len(ks), len(u), len(body))
     return b"".join((hdr, t, tg, ks, u, body))
 
 
@@ -92,11 +104,12 @@ def decode_record(v) -> tuple:
     )
 
 
-def index_keys(m) -> list:
+def index_keys(row) -> list:
     """The keys a message is found by: its unique key and each of its keys."""
-    out = [m.unique_key] if m.unique_key else []
-    if m.keys:
-        out.extend(k for k in m.keys.split(_SEP) if k)
+    keys, uniq = row[5], row[6]
+    out = [uniq] if uniq else []
+    if keys:
+        out.extend(k for k in keys.split(_SEP) if k)
     return out
 
 
@@ -114,6 +127,15 @@ class Peer:
     def placed(result) -> tuple:
         """(queue_offset, store_ts) of what ``append`` returned."""
         return result
+
+    def prepare(self, row):
+        return row
+
+    def append_row(self, row):
+        return self.append(row)
+
+    def append_rows(self, rows):
+        return self.append_batch(rows)
 
     @staticmethod
     def describe(m) -> tuple:
@@ -155,13 +177,32 @@ class RmqStore(Peer):
         from rmqstore import MessageStore
 
         self.store = MessageStore.open(path, config=CONFIG, clock=clock, read_only=read_only)
+        self._message = _message_class(self.kernels)
         return self
+
+    def prepare(self, row):
+        topic, body, queue_id, flag, tags, keys, uniq, born = row
+        return _message_class(self.kernels)(topic, body, queue_id=queue_id, flag=flag, tags=tags, keys=keys, unique_key=uniq,
+                       born_timestamp=born)
 
     def append(self, m):
         return self.store.put_message(m)
 
     def append_batch(self, msgs):
         return self.store.put_messages(msgs)
+
+    def append_row(self, row):
+        topic, body, queue_id, flag, tags, keys, uniq, born = row
+        return self.store.put_message(self._message(topic, body, queue_id=queue_id, flag=flag, tags=tags, keys=keys,
+                                                    unique_key=uniq, born_timestamp=born))
+
+    def append_rows(self, rows):
+        message = self._message
+        return self.store.put_messages([
+            message(topic, body, queue_id=queue_id, flag=flag, tags=tags, keys=keys, unique_key=uniq,
+                    born_timestamp=born)
+            for topic, body, queue_id, flag, tags, keys, uniq, born in rows
+        ])
 
     def consume(self, queue_id, from_offset, n=32):
         return self.store.get_messages(TOPIC, queue_id, from_offset, n).messages
@@ -232,7 +273,7 @@ class Lmdb(Peer):
         return self
 
     def _put(self, txn, m):
-        q = m.queue_id
+        q = m[2]
         qo = self._next.get(q, 0)
         ts = self._clock()
         qk = _QO.pack(q, qo)
@@ -346,7 +387,7 @@ class RocksDict(Peer):
         return self
 
     def _put(self, wb, m):
-        q = m.queue_id
+        q = m[2]
         qo = self._next.get(q, 0)
         ts = self._clock()
         hm, hk, ht = self._h
@@ -479,12 +520,11 @@ class Sqlite(Peer):
         return self
 
     def _row(self, m):
-        q = m.queue_id
+        topic, body, q, flag, tags, keys, uniq, born = m
         qo = self._next.get(q, 0)
         ts = self._clock()
         self._next[q] = qo + 1
-        born = ts if m.born_timestamp is None else m.born_timestamp
-        return (m.topic, q, qo, m.flag, born, ts, m.tags, m.keys, m.unique_key, m.body)
+        return (topic, q, qo, flag, ts if born is None else born, ts, tags, keys, uniq, body)
 
     def append(self, m):
         row = self._row(m)
@@ -546,7 +586,18 @@ class SqliteTx1000(Sqlite):
 
 STORES = ["rmqstore-cython", "rmqstore-python", "lmdb", "rocksdict", "sqlite3"]
 APPEND_ONLY = ["sqlite3-tx1000"]  # extra rows of the append workload
-WORKLOADS = ["append", "append-batch", "consume", "key-lookup", "time-lookup"]
+WORKLOADS = ["append", "append-batch", "append-built", "append-batch-built", "first-put", "consume", "key-lookup",
+             "time-lookup"]
+
+
+def _message_class(kernels: str):
+    """The Message class of the kernels a store was opened with (the Cython
+    core's own, or the pure twin's)."""
+    if kernels == "cython":
+        from rmqstore._core import Message
+    else:
+        from rmqstore._pure_message import Message
+    return Message
 
 
 def make(name: str) -> Peer:

@@ -3,6 +3,13 @@ message), append in batches of 1000, consume every queue (pulls of 32), key
 lookups and time lookups, for rmqstore-cython, rmqstore-python, lmdb,
 rocksdict and sqlite3 (plus sqlite3 appending in 1000-row transactions).
 
+Two forms of the appends. ``append`` and ``append-batch`` take messages
+made before the timing (rmqstore's ``Message``; the others take the row and
+encode their record inside the call). ``append-built`` and
+``append-batch-built`` time what a caller's loop does: every store starts
+from the producer's row, rmqstore making each ``Message`` inside the timing.
+``first-put`` times opening a new store and its first put.
+
 Run with ``python -m pytest bench/test_peers.py --benchmark-enable``; the run
 ends with a table of medians and the ratio of rmqstore-cython to each store.
 Peers that are not installed (``pip install '.[bench]'``) are skipped.
@@ -18,7 +25,7 @@ import shutil
 
 import peers
 import pytest
-from benchdata import BODY_SIZE, QUEUES, TOPIC, make_messages
+from benchdata import BODY_SIZE, QUEUES, TOPIC, message_fields
 
 N = int(os.environ.get("RMQSTORE_BENCH_PEERS_N", "200000"))
 LOOKUPS = min(N, int(os.environ.get("RMQSTORE_BENCH_PEERS_LOOKUPS", "20000")))
@@ -57,15 +64,22 @@ def _info(benchmark, peer, workload, ops):
 
 
 @pytest.fixture(scope="module")
-def messages():
-    """The seeded messages, the same logical messages for every store."""
-    msgs = make_messages(N)
-    assert all(len(m.body) == BODY_SIZE for m in msgs[:10])
-    return msgs
+def rows():
+    """The seeded messages as a producer has them (peers.ROW), the same
+    logical messages for every store."""
+    out = [(TOPIC, body, qid, 0, tags, keys, uniq, born) for body, qid, tags, keys, uniq, born in message_fields(N)]
+    assert all(len(r[1]) == BODY_SIZE for r in out[:10])
+    return out
+
+
+@pytest.fixture
+def messages(peer, rows):
+    """The rows as the store's API takes them, made outside any timing."""
+    return [peer.prepare(r) for r in rows]
 
 
 @pytest.fixture(scope="module")
-def filled(tmp_path_factory, messages):
+def filled(tmp_path_factory, rows):
     """get(peer) -> (path, placed): a store of N messages written once per
     store (in batches of 1000, the clock advancing 1 ms per message) and
     (queue_offset, store_ts) of each message. Both rmqstore entries share one
@@ -81,7 +95,7 @@ def filled(tmp_path_factory, messages):
             try:
                 placed = []
                 for i in range(0, N, 1000):
-                    placed.extend(peer.placed(r) for r in a.append_batch(messages[i : i + 1000]))
+                    placed.extend(peer.placed(r) for r in a.append_rows(rows[i : i + 1000]))
             finally:
                 a.close()
             built[key] = path, placed
@@ -145,6 +159,60 @@ def test_append_batch(benchmark, peer, messages, tmp_path):
             a.append_batch(b)
 
     _timed_writes(benchmark, run, setup, opened, tmp_path)
+
+
+@pytest.mark.parametrize("peer", peers.STORES + peers.APPEND_ONLY, indirect=True)
+def test_append_built(benchmark, peer, rows, tmp_path):
+    _info(benchmark, peer, "append-built", N)
+    setup, opened = _fresh_stores(peer, tmp_path)
+
+    def run(a):
+        append_row = a.append_row
+        for r in rows:
+            append_row(r)
+        a.finish()
+
+    _timed_writes(benchmark, run, setup, opened, tmp_path)
+
+
+@pytest.mark.parametrize("peer", peers.STORES, indirect=True)
+def test_append_batch_built(benchmark, peer, rows, tmp_path):
+    _info(benchmark, peer, "append-batch-built", N)
+    setup, opened = _fresh_stores(peer, tmp_path)
+
+    def run(a):
+        for i in range(0, N, 1000):
+            a.append_rows(rows[i : i + 1000])
+
+    _timed_writes(benchmark, run, setup, opened, tmp_path)
+
+
+@pytest.mark.parametrize("peer", peers.STORES, indirect=True)
+def test_first_put(benchmark, peer, rows, tmp_path):
+    """A new store: open (creating its files) and the first put, timed
+    together; closed and deleted outside the timing."""
+    _info(benchmark, peer, "first-put", 1)
+    opened = []
+
+    def setup():
+        while opened:
+            opened.pop().close()
+        shutil.rmtree(tmp_path / "store", ignore_errors=True)
+        return (), {}
+
+    def run():
+        a = peer.open(tmp_path / "store")
+        opened.append(a)
+        a.append_row(rows[0])
+        a.finish()
+
+    try:
+        benchmark.pedantic(run, setup=setup, rounds=WRITE_ROUNDS * 3)
+        assert opened[-1].next_offsets() == {rows[0][2]: 1}
+    finally:
+        for a in opened:
+            a.close()
+        shutil.rmtree(tmp_path / "store", ignore_errors=True)
 
 
 @pytest.mark.parametrize("peer", peers.STORES, indirect=True)
@@ -212,12 +280,13 @@ def test_time_lookup(benchmark, peer, filled):
 # --- answers, checked outside any timing ---------------------------------------------
 
 
-def _expected(m, queue_offset, store_ts):
-    return (TOPIC, m.queue_id, queue_offset, 0, m.born_timestamp, store_ts, m.tags, m.keys, m.unique_key, m.body)
+def _expected(row, queue_offset, store_ts):
+    topic, body, queue_id, flag, tags, keys, uniq, born = row
+    return (topic, queue_id, queue_offset, flag, born, store_ts, tags, keys, uniq, body)
 
 
 @pytest.mark.parametrize("peer", peers.STORES, indirect=True)
-def test_answers(peer, filled, messages):
+def test_answers(peer, filled, rows):
     """Every store answers a sample of consumes, key lookups (by key and by
     unique key) and time lookups exactly as the messages put into it say."""
     path, placed = filled(peer)
@@ -226,7 +295,7 @@ def test_answers(peer, filled, messages):
         per_queue = N // QUEUES
         assert a.next_offsets() == {q: per_queue for q in range(QUEUES)}
         for i in random.Random(11).sample(range(N), min(N, 500)):
-            m, (qo, ts) = messages[i], placed[i]
+            m, (qo, ts) = rows[i], placed[i]
             q = i % QUEUES
             want = _expected(m, qo, ts)
             assert qo == i // QUEUES and ts == placed[0][1] + i
@@ -234,7 +303,7 @@ def test_answers(peer, filled, messages):
             assert peer.describe(got[0]) == want
             assert len(got) == min(32, per_queue - qo)
             assert [peer.describe(x)[2] for x in got] == list(range(qo, qo + len(got)))
-            for key in (m.keys, m.unique_key):
+            for key in (m[5], m[6]):
                 found = a.lookup_key(key)
                 assert [peer.describe(x) for x in found] == [want], key
             assert a.lookup_time(q, ts) == qo
@@ -251,18 +320,24 @@ def test_answers(peer, filled, messages):
 
 
 @pytest.mark.parametrize("peer", peers.STORES + peers.APPEND_ONLY, indirect=True)
-@pytest.mark.parametrize("form", ["append", "append-batch"])
-def test_append_answers(peer, messages, tmp_path, form):
+@pytest.mark.parametrize("form", ["append", "append-batch", "append-built", "append-batch-built"])
+def test_append_answers(peer, messages, rows, tmp_path, form):
     """What the timed append paths write (wall clock, reopened) reads back whole."""
     n = min(N, 2000)
-    msgs = messages[:n]
+    msgs = rows[:n]
+    prepared = messages[:n]
     a = peer.open(tmp_path / "s")
     try:
         if form == "append":
-            placed = [peer.placed(a.append(m)) for m in msgs]
+            placed = [peer.placed(a.append(m)) for m in prepared]
             a.finish()
+        elif form == "append-built":
+            placed = [peer.placed(a.append_row(r)) for r in msgs]
+            a.finish()
+        elif form == "append-batch":
+            placed = [peer.placed(r) for i in range(0, n, 1000) for r in a.append_batch(prepared[i : i + 1000])]
         else:
-            placed = [peer.placed(r) for i in range(0, n, 1000) for r in a.append_batch(msgs[i : i + 1000])]
+            placed = [peer.placed(r) for i in range(0, n, 1000) for r in a.append_rows(msgs[i : i + 1000])]
     finally:
         a.close()
     a = peer.open(tmp_path / "s", read_only=True)
