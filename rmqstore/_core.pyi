@@ -12,11 +12,13 @@ Buffers: every kernel takes any object with the buffer protocol (``mmap``,
 at run time, so they add no dependency.
 """
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any, final
 
 from _typeshed import ReadableBuffer, WriteableBuffer
 from typing_extensions import disjoint_base
+
+from ._status import GetMessageStatus
 
 __all__ = [
     "java_hash",
@@ -47,6 +49,7 @@ __all__ = [
     "PutGate",
     "ReadGate",
     "pull_units",
+    "pull_bounds",
     "read_keyed",
     "time_lookup",
     "query_keyed",
@@ -296,7 +299,6 @@ class ReadGate:
         views_type: type,
         units_of: Callable[[bytes], Any],
         tag_filter: Callable[[Any], Any],
-        statuses: Mapping[str, Any],
         min_units: int,
     ) -> None: ...
     def detach(self) -> None: ...
@@ -322,7 +324,8 @@ def pull_units(
     max_size: int,
     message_type: type,
     out: list[Any],
-) -> tuple[int, int, bool]: ...
+) -> tuple[int, GetMessageStatus | None, bool]: ...
+def pull_bounds(cq: Any, queue_offset: int) -> tuple[GetMessageStatus | None, int, int, int]: ...
 def read_keyed(
     view: tuple[list[Any], int, int, int, int],
     offsets: list[int],
@@ -350,7 +353,7 @@ def read_ext(
 ) -> list[Any] | None: ...
 def pull_views(
     cq: Any, commitlog: Any, queue_offset: int, max_count: int, max_units: int, refs: Any
-) -> tuple[str, int, int, int, Any, bytes] | None: ...
+) -> tuple[GetMessageStatus | None, int, int, int, Any, bytes] | None: ...
 def pull_messages(
     cq: Any,
     commitlog: Any,
@@ -361,4 +364,4 @@ def pull_messages(
     out: list[Any],
     tags: tuple[set[int] | frozenset[int], set[str] | frozenset[str]] | None,
     refs: Any,
-) -> tuple[str, int, int, int] | None: ...
+) -> tuple[GetMessageStatus | None, int, int, int] | None: ...

@@ -6,7 +6,6 @@
 
 from __future__ import annotations
 
-import enum
 import functools
 import ipaddress
 import os
@@ -27,6 +26,7 @@ from ._layout import (
     STOREHOSTADDRESS_V6_FLAG,
     TRANSACTION_MASK,
 )
+from ._status import GetMessageStatus, PutMessageStatus  # (defined once, for the core and the twin)
 from .exceptions import IllegalMessageError, MessageTypeError, PropertiesSizeExceededError
 
 __all__ = [
@@ -47,34 +47,6 @@ __all__ = [
 
 _INT32 = (-(1 << 31), (1 << 31) - 1)
 _INT64 = (-(1 << 63), (1 << 63) - 1)
-
-
-class PutMessageStatus(enum.Enum):
-    """Outcome of a put (RocketMQ ``PutMessageStatus``). Bad input raises
-    instead of returning MESSAGE_ILLEGAL / PROPERTIES_SIZE_EXCEEDED."""
-
-    PUT_OK = "PUT_OK"
-    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
-    SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"
-    CREATE_MAPPED_FILE_FAILED = "CREATE_MAPPED_FILE_FAILED"
-    MESSAGE_ILLEGAL = "MESSAGE_ILLEGAL"
-    PROPERTIES_SIZE_EXCEEDED = "PROPERTIES_SIZE_EXCEEDED"
-    OS_PAGE_CACHE_BUSY = "OS_PAGE_CACHE_BUSY"
-    UNKNOWN_ERROR = "UNKNOWN_ERROR"
-
-
-class GetMessageStatus(enum.Enum):
-    """Outcome of a pull (RocketMQ ``GetMessageStatus``)."""
-
-    FOUND = "FOUND"
-    NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"
-    MESSAGE_WAS_REMOVING = "MESSAGE_WAS_REMOVING"
-    OFFSET_FOUND_NULL = "OFFSET_FOUND_NULL"
-    OFFSET_OVERFLOW_BADLY = "OFFSET_OVERFLOW_BADLY"
-    OFFSET_OVERFLOW_ONE = "OFFSET_OVERFLOW_ONE"
-    OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"
-    NO_MATCHED_LOGIC_QUEUE = "NO_MATCHED_LOGIC_QUEUE"
-    NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"
 
 
 class PutMessageResult(NamedTuple):
