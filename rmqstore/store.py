@@ -2057,7 +2057,7 @@ class MessageStore:
     def _pull_held(self, topic, queue_id, offset, max_count, tags) -> GetMessageResult:
         """The careful pull: the kernels' statuses (k.pull_bounds, then those
         of k.pull_units), reading step by step what they do not vouch for."""
-        cq = self._cqs.get((topic, queue_id))
+        cq: Any = self._cqs.get((topic, queue_id))
         ended, nxt, mn, mx = k.pull_bounds(cq, offset)
         if ended is not None:
             return GetMessageResult(ended, [], nxt, mn, mx)
@@ -2190,6 +2190,7 @@ class MessageStore:
         cq = self._cqs.get((topic, queue_id))
         if cq is None:
             ended, nxt, mn, mx = k.pull_bounds(cq, offset)
+            assert ended is not None  # (NO_MATCHED_LOGIC_QUEUE)
             return GetViewsResult(ended, None, _view_units(b""), nxt, mn, mx)
         units = max_count if max_count > _MAX_FILTER_UNITS else _MAX_FILTER_UNITS
         refs = self._refs
@@ -2215,7 +2216,7 @@ class MessageStore:
 
     def _columns_held(self, topic, queue_id, offset, max_count, with_body, with_properties) -> GetColumnsResult:
         view = self.commitlog.segment_view()
-        cq = self._cqs.get((topic, queue_id))
+        cq: Any = self._cqs.get((topic, queue_id))
         status, nxt, mn, mx = k.pull_bounds(cq, offset)  # (the statuses of every pull)
         phys: list = []
         sizes: Any = []

@@ -15,7 +15,14 @@ import pytest
 from conftest import ListClock
 
 import rmqstore
-from rmqstore import GetMessageStatus, Message, MessageStore, PutMessageStatus, StoreConfig, message
+from rmqstore import (
+    GetMessageStatus,
+    Message,
+    MessageStore,
+    PutMessageStatus,
+    StoreConfig,
+    message,
+)
 
 S = GetMessageStatus
 TINY = StoreConfig(
