@@ -4134,6 +4134,9 @@ cdef inline int _bounds(long long q, long long mn, long long mx, long long *nxt)
 
 
 def pull_bounds(cq, queue_offset):
+    """``(status, next_begin_offset, min_offset, max_offset)`` where a pull
+    of *cq* (None: no such queue) from *queue_offset* ends before reading a
+    unit; status None when it reads units (see _pure.pull_bounds)."""
     cdef long long nxt, mn, mx
     cdef rmq_i128 wq = _wide(queue_offset)
     cdef long long q = LLONG_MAX if wq > LLONG_MAX else (LLONG_MIN if wq < LLONG_MIN else <long long>wq)
@@ -4255,7 +4258,7 @@ cdef tuple _pull_queue(cq, commitlog, queue_offset, max_count, max_units, object
                        object tag_filter):
     """pull_views (*message_type* None: packed units of one segment) or
     pull_messages (*message_type* objects appended to *out*, across
-    segments; STOPPED at any unit the careful path must read), the latter
+    segments; status None (stopped) at any unit the careful path must read), the latter
     with *tag_filter* None or ``(codes, names)`` (store._tag_filter's:
     kept are units whose tags code is in *codes* and then records whose
     TAGS is in *names*; a ConsumeQueue file's units are then read
