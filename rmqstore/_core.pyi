@@ -12,11 +12,13 @@ Buffers: every kernel takes any object with the buffer protocol (``mmap``,
 at run time, so they add no dependency.
 """
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any, final
 
 from _typeshed import ReadableBuffer, WriteableBuffer
 from typing_extensions import disjoint_base
+
+from ._status import GetMessageStatus
 
 __all__ = [
     "Message",
@@ -49,6 +51,7 @@ __all__ = [
     "PutGate",
     "ReadGate",
     "pull_units",
+    "pull_bounds",
     "read_keyed",
     "time_lookup",
     "query_keyed",
@@ -386,7 +389,6 @@ class ReadGate:
         views_type: type,
         units_of: Callable[[bytes], Any],
         tag_filter: Callable[[Any], Any],
-        statuses: Mapping[str, Any],
         min_units: int,
     ) -> None: ...
     def detach(self) -> None: ...
@@ -412,7 +414,8 @@ def pull_units(
     max_size: int,
     message_type: type,
     out: list[Any],
-) -> tuple[int, int, bool]: ...
+) -> tuple[int, GetMessageStatus | None, bool]: ...
+def pull_bounds(cq: Any, queue_offset: int) -> tuple[GetMessageStatus | None, int, int, int]: ...
 def read_keyed(
     view: tuple[list[Any], int, int, int, int],
     offsets: list[int],
@@ -440,7 +443,7 @@ def read_ext(
 ) -> list[Any] | None: ...
 def pull_views(
     cq: Any, commitlog: Any, queue_offset: int, max_count: int, max_units: int, refs: Any
-) -> tuple[str, int, int, int, Any, bytes] | None: ...
+) -> tuple[GetMessageStatus | None, int, int, int, Any, bytes] | None: ...
 def pull_messages(
     cq: Any,
     commitlog: Any,
@@ -451,4 +454,4 @@ def pull_messages(
     out: list[Any],
     tags: tuple[set[int] | frozenset[int], set[str] | frozenset[str]] | None,
     refs: Any,
-) -> tuple[str, int, int, int] | None: ...
+) -> tuple[GetMessageStatus | None, int, int, int] | None: ...

@@ -38,6 +38,8 @@ from cpython.object cimport PyObject_Hash
 
 import weakref
 
+from ._status import GetMessageStatus
+
 cdef extern from "Python.h":
     # PyObject_GetBuffer without Cython's error check, to try a writable view
     int _try_getbuffer "PyObject_GetBuffer"(object obj, Py_buffer *view, int flags)
@@ -377,6 +379,7 @@ __all__ = [
     "PutGate",
     "ReadGate",
     "pull_units",
+    "pull_bounds",
     "read_keyed",
     "time_lookup",
     "query_keyed",
@@ -3774,13 +3777,13 @@ cdef class ReadGate:
     # common case of the store method of its name, in C; whatever else
     # comes goes to that method of the store's class.
     cdef object store  # a weak reference
-    cdef dict cqs, statuses
+    cdef dict cqs
     cdef list queues  # (topic, queue_id, cq) by queue_id: see _queue
     cdef object commitlog, index, refs, message_type, result_type, views_type, units_of, tag_filter, min_units
     cdef tuple last_filter  # (tags, its filter): see _filter
     cdef bint read_only
 
-    def __init__(self, store, message_type, result_type, views_type, units_of, tag_filter, statuses, min_units):
+    def __init__(self, store, message_type, result_type, views_type, units_of, tag_filter, min_units):
         cqs = store._cqs
         if not PyDict_CheckExact(cqs):
             raise TypeError("a store's _cqs must be a dict")
@@ -3791,7 +3794,6 @@ cdef class ReadGate:
         self.message_type, self.result_type = message_type, result_type
         self.views_type, self.units_of, self.tag_filter = views_type, units_of, tag_filter
         self.last_filter = (None, None)
-        self.statuses = dict(statuses)
         self.min_units = _idx(min_units)
         self.queues = [None] * 16
 
@@ -3897,8 +3899,8 @@ cdef class ReadGate:
                                        max_count if max_count > self.min_units else self.min_units,
                                        self.message_type, out, wanted, refs)
                 # what the store's method would do next: a careful read, a follow or a wait
-                if found is not None and found[0] != "STOPPED" and (out or (not self.read_only and wait == 0)):
-                    return rmq_tuple5(self.result_type, self.statuses[found[0]], out, found[1], found[2], found[3])
+                if found is not None and found[0] is not None and (out or (not self.read_only and wait == 0)):
+                    return rmq_tuple5(self.result_type, found[0], out, found[1], found[2], found[3])
         return type(store).get_messages(store, topic, queue_id, offset, max_count, tags, wait_ms)
 
     def get_message_views(self, topic, queue_id, offset, max_count=32):
@@ -3923,8 +3925,8 @@ cdef class ReadGate:
                 finally:
                     if gc_was:
                         PyGC_Enable()
-                if found[0] != "STOPPED":  # (else the store's method reads it carefully, and raises)
-                    return rmq_tuple6(self.views_type, 0, self.statuses[found[0]], view,
+                if found[0] is not None:  # (stopped: the store's method reads it carefully, and raises)
+                    return rmq_tuple6(self.views_type, 0, found[0], view,
                                       self.units_of(found[5]), found[1], found[2], found[3])
         return type(store).get_message_views(store, topic, queue_id, offset, max_count)
 
@@ -4093,7 +4095,7 @@ def pull_units(cq_buf, start, end, view, topic, queue_id, queue_offset, max_coun
     cdef long long q0 = _i64(queue_offset), cl_min = _i64(min_physical_offset)
     cdef long long phy, tags, done = 0
     cdef int32_t size, qid = _i32(queue_id)
-    cdef int event = 0
+    cdef int status = -1
     cdef bint stopped = False
     cdef const unsigned char *u
     cdef const unsigned char *b
@@ -4122,8 +4124,9 @@ def pull_units(cq_buf, start, end, view, topic, queue_id, queue_offset, max_coun
             if size == PRE_BLANK_SIZE and phy == 0 and tags == 0:
                 done += 1  # a pre-blank placeholder
                 continue
-            if phy < cl_min:
-                event = 1  # its record was cleaned up
+            if phy < cl_min:  # its record was cleaned up
+                if PyList_GET_SIZE(out) == 0:
+                    status = _MESSAGE_WAS_REMOVING
                 done += 1
                 continue
             b = _unit_record(&v, bufs, phy, size, q0 + done, qid, tb, tl, msize, &p0)
@@ -4131,12 +4134,12 @@ def pull_units(cq_buf, start, end, view, topic, queue_id, queue_offset, max_coun
                 stopped = True
                 break
             PyList_Append(out, _ext_at(message_type, b, p0, topic, repeats))
-            event = 2
+            status = _FOUND
             done += 1
     finally:
         PyBuffer_Release(&v.buf)
         PyBuffer_Release(&cv)
-    return done, event, stopped
+    return done, (None if status < 0 else _status(status)), stopped
 
 
 def read_keyed(view, offsets, topic, key, max_size, message_type, list out):
@@ -4311,6 +4314,64 @@ cdef packed struct _ViewUnit:  # _pure.VIEW_UNIT ("=qqqqqii"), native byte order
     int32_t body_length, store_size
 
 
+# --- pull statuses ------------------------------------------------------------
+# A pull answers a GetMessageStatus member (an IntEnum valued by RocketMQ's
+# ordinal), taken from this tuple by its value: no lookup by name per pull.
+cdef tuple _GMS = tuple(GetMessageStatus)
+if [int(m) for m in _GMS] != list(range(len(_GMS))):
+    raise ImportError("GetMessageStatus must be valued 0, 1, ... in declaration order")
+cdef int _FOUND = GetMessageStatus.FOUND
+cdef int _NO_MATCHED_MESSAGE = GetMessageStatus.NO_MATCHED_MESSAGE
+cdef int _MESSAGE_WAS_REMOVING = GetMessageStatus.MESSAGE_WAS_REMOVING
+cdef int _OFFSET_OVERFLOW_BADLY = GetMessageStatus.OFFSET_OVERFLOW_BADLY
+cdef int _OFFSET_OVERFLOW_ONE = GetMessageStatus.OFFSET_OVERFLOW_ONE
+cdef int _OFFSET_TOO_SMALL = GetMessageStatus.OFFSET_TOO_SMALL
+cdef int _NO_MATCHED_LOGIC_QUEUE = GetMessageStatus.NO_MATCHED_LOGIC_QUEUE
+cdef int _NO_MESSAGE_IN_QUEUE = GetMessageStatus.NO_MESSAGE_IN_QUEUE
+
+
+cdef inline object _status(int code):
+    """The GetMessageStatus member of value *code* (a valid one)."""
+    return <object>PyTuple_GET_ITEM(_GMS, code)
+
+
+cdef inline int _bounds(long long q, long long mn, long long mx, long long *nxt) noexcept:
+    """The status ladder of a pull before any unit is read (_pure._bounds):
+    the status of queue offset *q* in a queue of min offset *mn* and max
+    offset *mx*, *nxt* its next_begin_offset; -1 (*nxt* = *q*) when *q* is
+    a unit to read."""
+    nxt[0] = q
+    if mx == 0:
+        nxt[0] = 0
+        return _NO_MESSAGE_IN_QUEUE
+    if q < mn:
+        nxt[0] = mn
+        return _OFFSET_TOO_SMALL
+    if q == mx:
+        return _OFFSET_OVERFLOW_ONE
+    if q > mx:
+        nxt[0] = mx
+        return _OFFSET_OVERFLOW_BADLY
+    return -1
+
+
+def pull_bounds(cq, queue_offset):
+    """``(status, next_begin_offset, min_offset, max_offset)`` where a pull
+    of *cq* (None: no such queue) from *queue_offset* ends before reading a
+    unit; status None when it reads units (see _pure.pull_bounds)."""
+    cdef long long nxt, mn, mx
+    cdef rmq_i128 wq = _wide(queue_offset)
+    cdef long long q = LLONG_MAX if wq > LLONG_MAX else (LLONG_MIN if wq < LLONG_MIN else <long long>wq)
+    cdef int code
+    if cq is None:
+        return _status(_NO_MATCHED_LOGIC_QUEUE), 0, 0, 0
+    mn, mx = _i64(cq.min_offset_in_queue()), _i64(cq.max_offset_in_queue())
+    code = _bounds(q, mn, mx, &nxt)
+    if code < 0:
+        return None, queue_offset, mn, mx
+    return _status(code), nxt, mn, mx
+
+
 def pull_views(cq, commitlog, queue_offset, max_count, max_units, refs):
     if not _may_read(refs):
         return None
@@ -4419,7 +4480,7 @@ cdef tuple _pull_queue(cq, commitlog, queue_offset, max_count, max_units, object
                        object tag_filter):
     """pull_views (*message_type* None: packed units of one segment) or
     pull_messages (*message_type* objects appended to *out*, across
-    segments; STOPPED at any unit the careful path must read), the latter
+    segments; status None (stopped) at any unit the careful path must read), the latter
     with *tag_filter* None or ``(codes, names)`` (store._tag_filter's:
     kept are units whose tags code is in *codes* and then records whose
     TAGS is in *names*; a ConsumeQueue file's units are then read
@@ -4432,7 +4493,7 @@ cdef tuple _pull_queue(cq, commitlog, queue_offset, max_count, max_units, object
         if tag_filter is not None:
             f.ncodes = 0
             if not _tag_filter_of(tag_filter, &f):
-                return "STOPPED", 0, 0, 0, None, b""
+                return None, 0, 0, 0, None, b""  # stopped
             names = tag_filter[1]
         return _pull_units_of(cq, commitlog, queue_offset, max_count, max_units, message_type, out, &f, names)
     finally:
@@ -4455,6 +4516,7 @@ cdef tuple _pull_units_of(cq, commitlog, queue_offset, max_count, max_units, obj
     cdef int32_t size, qid, sys_flag
     cdef int bw, sw
     cdef bint kept
+    cdef int status
     cdef const unsigned char *u
     cdef const unsigned char *b
     cdef const char *tb
@@ -4474,21 +4536,16 @@ cdef tuple _pull_units_of(cq, commitlog, queue_offset, max_count, max_units, obj
         last = files[nfiles - 1]
         mx = _i64((rmq_getattr(last, "file_from_offset", &_AC_MF_FROM) +
                    rmq_getattr(last, "wrote_position", &_AC_MF_WROTE)) // CQ_STORE_UNIT_SIZE)
-    if mx == 0:
-        return "NO_MESSAGE_IN_QUEUE", 0, mn, mx, None, b""
-    if q < mn:
-        return "OFFSET_TOO_SMALL", mn, mn, mx, None, b""
-    if q == mx:
-        return "OFFSET_OVERFLOW_ONE", q, mn, mx, None, b""
-    if q > mx:
-        return "OFFSET_OVERFLOW_BADLY", mx, mn, mx, None, b""
+    status = _bounds(q, mn, mx, &off)
+    if status >= 0:
+        return _status(status), off, mn, mx, None, b""
     topic = rmq_getattr(cq, "topic", &_AC_CQ_TOPIC)
     tb = PyUnicode_AsUTF8AndSize(topic, &tl)
     qid = _i32(rmq_getattr(cq, "queue_id", &_AC_CQ_QID))
     msize = _idx(rmq_getattr(commitlog, "max_record_size", &_AC_CL_MAXREC))
     cq_fs = _i64(rmq_getattr(queue, "file_size", &_AC_Q_SIZE))
     first = _i64(rmq_getattr(files[0], "file_from_offset", &_AC_MF_FROM))
-    status = "NO_MATCHED_MESSAGE"
+    status = _NO_MATCHED_MESSAGE
     bufs = _view_of(&v, commitlog)
     memset(&units, 0, sizeof(units))
     _init_view(&cv)
@@ -4515,51 +4572,58 @@ cdef tuple _pull_units_of(cq, commitlog, queue_offset, max_count, max_units, obj
                 phy = ld64(u)
                 size = ld32(u + 8)
                 tags = ld64(u + 12)
-                # (a placeholder, or another tags code than the filter's: skipped)
-                if not (size == PRE_BLANK_SIZE and phy == 0 and tags == 0) and \
-                        (f.ncodes < 0 or _code_in(f.codes, f.ncodes, tags)):
-                    if phy < v.lo:
-                        status = "MESSAGE_WAS_REMOVING"  # cleaned up
-                    else:
-                        b = _unit_record(&v, bufs, phy, size, q, qid, tb, tl, msize, &p0)
-                        if b == NULL:
-                            if n and views:
-                                return status, q, mn, mx, _segment(bufs, seg, v.files), units.p[:units.n]
-                            return "STOPPED", q, mn, mx, None, b""
-                        kept = True
-                        if not views:
-                            kept = names is None or _tags_in(b, p0, f, names)  # (a tags code's collision)
-                            if kept:
-                                PyList_Append(out, _ext_at(message_type, b, p0, topic, repeats))
-                        else:
-                            if seg != -1 and v.seg != seg:  # the next segment: the next pull
-                                return status, q, mn, mx, _segment(bufs, seg, v.files), units.p[:units.n]
-                            seg = v.seg
-                            sys_flag = ld32(b + p0 + 36)
-                            bw = 20 if sys_flag & BORNHOST_V6_FLAG else 8
-                            sw = 20 if sys_flag & STOREHOSTADDRESS_V6_FLAG else 8
-                            if units.n + <Py_ssize_t>sizeof(_ViewUnit) > units.cap:
-                                _grow(&units, sizeof(_ViewUnit))
-                            w = <_ViewUnit *>(units.p + units.n)  # unaligned-safe: the struct is packed
-                            w.queue_offset = q
-                            w.physical_offset = phy
-                            w.store_timestamp = ld64(b + p0 + 48 + bw)
-                            w.tags_code = tags
-                            w.body_offset = p0 + 48 + bw + 24 + sw
-                            w.body_length = ld32(b + p0 + 48 + bw + 20 + sw)
-                            w.store_size = size
-                            units.n += sizeof(_ViewUnit)
+                # a placeholder: skipped; while nothing is kept, a unit the filter
+                # drops makes NO_MATCHED_MESSAGE and one cleaned up MESSAGE_WAS_REMOVING
+                if size == PRE_BLANK_SIZE and phy == 0 and tags == 0:
+                    pass
+                elif f.ncodes >= 0 and not _code_in(f.codes, f.ncodes, tags):
+                    if n == 0:
+                        status = _NO_MATCHED_MESSAGE
+                elif phy < v.lo:
+                    if n == 0:
+                        status = _MESSAGE_WAS_REMOVING
+                else:
+                    b = _unit_record(&v, bufs, phy, size, q, qid, tb, tl, msize, &p0)
+                    if b == NULL:
+                        if n and views:
+                            return _status(status), q, mn, mx, _segment(bufs, seg, v.files), units.p[:units.n]
+                        return None, q, mn, mx, None, b""  # stopped
+                    kept = True
+                    if not views:
+                        kept = names is None or _tags_in(b, p0, f, names)  # (a tags code's collision)
                         if kept:
-                            n += 1
-                            status = "FOUND"
+                            PyList_Append(out, _ext_at(message_type, b, p0, topic, repeats))
+                    else:
+                        if seg != -1 and v.seg != seg:  # the next segment: the next pull
+                            return _status(status), q, mn, mx, _segment(bufs, seg, v.files), units.p[:units.n]
+                        seg = v.seg
+                        sys_flag = ld32(b + p0 + 36)
+                        bw = 20 if sys_flag & BORNHOST_V6_FLAG else 8
+                        sw = 20 if sys_flag & STOREHOSTADDRESS_V6_FLAG else 8
+                        if units.n + <Py_ssize_t>sizeof(_ViewUnit) > units.cap:
+                            _grow(&units, sizeof(_ViewUnit))
+                        w = <_ViewUnit *>(units.p + units.n)  # unaligned-safe: the struct is packed
+                        w.queue_offset = q
+                        w.physical_offset = phy
+                        w.store_timestamp = ld64(b + p0 + 48 + bw)
+                        w.tags_code = tags
+                        w.body_offset = p0 + 48 + bw + 24 + sw
+                        w.body_length = ld32(b + p0 + 48 + bw + 20 + sw)
+                        w.store_size = size
+                        units.n += sizeof(_ViewUnit)
+                    if kept:
+                        n += 1
+                        status = _FOUND
+                    elif n == 0:
+                        status = _NO_MATCHED_MESSAGE
                 q += 1
                 visited += 1
                 if n >= mc:
                     break
             PyBuffer_Release(&cv)
         if not views:
-            return status, q, mn, mx, None, b""
-        return status, q, mn, mx, (_segment(bufs, seg, v.files) if n else None), \
+            return _status(status), q, mn, mx, None, b""
+        return _status(status), q, mn, mx, (_segment(bufs, seg, v.files) if n else None), \
             (units.p[:units.n] if n else b"")
     finally:
         PyBuffer_Release(&cv)

@@ -44,7 +44,7 @@ KERNELS = (
     "append_dispatch", "encode_record", "check_record", "decode_record", "decode_columns", "decode_columns_at",
     "scan_records", "read_record", "read_store_timestamp", "cq_put", "cq_get", "cq_units", "cq_scan",
     "cq_search_time", "index_put", "index_put_keys", "index_select", "Appender", "AppendLock", "PutGate", "ReadGate",
-    "pull_units",
+    "pull_units", "pull_bounds",
     "read_keyed", "time_lookup", "query_keyed", "read_ext", "pull_views", "pull_messages",
 )
 
@@ -77,6 +77,7 @@ if TYPE_CHECKING:
         java_hash,
         masked_crc32,
         parse_properties,
+        pull_bounds,
         pull_messages,
         pull_units,
         pull_views,

@@ -49,6 +49,7 @@ from ._layout import (
     STOREHOSTADDRESS_V6_FLAG,
 )
 from ._pure_message import MESSAGE_FIELDS, Message, MessageExt
+from ._status import GetMessageStatus
 
 __all__ = [
     "Message",
@@ -81,6 +82,7 @@ __all__ = [
     "PutGate",
     "ReadGate",
     "pull_units",
+    "pull_bounds",
     "read_keyed",
     "time_lookup",
     "query_keyed",
@@ -1764,7 +1766,6 @@ class ReadGate:
         tag_filter (Callable): ``store._tag_filter``: a ``tags`` argument
             as the filter :func:`pull_messages` takes (None for every
             message); the gate keeps the last str's.
-        statuses (Mapping[str, GetMessageStatus]): by name.
         min_units (int): a pull visits at least this many units
             (``store._MAX_FILTER_UNITS``).
 
@@ -1772,8 +1773,7 @@ class ReadGate:
     methods then go to the store's, which raise StoreClosedError, as they
     do once the store is gone."""
 
-    def __init__(self, store, message_type, result_type, views_type, units_of, tag_filter, statuses,
-                 min_units) -> None:
+    def __init__(self, store, message_type, result_type, views_type, units_of, tag_filter, min_units) -> None:
         if type(store._cqs) is not dict:
             raise TypeError("a store's _cqs must be a dict")
         self._store_ref = weakref.ref(store)
@@ -1783,7 +1783,6 @@ class ReadGate:
         self._message_type, self._result_type = message_type, result_type
         self._views_type, self._units_of, self._tag_filter = views_type, units_of, tag_filter
         self._last_filter: tuple = (None, None)
-        self._statuses = dict(statuses)
         self._min_units = operator.index(min_units)
 
     def detach(self) -> None:
@@ -1847,9 +1846,9 @@ class ReadGate:
                 found = pull_messages(cq, commitlog, offset, max_count, max(max_count, self._min_units),
                                       self._message_type, out, wanted, refs)
                 # what the store's method would do next: a careful read, a follow or a wait
-                if found is not None and found[0] != "STOPPED" and \
+                if found is not None and found[0] is not None and \
                         (out or (not self._read_only and wait_ms == 0)):
-                    return tuple.__new__(self._result_type, (self._statuses[found[0]], out, *found[1:]))
+                    return tuple.__new__(self._result_type, (found[0], out, *found[1:]))
         return type(store).get_messages(store, topic, queue_id, offset, max_count, tags, wait_ms)
 
     def get_message_views(self, topic, queue_id, offset, max_count=32):
@@ -1866,8 +1865,8 @@ class ReadGate:
                     view = None if segment is None else memoryview(segment).toreadonly()
                 finally:
                     refs.release()
-                if status != "STOPPED":  # (else the store's method reads it carefully)
-                    return tuple.__new__(self._views_type, (self._statuses[status], view, self._units_of(packed),
+                if status is not None:  # (stopped: the store's method reads it carefully)
+                    return tuple.__new__(self._views_type, (status, view, self._units_of(packed),
                                                             nxt, mn, mx))
         return type(store).get_message_views(store, topic, queue_id, offset, max_count)
 
@@ -1926,9 +1925,10 @@ def pull_units(
     slots without calling it), the topic field being *topic* itself, until
     *out* holds *max_count*.
 
-    Returns ``(units_done, last_event, stopped)``: *last_event* is 2 when the
-    last unit that found or missed a record found one, 1 when it was
-    cleaned up, 0 for none; *stopped* means the unit after the ones done
+    Returns ``(units_done, status, stopped)``: *status* is
+    ``GetMessageStatus.FOUND`` when a message was appended,
+    ``MESSAGE_WAS_REMOVING`` when a unit was cleaned up while *out* was
+    still empty, else None (no change to the pull's status); *stopped* means the unit after the ones done
     needs the caller's careful path (no valid record where it points, or not
     its record: the caller raises), nothing having been appended for it.
     """
@@ -1940,7 +1940,7 @@ def pull_units(
     if start < 0 or end > n or start > end or (end - start) % CQ_STORE_UNIT_SIZE:
         raise ValueError(f"units [{start}, {end}) are not whole units of a {n}-byte buffer")
     topic_b = topic.encode("utf-8")
-    done = event = 0
+    done, status = 0, None
     for p in range(start, end, CQ_STORE_UNIT_SIZE):
         if len(out) >= max_count:
             break
@@ -1948,17 +1948,18 @@ def pull_units(
         if size == PRE_BLANK_SIZE and phy == 0 and tags == 0:
             done += 1
             continue
-        if phy < min_physical_offset:
-            event = 1
+        if phy < min_physical_offset:  # its record was cleaned up
+            if not out:
+                status = _MESSAGE_WAS_REMOVING
             done += 1
             continue
         found = _unit_record(view, phy, size, queue_offset + done, queue_id, topic_b, max_size)
         if found is None:
-            return done, event, True
+            return done, status, True
         out.append(_ext(message_type, found[2], topic))
-        event = 2
+        status = _FOUND
         done += 1
-    return done, event, False
+    return done, status, False
 
 
 def _record_at(view: tuple, phy: int, max_size: int):
@@ -2114,7 +2115,7 @@ def pull_views(cq, commitlog, queue_offset: int, max_count: int, max_units: int,
 
     Returns None (the caller must hold a reference and call again with
     ``refs=None``), or ``(status, next_queue_offset, min_offset, max_offset,
-    segment, units)``: *status* a ``GetMessageStatus`` name, or ``"STOPPED"``
+    segment, units)``: *status* a ``GetMessageStatus``, or None (stopped)
     when the first unit to read needs the caller's careful path (nothing
     found before it); *segment* the ``mmap`` of the segment holding the
     records (None when none); *units* ``VIEW_UNIT`` entries, one per message.
@@ -2137,11 +2138,11 @@ def pull_messages(cq, commitlog, queue_offset: int, max_count: int, max_units: i
     ConsumeQueue filter), and its message kept only when its ``tags`` is
     one of *names* (the client's check, fixing hash collisions); a
     ConsumeQueue file's units are then read *max_count* at a time, as the
-    store's careful path reads them. The core answers ``"STOPPED"`` for a
-    filter that is not sets of exact ints and strs.
+    store's careful path reads them. The core stops for a
+    filter that is not sets of exact ints and strs (status None).
 
     Returns None (as :func:`pull_views`), or ``(status, next_queue_offset,
-    min_offset, max_offset)``; *status* is ``"STOPPED"`` at any unit the
+    min_offset, max_offset)``; *status* is None (stopped) at any unit the
     caller's careful path must read (what *out* got is then to be dropped:
     that path reads the pull again and raises)."""
     _check_ext_type(message_type)
@@ -2151,25 +2152,64 @@ def pull_messages(cq, commitlog, queue_offset: int, max_count: int, max_units: i
                                            out, tags)[:4])
 
 
+_FOUND = GetMessageStatus.FOUND
+_NO_MATCHED_MESSAGE = GetMessageStatus.NO_MATCHED_MESSAGE
+_MESSAGE_WAS_REMOVING = GetMessageStatus.MESSAGE_WAS_REMOVING
+_NO_MATCHED_LOGIC_QUEUE = GetMessageStatus.NO_MATCHED_LOGIC_QUEUE
+
+
+def _bounds(q: int, mn: int, mx: int) -> tuple:
+    """The status ladder of a pull before any unit is read (RocketMQ
+    ``getMessage``): ``(status, next_begin_offset)`` for queue offset *q* in
+    a queue of min offset *mn* and max offset *mx*; status None (next *q*)
+    when *q* is a unit to read."""
+    if mx == 0:
+        return GetMessageStatus.NO_MESSAGE_IN_QUEUE, 0
+    if q < mn:
+        return GetMessageStatus.OFFSET_TOO_SMALL, mn
+    if q == mx:
+        return GetMessageStatus.OFFSET_OVERFLOW_ONE, q
+    if q > mx:
+        return GetMessageStatus.OFFSET_OVERFLOW_BADLY, mx
+    return None, q
+
+
+def pull_bounds(cq, queue_offset: int) -> tuple:
+    """Where a pull of ConsumeQueue *cq* (None: no such queue) from
+    *queue_offset* ends before reading any unit, as RocketMQ ``getMessage``
+    decides: ``(status, next_begin_offset, min_offset, max_offset)``, the
+    status a :class:`GetMessageStatus` (NO_MATCHED_LOGIC_QUEUE,
+    NO_MESSAGE_IN_QUEUE, OFFSET_TOO_SMALL, OFFSET_OVERFLOW_ONE or
+    OFFSET_OVERFLOW_BADLY), or None with *queue_offset* when the pull reads
+    units from there. The pulls (:func:`pull_messages`, :func:`pull_views`)
+    and the store's careful paths all answer by this ladder; the core's
+    answers the same."""
+    if cq is None:
+        return _NO_MATCHED_LOGIC_QUEUE, 0, 0, 0
+    mn, mx = cq.min_offset_in_queue(), cq.max_offset_in_queue()
+    status, nxt = _bounds(queue_offset, mn, mx)
+    return status, nxt, mn, mx
+
+
 def _pull_queue(cq, commitlog, q: int, max_count: int, max_units: int, message_type, out, tags) -> tuple:
-    """pull_views (*message_type* None) or pull_messages (with *tags*)."""
+    """pull_views (*message_type* None) or pull_messages (with *tags*).
+    Statuses as RocketMQ ``getMessage``: :func:`_bounds`, then
+    NO_MATCHED_MESSAGE, which a unit the filter drops (re)sets and one
+    cleaned up turns into MESSAGE_WAS_REMOVING while nothing is kept, and
+    FOUND once a message is kept."""
     views = message_type is None
     codes, names = (None, None) if tags is None else tags
     files = cq.queue.files
     mn = cq.min_logic_offset // CQ_STORE_UNIT_SIZE
     mx = (files[-1].file_from_offset + files[-1].wrote_position) // CQ_STORE_UNIT_SIZE if files else 0
-    if mx == 0:
-        return "NO_MESSAGE_IN_QUEUE", 0, mn, mx, None, b""
-    if q < mn:
-        return "OFFSET_TOO_SMALL", mn, mn, mx, None, b""
-    if q >= mx:
-        return ("OFFSET_OVERFLOW_ONE", q, mn, mx, None, b"") if q == mx else \
-            ("OFFSET_OVERFLOW_BADLY", mx, mn, mx, None, b"")
+    status, nxt = _bounds(q, mn, mx)
+    if status is not None:
+        return status, nxt, mn, mx, None, b""
     view = commitlog.segment_view()
     bufs, lo = view[0], view[3]
     max_size = commitlog.max_record_size
     topic_b = cq.topic.encode("utf-8")
-    status, units, n, seg, visited = "NO_MATCHED_MESSAGE", bytearray(), 0, -1, 0
+    status, units, n, seg, visited = _NO_MATCHED_MESSAGE, bytearray(), 0, -1, 0
     while q < mx and n < max_count and visited < max_units:
         where = cq.unit_range(q, min(max_count if codes is not None else max_count - n, mx - q))
         if where is None or where[1] == where[2]:
@@ -2177,32 +2217,38 @@ def _pull_queue(cq, commitlog, q: int, max_count: int, max_units: int, message_t
         buf, start, end = where
         for p in range(start, end, CQ_STORE_UNIT_SIZE):
             phy, size, tags_code = _CQ_UNIT.unpack_from(buf, p)
-            # (a placeholder, or another tags code than the filter's: skipped)
-            if not (size == PRE_BLANK_SIZE and phy == 0 and tags_code == 0) and (codes is None or tags_code in codes):
-                if phy < lo:
-                    status = "MESSAGE_WAS_REMOVING"  # cleaned up
-                else:
-                    found = _unit_record(view, phy, size, q, cq.queue_id, topic_b, max_size)
-                    if found is None:
-                        return (status, q, mn, mx, bufs[seg], bytes(units)) if n and views else \
-                            ("STOPPED", q, mn, mx, None, b"")
-                    i, at, fields = found
-                    kept = True
-                    if not views:
-                        m = _ext(message_type, fields, cq.topic)
-                        kept = names is None or m.tags in names  # (a tags code's collision)
-                        if kept:
-                            out.append(m)
-                    else:
-                        if seg not in (-1, i):
-                            return status, q, mn, mx, bufs[seg], bytes(units)  # the next segment: the next pull
-                        seg = i
-                        hosts = 48 + (20 if fields[7] & BORNHOST_V6_FLAG else 8) + \
-                            (20 if fields[7] & STOREHOSTADDRESS_V6_FLAG else 8)
-                        units += VIEW_UNIT.pack(q, phy, fields[10], tags_code, at + hosts + 24, len(fields[14]), size)
+            if size == PRE_BLANK_SIZE and phy == 0 and tags_code == 0:
+                pass  # a placeholder
+            elif codes is not None and tags_code not in codes:
+                if not n:
+                    status = _NO_MATCHED_MESSAGE
+            elif phy < lo:  # cleaned up
+                if not n:
+                    status = _MESSAGE_WAS_REMOVING
+            else:
+                found = _unit_record(view, phy, size, q, cq.queue_id, topic_b, max_size)
+                if found is None:
+                    return (status, q, mn, mx, bufs[seg], bytes(units)) if n and views else \
+                        (None, q, mn, mx, None, b"")  # stopped
+                i, at, fields = found
+                kept = True
+                if not views:
+                    m = _ext(message_type, fields, cq.topic)
+                    kept = names is None or m.tags in names  # (a tags code's collision)
                     if kept:
-                        n += 1
-                        status = "FOUND"
+                        out.append(m)
+                else:
+                    if seg not in (-1, i):
+                        return status, q, mn, mx, bufs[seg], bytes(units)  # the next segment: the next pull
+                    seg = i
+                    hosts = 48 + (20 if fields[7] & BORNHOST_V6_FLAG else 8) + \
+                        (20 if fields[7] & STOREHOSTADDRESS_V6_FLAG else 8)
+                    units += VIEW_UNIT.pack(q, phy, fields[10], tags_code, at + hosts + 24, len(fields[14]), size)
+                if kept:
+                    n += 1
+                    status = _FOUND
+                elif not n:
+                    status = _NO_MATCHED_MESSAGE
             q += 1
             visited += 1
             if n >= max_count:

@@ -224,7 +224,7 @@ class Consumer:
             if r.status in (GetMessageStatus.OFFSET_TOO_SMALL, GetMessageStatus.OFFSET_OVERFLOW_BADLY):
                 log.warning(
                     "group %s: %s queue %d offset %d is %s; moving to %d",
-                    self.group, topic, q, pos, r.status.value, r.next_begin_offset,
+                    self.group, topic, q, pos, r.status.name, r.next_begin_offset,
                 )
             nxt = r.next_begin_offset
             if nxt == pos:

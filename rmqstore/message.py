@@ -10,7 +10,6 @@ fields, methods and errors.
 
 from __future__ import annotations
 
-import enum
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from . import _pure_message
@@ -19,6 +18,7 @@ from ._ids import _split_offset_msg_id as _split_offset_msg_id
 from ._kernels import k
 from ._pure_message import _INT64 as _INT64
 from ._pure_message import _check_int as _check_int
+from ._status import GetMessageStatus, PutMessageStatus  # (defined once, for the core and the twin)
 
 __all__ = [
     "Message",
@@ -44,34 +44,6 @@ else:
 # what a store takes for a message: either implementation's Message (the
 # other one's goes the step-by-step way)
 MESSAGE_TYPES = (k.Message, _pure_message.Message)
-
-
-class PutMessageStatus(enum.Enum):
-    """Outcome of a put (RocketMQ ``PutMessageStatus``). Bad input raises
-    instead of returning MESSAGE_ILLEGAL / PROPERTIES_SIZE_EXCEEDED."""
-
-    PUT_OK = "PUT_OK"
-    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
-    SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"
-    CREATE_MAPPED_FILE_FAILED = "CREATE_MAPPED_FILE_FAILED"
-    MESSAGE_ILLEGAL = "MESSAGE_ILLEGAL"
-    PROPERTIES_SIZE_EXCEEDED = "PROPERTIES_SIZE_EXCEEDED"
-    OS_PAGE_CACHE_BUSY = "OS_PAGE_CACHE_BUSY"
-    UNKNOWN_ERROR = "UNKNOWN_ERROR"
-
-
-class GetMessageStatus(enum.Enum):
-    """Outcome of a pull (RocketMQ ``GetMessageStatus``)."""
-
-    FOUND = "FOUND"
-    NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"
-    MESSAGE_WAS_REMOVING = "MESSAGE_WAS_REMOVING"
-    OFFSET_FOUND_NULL = "OFFSET_FOUND_NULL"
-    OFFSET_OVERFLOW_BADLY = "OFFSET_OVERFLOW_BADLY"
-    OFFSET_OVERFLOW_ONE = "OFFSET_OVERFLOW_ONE"
-    OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"
-    NO_MATCHED_LOGIC_QUEUE = "NO_MATCHED_LOGIC_QUEUE"
-    NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"
 
 
 class PutMessageResult(NamedTuple):

@@ -194,7 +194,6 @@ class StoreLock:
 _new_tuple = tuple.__new__
 #: the methods an open store's instance takes from its k.ReadGate
 _READ_GATED = ("get_offset_in_queue_by_time", "query_messages", "get_messages", "get_message_views")
-_STATUS_BY_NAME = GetMessageStatus.__members__
 
 
 def _view_units(packed: bytes):
@@ -218,7 +217,6 @@ def _load_numpy() -> None:
 
 _VIEW_DTYPE: Any = None
 _frombuffer: Any = None
-_PULL_EVENTS = {1: GetMessageStatus.MESSAGE_WAS_REMOVING, 2: GetMessageStatus.FOUND}  # pull_units' last event
 _PUT_OK = PutMessageStatus.PUT_OK
 _UNIT_DTYPE = [("phy", ">i8"), ("size", ">i4"), ("tags", ">i8")]  # a ConsumeQueue unit (SPEC §6.1)
 
@@ -467,7 +465,7 @@ class MessageStore:
         # lookups and pulls in one kernel call each: the instance's methods
         # are the gate's (unless a subclass has its own); close drops them
         self._read_gate = k.ReadGate(self, MessageExt, GetMessageResult, GetViewsResult, _view_units, _tag_filter,
-                                     _STATUS_BY_NAME, _MAX_FILTER_UNITS)
+                                     _MAX_FILTER_UNITS)
         for name in _READ_GATED:
             if getattr(type(self), name) is getattr(MessageStore, name):
                 setattr(self, name, getattr(self._read_gate, name))
@@ -2048,8 +2046,8 @@ class MessageStore:
                 if found is None:  # clean-up at work: wait for it, then read
                     found = self._held(k.pull_messages, cq, self.commitlog, offset, max_count, units, MessageExt, out,
                                        wanted)
-                if found[0] != "STOPPED":  # (else the careful path below reads it all again, and raises)
-                    return _new_tuple(GetMessageResult, (_STATUS_BY_NAME[found[0]], out, *found[1:]))
+                if found[0] is not None:  # (stopped: the careful path below reads it all again, and raises)
+                    return _new_tuple(GetMessageResult, (found[0], out, *found[1:]))
         refs = self._refs
         refs.hold()  # one reader reference for the whole pull: clean-up waits for it
         try:
@@ -2058,18 +2056,12 @@ class MessageStore:
             refs.release()
 
     def _pull_held(self, topic, queue_id, offset, max_count, tags) -> GetMessageResult:
-        cq = self._cqs.get((topic, queue_id))
-        if cq is None:
-            return GetMessageResult(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, [], 0, 0, 0)
-        mn, mx = cq.min_offset_in_queue(), cq.max_offset_in_queue()
-        if mx == 0:
-            return GetMessageResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE, [], 0, mn, mx)
-        if offset < mn:
-            return GetMessageResult(GetMessageStatus.OFFSET_TOO_SMALL, [], mn, mn, mx)
-        if offset == mx:
-            return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_ONE, [], offset, mn, mx)
-        if offset > mx:
-            return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_BADLY, [], mx, mn, mx)
+        """The careful pull: the kernels' statuses (k.pull_bounds, then those
+        of k.pull_units), reading step by step what they do not vouch for."""
+        cq: Any = self._cqs.get((topic, queue_id))
+        ended, nxt, mn, mx = k.pull_bounds(cq, offset)
+        if ended is not None:
+            return GetMessageResult(ended, [], nxt, mn, mx)
         wanted = _tag_filter(tags)
         status = GetMessageStatus.NO_MATCHED_MESSAGE
         messages: list = []
@@ -2090,8 +2082,8 @@ class MessageStore:
                 )
                 q += done
                 visited += done
-                if event:
-                    status = _PULL_EVENTS[event]
+                if event is not None:
+                    status = event
                 if stopped:  # not a record the kernel can vouch for: read it step by step (raises)
                     break
             else:
@@ -2109,10 +2101,15 @@ class MessageStore:
                 phy, size, tags_code = unit
                 if size == PRE_BLANK_SIZE and phy == 0 and tags_code == 0:
                     continue  # a pre-blank placeholder (is_pre_blank)
+                # while nothing is kept (as the kernels): a unit the filter drops makes
+                # NO_MATCHED_MESSAGE, one cleaned up MESSAGE_WAS_REMOVING
                 if wanted is not None and tags_code not in wanted[0]:
+                    if not messages:
+                        status = GetMessageStatus.NO_MATCHED_MESSAGE
                     continue
                 if phy < cl_min:
-                    status = GetMessageStatus.MESSAGE_WAS_REMOVING
+                    if not messages:
+                        status = GetMessageStatus.MESSAGE_WAS_REMOVING
                     continue
                 fields = read(phy)
                 # the record must be the one the unit stands for (P-11)
@@ -2120,6 +2117,8 @@ class MessageStore:
                     raise _unit_mismatch(cq, q - 1, phy, size, fields)
                 m = MessageExt(fields)
                 if wanted is not None and m.tags not in wanted[1]:
+                    if not messages:
+                        status = GetMessageStatus.NO_MATCHED_MESSAGE
                     continue
                 messages.append(m)
                 status = GetMessageStatus.FOUND
@@ -2191,7 +2190,9 @@ class MessageStore:
             self._follow_if_behind(topic, queue_id, offset)
         cq = self._cqs.get((topic, queue_id))
         if cq is None:
-            return GetViewsResult(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, None, _view_units(b""), 0, 0, 0)
+            ended, nxt, mn, mx = k.pull_bounds(cq, offset)
+            assert ended is not None  # (NO_MATCHED_LOGIC_QUEUE)
+            return GetViewsResult(ended, None, _view_units(b""), nxt, mn, mx)
         units = max_count if max_count > _MAX_FILTER_UNITS else _MAX_FILTER_UNITS
         refs = self._refs
         refs.hold()  # until the view exports the segment: then close() cannot unmap it
@@ -2201,7 +2202,7 @@ class MessageStore:
             view = None if segment is None else memoryview(segment).toreadonly()
         finally:
             refs.release()
-        if status == "STOPPED":  # the careful path raises for a unit that is not its record
+        if status is None:  # stopped: the careful path raises for a unit that is not its record
             careful = self.get_messages(topic, queue_id, offset, max_count)
             if careful.messages:
                 m = careful.messages[0]
@@ -2212,52 +2213,42 @@ class MessageStore:
                 )
             return GetViewsResult(careful.status, None, _view_units(b""), careful.next_begin_offset, mn, mx)
         # (the tuple made directly: a NamedTuple's own __new__ is a Python frame, per pull)
-        return _new_tuple(GetViewsResult, (_STATUS_BY_NAME[status], view, _view_units(packed), nxt, mn, mx))
+        return _new_tuple(GetViewsResult, (status, view, _view_units(packed), nxt, mn, mx))
 
     def _columns_held(self, topic, queue_id, offset, max_count, with_body, with_properties) -> GetColumnsResult:
         view = self.commitlog.segment_view()
-        cq = self._cqs.get((topic, queue_id))
-        status, mn, mx, nxt = GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0
+        cq: Any = self._cqs.get((topic, queue_id))
+        status, nxt, mn, mx = k.pull_bounds(cq, offset)  # (the statuses of every pull)
         phys: list = []
         sizes: Any = []
         qoffs: Any = []
-        if cq is not None:
-            mn, mx = cq.min_offset_in_queue(), cq.max_offset_in_queue()
-            if mx == 0:
-                status = GetMessageStatus.NO_MESSAGE_IN_QUEUE
-            elif offset < mn:
-                status, nxt = GetMessageStatus.OFFSET_TOO_SMALL, mn
-            elif offset == mx:
-                status, nxt = GetMessageStatus.OFFSET_OVERFLOW_ONE, offset
-            elif offset > mx:
-                status, nxt = GetMessageStatus.OFFSET_OVERFLOW_BADLY, mx
-            else:
-                import numpy as np
+        if status is None:
+            import numpy as np
 
-                status, q, cl_min = GetMessageStatus.NO_MATCHED_MESSAGE, offset, view[3]
-                parts = []
-                kept = 0
-                while q < mx and kept < max_count:
-                    where = cq.unit_range(q, max_count - kept)
-                    if where is None or where[1] == where[2]:
-                        break
-                    buf, start, end = where
-                    # the units as arrays (a copy, never a view of the mapping)
-                    u = np.frombuffer(buf[start:end], dtype=_UNIT_DTYPE)
-                    placeholder = (u["size"] == PRE_BLANK_SIZE) & (u["phy"] == 0) & (u["tags"] == 0)
-                    cleaned = ~placeholder & (u["phy"] < cl_min)
-                    if cleaned.any():
-                        status = GetMessageStatus.MESSAGE_WAS_REMOVING
-                    keep = np.flatnonzero(~placeholder & ~cleaned)
-                    parts.append((u[keep], keep + q))
-                    kept += len(keep)
-                    q += len(u)
-                if parts:
-                    units = np.concatenate([p[0] for p in parts])
-                    phys = units["phy"].tolist()
-                    sizes = units["size"].astype(np.int32)
-                    qoffs = np.concatenate([p[1] for p in parts])
-                nxt = q
+            status, q, cl_min = GetMessageStatus.NO_MATCHED_MESSAGE, offset, view[3]
+            parts = []
+            kept = 0
+            while q < mx and kept < max_count:
+                where = cq.unit_range(q, max_count - kept)
+                if where is None or where[1] == where[2]:
+                    break
+                buf, start, end = where
+                # the units as arrays (a copy, never a view of the mapping)
+                u = np.frombuffer(buf[start:end], dtype=_UNIT_DTYPE)
+                placeholder = (u["size"] == PRE_BLANK_SIZE) & (u["phy"] == 0) & (u["tags"] == 0)
+                cleaned = ~placeholder & (u["phy"] < cl_min)
+                if cleaned.any():
+                    status = GetMessageStatus.MESSAGE_WAS_REMOVING
+                keep = np.flatnonzero(~placeholder & ~cleaned)
+                parts.append((u[keep], keep + q))
+                kept += len(keep)
+                q += len(u)
+            if parts:
+                units = np.concatenate([p[0] for p in parts])
+                phys = units["phy"].tolist()
+                sizes = units["size"].astype(np.int32)
+                qoffs = np.concatenate([p[1] for p in parts])
+            nxt = q
         count, stop, cols = k.decode_columns_at(view[0], view[1], view[2], phys, with_body, with_properties)
         if count < len(phys):
             raise CorruptedFileError(

@@ -4,7 +4,7 @@ It must answer what the careful path (``_pull_held``, under a reader
 reference) answers: statuses, offsets and the same messages, across
 CommitLog segments and cleaned heads; the core must make what the twin
 makes, decline (None, nothing read) while a clean-up holds the
-references, and stop (``"STOPPED"``) at any unit that is not its record,
+references, and stop (status None) at any unit that is not its record,
 so that the careful path raises for it.
 """
 
@@ -84,7 +84,7 @@ def test_core_pull_messages_declines_while_clean_up_holds_the_references(store):
     assert core.pull_messages(store._cqs[("V", 0)], store.commitlog, 0, 32, 800, MessageExt, out, None, refs) is None
     assert out == []
     refs.release_exclusive()
-    assert core.pull_messages(store._cqs[("V", 0)], store.commitlog, 0, 32, 800, MessageExt, out, None, refs)[0] == "FOUND"
+    assert core.pull_messages(store._cqs[("V", 0)], store.commitlog, 0, 32, 800, MessageExt, out, None, refs)[0] is GetMessageStatus.FOUND
     assert len(out) == N // 2
 
 
@@ -97,7 +97,7 @@ def test_a_unit_that_is_not_its_record_stops_the_pull(store, kernels):
     mm = cq.queue.files[0].mm
     mm[2 * 20 : 2 * 20 + 20] = other[0].to_bytes(8, "big") + other[1].to_bytes(4, "big") + bytes(8)
     out: list = []
-    assert k.pull_messages(cq, s.commitlog, 0, 32, 800, MessageExt, out, None, None) == ("STOPPED", 2, 0, N // 2)
+    assert k.pull_messages(cq, s.commitlog, 0, 32, 800, MessageExt, out, None, None) == (None, 2, 0, N // 2)
     assert [m.queue_offset for m in s.get_messages("V", 0, 0, 2).messages] == [0, 1]
     with pytest.raises(CorruptedFileError):  # the careful path reads the pull again
         s.get_messages("V", 0, 0, 32)

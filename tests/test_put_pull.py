@@ -26,6 +26,7 @@ from test_kernels import FAST, _need_core
 from rmqstore import _pure
 from rmqstore._pure_message import MESSAGE_FIELDS
 from rmqstore.message import (
+    GetMessageStatus,
     Message,
     MessageExt,
     PutMessageResult,
@@ -674,7 +675,7 @@ def pull(k, cq, view, start=0, end=None, max_count=100, cl_min=0, out=None, topi
 def test_pull_units_builds_what_decode_record_builds(k):
     segs, cq, view = pull_fixture(k)
     (done, event, stopped), out = pull(k, cq, view)
-    assert (done, event, stopped) == (6, 2, False)
+    assert (done, event, stopped) == (6, GetMessageStatus.FOUND, False)
     want = expected(k, view, cq, 6)
     assert out == want
     for m, w in zip(out, want):  # every slot, the lazily parsed ones included
@@ -712,9 +713,9 @@ def test_pull_units_stops_at_max_count_and_appends(k):
     segs, cq, view = pull_fixture(k)
     first = [object()]
     (done, event, stopped), out = pull(k, cq, view, max_count=3, out=first)
-    assert (done, event, stopped) == (2, 2, False) and len(out) == 3
+    assert (done, event, stopped) == (2, GetMessageStatus.FOUND, False) and len(out) == 3
     (done, event, stopped), out = pull(k, cq, view, start=40, max_count=2, q0=12)
-    assert (done, event, stopped) == (2, 2, False)
+    assert (done, event, stopped) == (2, GetMessageStatus.FOUND, False)
     assert out == expected(k, view, cq, 4)[2:]
 
 
@@ -724,13 +725,13 @@ def test_pull_units_skips_placeholders_and_cleaned_records(k):
     units = k.cq_units(cq, 0, 120)
     k.cq_put(cq, 20, 0, 0x7FFFFFFF, 0)  # a pre-blank placeholder at queue offset 11
     (done, event, stopped), out = pull(k, cq, view, cl_min=second_seg)
-    assert (done, event, stopped) == (6, 2, False)
+    assert (done, event, stopped) == (6, GetMessageStatus.FOUND, False)
     assert out == [m for m in expected(k, view, cq, 6) if m.physical_offset >= second_seg]
     assert len(out) == sum(1 for phy, _, _ in units if phy >= second_seg) > 0
     (done, event, stopped), out = pull(k, cq, view, end=20, cl_min=second_seg)
-    assert (done, event, stopped, out) == (1, 1, False, [])  # the last event: a cleaned-up record
+    assert (done, event, stopped, out) == (1, GetMessageStatus.MESSAGE_WAS_REMOVING, False, [])  # a cleaned-up record
     (done, event, stopped), out = pull(k, cq, view, start=20, end=40, q0=11)
-    assert (done, event, stopped, out) == (1, 0, False, [])  # a placeholder alone: no event
+    assert (done, event, stopped, out) == (1, None, False, [])  # a placeholder alone: no status
 
 
 @pytest.mark.parametrize("case", ["size", "queue offset", "queue id", "topic", "past the end", "garbage",
@@ -758,7 +759,7 @@ def test_pull_units_stops_where_the_unit_is_not_its_record(k, case):
     if case in ("queue offset", "queue id", "topic"):
         assert (done, stopped, out) == (0, True, [])  # the first unit already disagrees
     else:
-        assert (done, event, stopped) == (2, 2, True)
+        assert (done, event, stopped) == (2, GetMessageStatus.FOUND, True)
         assert out == expected(k, view, cq, 2)
 
 

@@ -97,14 +97,14 @@ def test_the_core_leaves_other_filters_to_the_careful_path(store):
     for odd in (([2112], ["Aa"]), ({2112}, ["Aa"]), (frozenset({2112}), frozenset({Name("Aa")})), ({2**64}, {"Aa"}),
                 ({2112.0}, {"Aa"}), [{2112}, {"Aa"}], ({2112}, {"Aa"}, None)):
         out: list = []
-        assert core.pull_messages(cq, s.commitlog, 0, 32, 800, MessageExt, out, odd, None)[0] == "STOPPED"
+        assert core.pull_messages(cq, s.commitlog, 0, 32, 800, MessageExt, out, odd, None)[0] is None
         assert out == []
     out = []  # queue 0 holds BB, not Aa: the same code, told apart by name
     assert core.pull_messages(cq, s.commitlog, 0, 32, 800, MessageExt, out, (frozenset({2112}), frozenset({"BB"})),
-                              None)[0] == "FOUND"
+                              None)[0] is GetMessageStatus.FOUND
     assert {m.tags for m in out} == {"BB"}
     assert core.pull_messages(cq, s.commitlog, 0, 32, 800, MessageExt, [], (frozenset({2112}), frozenset({"Aa"})),
-                              None)[0] == "NO_MATCHED_MESSAGE"
+                              None)[0] is GetMessageStatus.NO_MATCHED_MESSAGE
 
 
 def test_tags_that_do_not_parse_take_the_careful_path(store):
@@ -130,7 +130,7 @@ def test_a_matching_unit_that_is_not_its_record_stops_the_pull(store, kernels):
     for tags in ("t0", "BB"):  # units of other codes are never read: the pull goes past it
         assert s.get_messages("V", 0, 0, 32, tags).status is GetMessageStatus.FOUND
     out: list = []
-    assert k.pull_messages(cq, s.commitlog, 0, 32, 800, MessageExt, out, _tag_filter("t2"), None)[0] == "STOPPED"
+    assert k.pull_messages(cq, s.commitlog, 0, 32, 800, MessageExt, out, _tag_filter("t2"), None)[0] is None
     with pytest.raises(CorruptedFileError):  # the careful path reads the pull again
         s.get_messages("V", 0, 0, 32, "t2")
 

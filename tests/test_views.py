@@ -154,7 +154,7 @@ def test_core_pull_views_declines_while_clean_up_holds_the_references(store):
     assert refs.acquire_exclusive(0)
     assert core.pull_views(store._cqs[("V", 0)], store.commitlog, 0, 32, 800, refs) is None
     refs.release_exclusive()
-    assert core.pull_views(store._cqs[("V", 0)], store.commitlog, 0, 32, 800, refs)[0] == "FOUND"
+    assert core.pull_views(store._cqs[("V", 0)], store.commitlog, 0, 32, 800, refs)[0] is GetMessageStatus.FOUND
 
 
 def test_views_of_a_read_only_store(tmp_path):
