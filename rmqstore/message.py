@@ -1,4 +1,4 @@
-"""Messages, put/get results and identifiers (SPEC §3, §4).
+"""Messages, put/get results and identifiers (docs/format.md#commitlog-record, docs/format.md#message-ids).
 
 ``Message`` is what a producer hands to :meth:`MessageStore.put_message`;
 ``MessageExt`` is a stored record as read back (RocketMQ's ``MessageExt``).
@@ -80,7 +80,7 @@ class GetMessageStatus(enum.Enum):
 class PutMessageResult(NamedTuple):
     """Result of one put. ``wrote_offset`` is the record's physical offset,
     ``wrote_bytes`` its size, ``store_timestamp`` ms since epoch, ``msg_id`` the
-    offset message id (SPEC §4.1)."""
+    offset message id (docs/format.md#offset-msgid)."""
 
     status: PutMessageStatus
     msg_id: str
@@ -198,7 +198,7 @@ def decode_host(raw: bytes) -> str:
 
 
 def offset_msg_id(store_host_raw: bytes, physical_offset: int) -> str:
-    """Offset message id (SPEC §4.1): store host address + port + physical offset, upper-case hex."""
+    """Offset message id (docs/format.md#offset-msgid): store host address + port + physical offset, upper-case hex."""
     return (store_host_raw + struct.pack(">q", physical_offset)).hex().upper()
 
 
@@ -220,7 +220,7 @@ def decode_offset_msg_id(msg_id: str) -> tuple:
 
 
 class _UniqueKeyFactory:
-    """Client-compatible UNIQ_KEY generator (``MessageClientIDSetter``, SPEC §4.2)."""
+    """Client-compatible UNIQ_KEY generator (``MessageClientIDSetter``, docs/format.md#uniq_key)."""
 
     _pid: int  # set on first use, with _prefix
 
@@ -267,7 +267,7 @@ class _UniqueKeyFactory:
 
 
 new_unique_key = _UniqueKeyFactory()
-new_unique_key.__doc__ = """A new client-compatible UNIQ_KEY (32 upper-case hex chars, SPEC §4.2):
+new_unique_key.__doc__ = """A new client-compatible UNIQ_KEY (32 upper-case hex chars, docs/format.md#uniq_key):
 local IPv4, pid, a per-process random value, ms since the start of the local
 month, a counter. Thread-safe."""
 
@@ -315,7 +315,7 @@ class Message:
         born_host, store_host (str | tuple | None): ``"a.b.c.d:port"`` or
             ``"[v6]:port"``; None = the store's host. IPv6 sets the V6 sysflag bits.
         reconsume_times (int): retry count, i32.
-        sys_flag (int): sysflag bits (SPEC §3.3); V6 bits are set by the store.
+        sys_flag (int): sysflag bits (docs/format.md#sysflag-bits); V6 bits are set by the store.
         prepared_transaction_offset (int): for commit/rollback records, the
             physical offset of the prepared record.
 
