@@ -737,7 +737,7 @@ cdef void _emit(unsigned char *d, Rec *r) noexcept:
             q += 1
         crc = <uint32_t>(_crc_from(_crc_from(0, head, 8), d + 8, q - d - 8) & 0x7FFFFFFF)
         memmove(q, b"__CRC32#\x01", 9)
-        for i in range(10):  # least-significant digit first (SPEC 3.7)
+        for i in range(10):  # least-significant digit first (docs/format.md#crc32-property)
             q[9 + i] = <unsigned char>(48 + crc % 10)
             crc //= 10
         q[19] = 2
@@ -2299,7 +2299,7 @@ cdef class Message:
         born_host, store_host (str | tuple | None): ``"a.b.c.d:port"`` or
             ``"[v6]:port"``; None = the store's host. IPv6 sets the V6 sysflag bits.
         reconsume_times (int): retry count, i32.
-        sys_flag (int): sysflag bits (docs/format.md); V6 bits are set by the store.
+        sys_flag (int): sysflag bits (docs/format.md#sysflag-bits); V6 bits are set by the store.
         prepared_transaction_offset (int): for commit/rollback records, the
             physical offset of the prepared record.
 
@@ -4072,7 +4072,7 @@ cdef bint _has_key(const unsigned char *props, Py_ssize_t n, const char *kb, Py_
 cdef const unsigned char *_unit_record(_View *v, object bufs, long long phy, int32_t size, long long queue_offset,
                                        int32_t queue_id, const char *tb, Py_ssize_t tl, Py_ssize_t max_size,
                                        Py_ssize_t *p0) except? NULL:
-    """The record a ConsumeQueue unit stands for (P-11), read through v: its
+    """The record a ConsumeQueue unit stands for (docs/recovery.md#pitfall-stored-offsets-trusted), read through v: its
     segment's bytes (the record at *p0*) when a valid record (body CRC
     included) of *size* bytes starts at *phy* with that queue offset, queue
     id and stored topic; NULL otherwise (_pure._unit_record)."""

@@ -60,7 +60,7 @@ def decode_host(raw: bytes) -> str:
 
 
 def offset_msg_id(store_host_raw: bytes, physical_offset: int) -> str:
-    """Offset message id (SPEC §4.1): store host address + port + physical offset, upper-case hex."""
+    """Offset message id (docs/format.md#offset-msgid): store host address + port + physical offset, upper-case hex."""
     return (store_host_raw + struct.pack(">q", physical_offset)).hex().upper()
 
 
@@ -82,7 +82,7 @@ def decode_offset_msg_id(msg_id: str) -> tuple:
 
 
 class _UniqueKeyFactory:
-    """Client-compatible UNIQ_KEY generator (``MessageClientIDSetter``, SPEC §4.2)."""
+    """Client-compatible UNIQ_KEY generator (``MessageClientIDSetter``, docs/format.md#uniq_key)."""
 
     _pid: int  # set on first use, with _prefix
 
@@ -129,7 +129,7 @@ class _UniqueKeyFactory:
 
 
 new_unique_key = _UniqueKeyFactory()
-new_unique_key.__doc__ = """A new client-compatible UNIQ_KEY (32 upper-case hex chars, SPEC §4.2):
+new_unique_key.__doc__ = """A new client-compatible UNIQ_KEY (32 upper-case hex chars, docs/format.md#uniq_key):
 local IPv4, pid, a per-process random value, ms since the start of the local
 month, a counter. Thread-safe."""
 

@@ -1,10 +1,10 @@
-"""On-disk layout constants of Apache RocketMQ's store (SPEC §2-§8).
+"""On-disk layout constants of Apache RocketMQ's store (docs/format.md).
 
 Every number here is defined once; the Cython core declares the same values
 as C constants and ``tests/test_kernels.py`` checks that they agree.
 """
 
-# --- CommitLog record (SPEC §3) -------------------------------------------
+# --- CommitLog record (docs/format.md#commitlog-record) -------------------
 MESSAGE_MAGIC_CODE = -626843481  # 0xDAA320A7, v1: 1-byte topic length
 MESSAGE_MAGIC_CODE_V2 = -626843477  # 0xDAA320AB, v2: 2-byte topic length
 BLANK_MAGIC_CODE = -875286124  # 0xCBD43194, end-of-file filler
@@ -29,7 +29,7 @@ POS_SYSFLAG = 36
 POS_BORNTIMESTAMP = 40
 POS_BORNHOST = 48
 
-# --- SYSFLAG bits (SPEC §3.3) ---------------------------------------------
+# --- SYSFLAG bits (docs/format.md#sysflag-bits) ---------------------------
 COMPRESSED_FLAG = 0x1
 MULTI_TAGS_FLAG = 0x2
 TRANSACTION_MASK = 0xC
@@ -40,7 +40,7 @@ TRANSACTION_ROLLBACK_TYPE = 0xC
 BORNHOST_V6_FLAG = 0x10
 STOREHOSTADDRESS_V6_FLAG = 0x20
 
-# --- properties (SPEC §3.6, §3.7) -----------------------------------------
+# --- properties (docs/format.md#properties, docs/format.md#crc32-property) ---
 NAME_VALUE_SEPARATOR = "\x01"
 PROPERTY_SEPARATOR = "\x02"
 PROPERTY_KEYS = "KEYS"
@@ -53,17 +53,17 @@ CRC32_RESERVED_LEN = 20  # "__CRC32#" + 0x01 + 10 digits + 0x02
 KEY_SEPARATOR = " "
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 
-# --- ConsumeQueue (SPEC §6) -----------------------------------------------
+# --- ConsumeQueue (docs/format.md#consumequeue-unit) ----------------------
 CQ_STORE_UNIT_SIZE = 20
-#: placeholder unit written below a queue's first real entry (SPEC §6.5)
+#: placeholder unit written below a queue's first real entry (docs/format.md#pre-blank-unit)
 PRE_BLANK_SIZE = 0x7FFFFFFF
 
-# --- IndexFile (SPEC §7) --------------------------------------------------
+# --- IndexFile (docs/format.md#indexfile) ---------------------------------
 INDEX_HEADER_SIZE = 40
 INDEX_HASH_SLOT_SIZE = 4
 INDEX_ENTRY_SIZE = 20
 
-# --- checkpoint (SPEC §8.1) -----------------------------------------------
+# --- checkpoint (docs/format.md#checkpoint) -------------------------------
 CHECKPOINT_FILE_SIZE = 4096
 
 # --- kernel status codes returned by check_record --------------------------

@@ -7,7 +7,7 @@ state, open no files and log nothing. Every read is bounds-checked against the
 buffer (or a caller-given limit), so corrupt input can never read outside it;
 chain walks are bounded, so they always end.
 
-All multi-byte integers are big-endian (SPEC §0).
+All multi-byte integers are big-endian (docs/format.md#conventions).
 """
 
 from __future__ import annotations
@@ -195,7 +195,7 @@ def parse_properties(blob) -> dict:
 
 
 def record_size(sys_flag: int, body_len: int, topic_len: int, props_len: int, v2: bool) -> int:
-    """Length in bytes of a CommitLog record (RocketMQ ``calMsgLength``, SPEC §3.1)."""
+    """Length in bytes of a CommitLog record (RocketMQ ``calMsgLength``, docs/format.md#record-length)."""
     born = 20 if sys_flag & BORNHOST_V6_FLAG else 8
     store = 20 if sys_flag & STOREHOSTADDRESS_V6_FLAG else 8
     return (
@@ -235,13 +235,13 @@ def write_record(
     properties,
     append_crc: bool,
 ) -> int:
-    """Encode one CommitLog record into ``buf[pos:]`` (SPEC §3.1) and return its size.
+    """Encode one CommitLog record into ``buf[pos:]`` (docs/format.md#commitlog-record) and return its size.
 
     *born_host* / *store_host* are the raw host fields (address bytes + i32
     port: 8 bytes for IPv4, 20 for IPv6) and must agree with the V6 bits of
     *sys_flag*; *topic* and *properties* are UTF-8 bytes; BODYCRC is computed
     here. v2 magic is used iff the topic is over 127 bytes. With *append_crc*
-    the ``__CRC32#`` entry (SPEC §3.7) is appended over the finished record.
+    the ``__CRC32#`` entry (docs/format.md#crc32-property) is appended over the finished record.
 
     Raises ValueError (nothing written) when the record does not fit in the
     buffer, a length is out of range or a host width disagrees with *sys_flag*.
@@ -412,12 +412,12 @@ def _find_crc_property(props: bytes):
 
 
 def check_record(buf, pos: int, limit: int, check_crc: bool, verify_prop_crc: int, max_size: int) -> int:
-    """Validate the record at ``buf[pos:limit]`` (RocketMQ ``checkMessageAndReturnSize``, SPEC §9.2).
+    """Validate the record at ``buf[pos:limit]`` (``checkMessageAndReturnSize``, docs/format.md#record-validation).
 
     Returns the record size (> 0) for a valid message, ``REC_BLANK`` (0) for
     the END_OF_FILE record, or a negative ``REC_*`` code (see ``_layout``).
     TOTALSIZE is checked against ``[MIN_RECORD_SIZE, max_size]`` and the bytes
-    left before anything is read (P-9). With *check_crc*, *verify_prop_crc*
+    left before anything is read (docs/recovery.md#pitfall-unchecked-record-size). With *check_crc*, *verify_prop_crc*
     selects what is verified: 0 the body CRC; 1 the ``__CRC32#`` property
     instead, which must be present (RocketMQ's forceVerifyPropCRC); 2 the body
     CRC and, when the record ends with the store's ``__CRC32#`` entry, that too.
@@ -616,7 +616,7 @@ def decode_columns(
     prepared_transaction_offset; int32 store_size, queue_id, flag, sys_flag,
     reconsume_times, body_crc; Arrow-style string columns as ``<name>_offsets``
     (int32, n + 1) and ``<name>_data`` (uint8) for topic, born_host,
-    store_host, msg_id (offset message id, SPEC §4.1), tags, keys, unique_key
+    store_host, msg_id (offset message id, docs/format.md#offset-msgid), tags, keys, unique_key
     (the last three with ``<name>_valid``, bool, False when the property is
     absent); with *with_body* ``body_offsets``/``body_data`` (the body as
     stored); with *with_properties* the property map as ``properties_offsets``
@@ -769,7 +769,7 @@ def scan_records(
     validate (``check_record`` with *check_crc*, *verify_prop_crc*,
     *max_size*, limited to *end*) and their PHYSICALOFFSET equals
     ``base_offset + position`` (not checked when *base_offset* is -1): the
-    recovery scan of SPEC §10 without a Python step per record.
+    recovery scan of docs/recovery.md#recovery without a Python step per record.
 
     Returns ``(next_pos, status, count)``: where the walk stopped, why
     (``STOP_END`` when it reached *end*, ``REC_BLANK`` at an END_OF_FILE
@@ -826,7 +826,7 @@ def read_store_timestamp(buf, pos: int) -> int:
 
 
 def cq_put(buf, pos: int, physical_offset: int, size: int, tags_code: int) -> None:
-    """Write one 20-byte ConsumeQueue unit at *pos* (SPEC §6.1).
+    """Write one 20-byte ConsumeQueue unit at *pos* (docs/format.md#consumequeue-unit).
     Raises ValueError for a position outside *buf*."""
     _fields((physical_offset, 64), (size, 32), (tags_code, 64))
     _check_unit_pos(buf, pos)
@@ -853,13 +853,13 @@ def cq_units(buf, start: int, end: int) -> list:
 
 
 def cq_scan(buf, start: int, end: int, phy_limit=None) -> tuple:
-    """Recovery scan of one ConsumeQueue file (SPEC §6.6).
+    """Recovery scan of one ConsumeQueue file (docs/recovery.md#consumequeue-recovery).
 
     From *start*, walk units while they are valid (physical offset >= 0 and
     size > 0) and, when *phy_limit* is an int, point below it (the truncation
-    of SPEC §6.7). Returns ``(valid_end, max_physical_end)``: the position after
+    of docs/recovery.md#cutting-a-consumequeue). Returns ``(valid_end, max_physical_end)``: the position after
     the last valid unit, and offset + size of the last valid unit that is not
-    a pre-blank placeholder (-1 if none; P-14).
+    a pre-blank placeholder (-1 if none; docs/recovery.md#pitfall-pre-blank-units-served).
     """
     end = min(end, len(buf))
     p = max(start, 0)
@@ -884,7 +884,7 @@ def cq_search_time(
     buf, file_start: int, low: int, range_: int, timestamp: int, upper: bool, min_physical_offset: int, time_at
 ) -> int:
     """Binary search of one ConsumeQueue file by store time (RocketMQ 5.1.1+
-    ``binarySearchInQueueByTime``, SPEC §6.11) returning a queue offset.
+    ``binarySearchInQueueByTime``, docs/format.md#time-search) returning a queue offset.
 
     *low* is the first position to consider, *range_* the readable length of
     the file in bytes; ``time_at(physical_offset, size)`` returns a record's
@@ -983,7 +983,7 @@ def _index_count(buf) -> int:
 
 
 def index_put(buf, hash_slot_num: int, index_num: int, key: str, physical_offset: int, store_timestamp: int) -> bool:
-    """Put *key* into the IndexFile held in *buf* (``IndexFile.putKey``, SPEC §7.3).
+    """Put *key* into the IndexFile held in *buf* (``IndexFile.putKey``, docs/format.md#index-put).
 
     Header, slot and entry are updated in place. Returns False when the file
     is full (``indexCount >= index_num``). Raises ValueError if *buf* is
@@ -1023,8 +1023,8 @@ def index_put_keys(
     buf, hash_slot_num: int, index_num: int, prefix: str, keys: list, physical_offset: int, store_timestamp: int
 ) -> int:
     """Put ``prefix + key`` for each str in the list *keys*, in order, as
-    ``index_put`` does (RocketMQ's ``topic#key`` entries of one record, SPEC
-    §7.6). Stops at the first key the full file refuses; returns how many
+    ``index_put`` does (RocketMQ's ``topic#key`` entries of one record,
+    docs/format.md#building-the-index). Stops at the first key the full file refuses; returns how many
     were stored. Writes nothing and returns -1 when *physical_offset* is below
     the header's end physical offset (the record is indexed already), -2
     when equal (it may be partly indexed: the caller decides). Raises
@@ -1064,9 +1064,9 @@ def index_select(
     buf, hash_slot_num: int, index_num: int, key: str, max_num: int, begin: int, end: int, out: list
 ) -> None:
     """Append to *out* the physical offsets stored for *key* whose decoded time
-    lies in [begin, end], newest first (``IndexFile.selectPhyOffset``, SPEC §7.4).
+    lies in [begin, end], newest first (``IndexFile.selectPhyOffset``, docs/format.md#index-lookup).
 
-    Only the 32-bit key hash is compared (P-1). Stops once ``len(out) >=
+    Only the 32-bit key hash is compared (docs/recovery.md#pitfall-index-hash-collisions). Stops once ``len(out) >=
     max_num``. A corrupt chain cannot loop: the walk visits at most
     ``index_num`` entries and never leaves the entry area.
     """
@@ -1977,7 +1977,7 @@ def _record_at(view: tuple, phy: int, max_size: int):
 
 def read_keyed(view: tuple, offsets: list, topic: str, key: str, max_size: int, message_type, out: list) -> None:
     """``query_messages``' reads (fixes RocketMQ #3613 hash collisions,
-    P-1/P-16): each physical offset of *offsets* once, in order, skipping
+    docs/recovery.md#pitfall-index-hash-collisions): each physical offset of *offsets* once, in order, skipping
     those below the *view*'s minimum (cleaned up) or where no valid record
     of at most *max_size* bytes starts; a record whose topic is *topic* and
     whose UNIQ_KEY is *key* or one of whose space-separated KEYS is *key*
@@ -2085,7 +2085,7 @@ VIEW_UNIT = struct.Struct("=qqqqqii")
 
 def _unit_record(view: tuple, phy: int, size: int, queue_offset: int, queue_id: int, topic_b: bytes,
                  max_size: int):
-    """The record a ConsumeQueue unit stands for (P-11), as a pull reads it
+    """The record a ConsumeQueue unit stands for (docs/recovery.md#pitfall-stored-offsets-trusted), as a pull reads it
     through a CommitLog *view*: ``(segment, position, fields)`` when a valid
     record (body CRC included) of *size* bytes starts at *phy* with that
     queue offset, queue id and stored topic *topic_b*; None otherwise."""

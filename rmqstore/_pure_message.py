@@ -134,7 +134,7 @@ class Message:
         born_host, store_host (str | tuple | None): ``"a.b.c.d:port"`` or
             ``"[v6]:port"``; None = the store's host. IPv6 sets the V6 sysflag bits.
         reconsume_times (int): retry count, i32.
-        sys_flag (int): sysflag bits (SPEC §3.3); V6 bits are set by the store.
+        sys_flag (int): sysflag bits (docs/format.md#sysflag-bits); V6 bits are set by the store.
         prepared_transaction_offset (int): for commit/rollback records, the
             physical offset of the prepared record.
 

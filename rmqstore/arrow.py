@@ -122,7 +122,7 @@ class ScanFilter:
             bounds on STORETIMESTAMP, ms since epoch.
 
     Pruning by topic and queue reads the ConsumeQueues, which have no unit
-    for prepared and rollback transaction records (SPEC §9): such a record is
+    for prepared and rollback transaction records (docs/recovery.md#dispatch): such a record is
     found only in a file that also holds a unit of a selected queue. Pruning
     by store time assumes store timestamps do not decrease along the
     CommitLog (as RocketMQ's own lookups by time do).

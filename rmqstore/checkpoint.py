@@ -1,4 +1,4 @@
-"""The ``checkpoint`` file: five big-endian i64 fields in 4096 bytes (SPEC §8.1)."""
+"""The ``checkpoint`` file: five big-endian i64 fields in 4096 bytes (docs/format.md#checkpoint)."""
 
 from __future__ import annotations
 

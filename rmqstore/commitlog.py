@@ -1,8 +1,8 @@
-"""The CommitLog: every message record, back to back, in 1 GiB segments (SPEC §3).
+"""The CommitLog: every message record, back to back, in 1 GiB segments (docs/format.md#commitlog-record).
 
 This module owns appending (with END_OF_FILE blank records and file rolling,
-SPEC §3.8), reading records by physical offset, and the recovery scan that
-finds where valid data ends (SPEC §10). Dispatch to ConsumeQueues and the
+docs/format.md#blank-record), reading records by physical offset, and the recovery scan that
+finds where valid data ends (docs/recovery.md#recovery). Dispatch to ConsumeQueues and the
 IndexFile is the store's business (``store.py``).
 """
 
@@ -99,7 +99,7 @@ class CommitLog:
         """Append one record of *size* bytes (already computed by the caller with
         ``record_size``); returns its physical offset. When it does not fit in the
         current segment with 8 bytes to spare, the segment is closed with a
-        blank record and the record goes to the next one (SPEC §3.8), a
+        blank record and the record goes to the next one (docs/format.md#blank-record), a
         spare when :meth:`reserve` made it; a next segment made here is made
         before the blank record is written, so a failure writes nothing."""
         q = self.queue
@@ -158,7 +158,7 @@ class CommitLog:
         return gone
 
     def fits_in_new_segment(self, size: int) -> bool:
-        """Whether a record of *size* bytes can be stored at all (P-10)."""
+        """Whether a record of *size* bytes can be stored (docs/recovery.md#pitfall-record-larger-than-a-file)."""
         return size + END_FILE_MIN_BLANK_LENGTH <= self.queue.file_size
 
     @staticmethod
@@ -298,10 +298,10 @@ class CommitLog:
 
     def scan_valid(self, start_index: int, check_crc: bool, verify_prop_crc: int, on_run=None, start_pos: int = 0,
                    stop_index=None):
-        """Recovery scan (SPEC §10.2 step 2) from segment *start_index*: walk
+        """Recovery scan (docs/recovery.md#normal-recovery) from segment *start_index*: walk
         records while they validate (length formula, magic, CRC when asked —
         *verify_prop_crc* as for ``check_record`` — and the stored physical
-        offset equal to the position, P-11), crossing blank records. Each run
+        offset equal to the position, docs/recovery.md#pitfall-stored-offsets-trusted), crossing blank records. Each run
         of valid records is walked by one kernel call (``scan_records``) and
         handed to ``on_run(segment, start, end)`` (positions in the segment).
 
@@ -413,7 +413,7 @@ class CommitLog:
 
     def first_record_timestamp(self, index: int) -> int:
         """Store time of the first record of segment *index* if that record
-        validates fully, else -1 (abnormal recovery start choice, SPEC §10.3)."""
+        validates fully, else -1 (abnormal recovery start choice, docs/recovery.md#abnormal-recovery)."""
         mf = self.queue.files[index]
         status = k.check_record(mf.mm, 0, mf.file_size, True, False, self.max_record_size)
         if status <= 0 or _I64.unpack_from(mf.mm, POS_PHYSICALOFFSET)[0] != mf.file_from_offset:
@@ -421,7 +421,7 @@ class CommitLog:
         return k.read_store_timestamp(mf.mm, 0)
 
     def truncate(self, offset: int) -> None:
-        """Drop every byte from physical *offset* on (zeroing stale tails, P-12)."""
+        """Drop every byte from physical *offset* on (docs/recovery.md#pitfall-stale-bytes-after-truncation)."""
         self.queue.truncate_dirty(offset)
 
     def flushed_offset(self) -> int:
@@ -435,7 +435,7 @@ class CommitLog:
         """Force appended records to disk (``least_pages`` as RocketMQ's flush services)."""
         self.queue.flush(least_pages)
 
-    # --- retention and follow mode (SPEC §12.2) --------------------------------------
+    # --- retention and follow mode (docs/recovery.md#retention) ----------------------
 
     def last_record_timestamp(self, mf) -> int:
         """STORETIMESTAMP of the last record of segment *mf* (the one before the
@@ -462,7 +462,7 @@ class CommitLog:
     def file_timestamp(self, mf) -> int:
         """The time retention ages segment *mf* by, ms since epoch: its last
         record's store time, or the file's mtime when it holds no record
-        (RocketMQ uses the mtime alone, which copying a store resets: P-23)."""
+        (RocketMQ uses the mtime alone, which copying a store resets: docs/recovery.md#pitfall-retention-by-mtime)."""
         ts = self.last_record_timestamp(mf)
         return ts if ts > 0 else mf.last_modified_ms()
 
@@ -493,7 +493,7 @@ class CommitLog:
                 if status <= 0:
                     break
                 if _I64.unpack_from(mm, pos + POS_PHYSICALOFFSET)[0] != base + pos:
-                    status = -1  # not this position's record (P-11): stop here
+                    status = -1  # not this position's record (docs/recovery.md#pitfall-stored-offsets-trusted)
                     break
                 pos += status
             if pos != mf.wrote_position:

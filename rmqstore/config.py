@@ -1,6 +1,6 @@
 """Store configuration: RocketMQ's ``MessageStoreConfig`` in snake_case.
 
-Every field has RocketMQ's default (SPEC §13). Field names are the snake_case
+Every field has RocketMQ's default (docs/format.md#sizes-and-defaults). Field names are the snake_case
 of the Java names, so a broker ``.properties`` file or a dict with the Java
 camelCase names loads directly.
 """
@@ -38,7 +38,7 @@ def _camel_to_snake(name: str) -> str:
 
 @dataclass(frozen=True)
 class StoreConfig:
-    """RocketMQ ``MessageStoreConfig`` fields that rmqstore uses (SPEC §13).
+    """RocketMQ ``MessageStoreConfig`` fields that rmqstore uses (docs/format.md#sizes-and-defaults).
 
     Sizes are bytes, intervals milliseconds, ``file_reserved_time`` hours.
     ``mapped_file_size_consume_queue`` is rounded up to a multiple of 20 as
@@ -80,7 +80,7 @@ class StoreConfig:
     destroy_maped_file_interval_forcibly: int = 120_000
     redelete_hanged_file_interval: int = 120_000
     delete_file_batch_max: int = 10
-    # rmqstore's own knobs for the clean-up service (SPEC §12; no RocketMQ name)
+    # rmqstore's own knobs for the clean-up service (docs/recovery.md#retention; no RocketMQ name)
     clean_service_enable: bool = True
     clean_resource_initial_delay: int = 60_000
     disk_check_interval: int = 1000
@@ -141,7 +141,7 @@ class StoreConfig:
         """Bytes of one IndexFile: 40 + 4 * slots + 20 * entries."""
         return _index_size(self.max_hash_slot_num, self.max_index_num)
 
-    # --- retention (SPEC §12) ---------------------------------------------------
+    # --- retention (docs/recovery.md#retention) ---------------------------------
 
     @property
     def delete_physic_files_interval(self) -> int:

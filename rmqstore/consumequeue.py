@@ -1,4 +1,4 @@
-"""ConsumeQueue: per (topic, queue id), 20-byte units pointing into the CommitLog (SPEC §6)."""
+"""ConsumeQueue: per (topic, queue id), 20-byte units pointing into the CommitLog (docs/format.md#consumequeue-unit)."""
 
 from __future__ import annotations
 
@@ -87,10 +87,10 @@ def _rmdirs(dirs) -> None:
 
 
 def tags_code(topic: str, props: dict, store_timestamp: int, config) -> int:
-    """The tags code of a record's unit (SPEC §5): Java hash of TAGS, or for
+    """The tags code of a record's unit (docs/format.md#tags-code): Java hash of TAGS, or for
     ``SCHEDULE_TOPIC_XXXX`` with a DELAY level the delivery time (store time
     + the level's delay from ``config``). A DELAY Java's ``Integer.parseInt``
-    rejects keeps the tags hash (P-8: not fatal)."""
+    rejects keeps the tags hash (docs/recovery.md#pitfall-bad-record-in-dispatch: not fatal)."""
     tags = props.get(PROPERTY_TAGS)
     code = k.java_hash(tags) if tags else 0
     if topic == SCHEDULE_TOPIC:
@@ -116,7 +116,7 @@ def java_parse_int(text: str):
 
 
 def is_pre_blank(unit) -> bool:
-    """Whether a unit is the placeholder written below a queue's first entry (P-14)."""
+    """Whether a unit is a placeholder below a queue's first entry (docs/recovery.md#pitfall-pre-blank-units-served)."""
     return unit[0] == 0 and unit[1] == PRE_BLANK_SIZE and unit[2] == 0
 
 
@@ -206,8 +206,8 @@ class ConsumeQueue:
         return mf.file_from_offset + end
 
     def truncate_dirty_logic_files(self, phy_offset: int) -> None:
-        """SPEC §6.7: drop units whose record starts at or after *phy_offset*;
-        unit 0 of a file is checked for validity too (P-15)."""
+        """docs/recovery.md#cutting-a-consumequeue: drop units whose record starts at or after *phy_offset*;
+        unit 0 of a file is checked for validity too (docs/recovery.md#pitfall-unit-zero-unchecked)."""
         self.max_physic_offset = phy_offset
         while self.queue.files:
             mf = self.queue.last
@@ -221,8 +221,8 @@ class ConsumeQueue:
             break
 
     def correct_min_offset(self, min_commit_log_offset: int) -> None:
-        """SPEC §6.9: point ``min_logic_offset`` at the first unit whose record is
-        still in the CommitLog, skipping pre-blank placeholders (P-14)."""
+        """docs/recovery.md#queue-minimum-offset: point ``min_logic_offset`` at the first unit whose record is
+        still in the CommitLog, skipping pre-blank placeholders (docs/recovery.md#pitfall-pre-blank-units-served)."""
         files = self.queue.files
         if not files:
             return
@@ -280,9 +280,9 @@ class ConsumeQueue:
         _rmdirs([d, os.path.dirname(d)])
 
     def put(self, physical_offset: int, size: int, tags_code: int, queue_offset: int) -> bool:
-        """Append the unit for *queue_offset* (SPEC §6.3). Already-present units
+        """Append the unit for *queue_offset* (docs/format.md#writing-units). Already-present units
         are skipped (idempotent re-dispatch); a gap below *queue_offset* is
-        filled with pre-blank placeholders instead of shifting offsets (P-13)."""
+        filled with pre-blank placeholders instead of shifting offsets (docs/recovery.md#pitfall-consumequeue-gap)."""
         if physical_offset + size <= self.max_physic_offset:
             return True
         expect = queue_offset * UNIT
@@ -321,7 +321,7 @@ class ConsumeQueue:
         return units[0] if units else None
 
     def get_units(self, queue_offset: int, max_count: int) -> list:
-        """Up to *max_count* units from *queue_offset*, within one file (SPEC §6.8)."""
+        """Up to *max_count* units from *queue_offset*, within one file (docs/format.md#reading-units)."""
         where = self.unit_range(queue_offset, max_count)
         return [] if where is None else k.cq_units(*where)
 
@@ -339,7 +339,7 @@ class ConsumeQueue:
 
     def offset_by_time(self, timestamp: int, upper: bool, view: tuple) -> int:
         """Queue offset for *timestamp* (RocketMQ 5.1.1+ ``getOffsetInQueueByTime``,
-        SPEC §6.11), clamped to [min, max] as the store answers. *view* is
+        docs/format.md#time-search), clamped to [min, max] as the store answers. *view* is
         ``CommitLog.segment_view()``; records below its minimum are skipped."""
         files = self.queue.files
         if not files:
@@ -378,10 +378,10 @@ class ConsumeQueue:
                 return mf
         return files[-1]
 
-    # --- retention and follow mode (SPEC §6.9, §6.10) ---------------------------------
+    # --- retention and follow mode (docs/recovery.md#retention) ---------------------------
 
     def expired_head_count(self, min_commit_log_offset: int) -> int:
-        """SPEC §6.10: how many files, oldest first and never the last, have a
+        """docs/recovery.md#retention: how many files, oldest first and never the last, have a
         last unit whose record starts below *min_commit_log_offset* (their
         messages are all gone from the CommitLog)."""
         files = self.queue.files

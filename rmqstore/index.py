@@ -1,4 +1,4 @@
-"""IndexFile and IndexService: the message key index (SPEC §7).
+"""IndexFile and IndexService: the message key index (docs/format.md#indexfile).
 
 An IndexFile is a hash table in a file: 40-byte header, ``hash_slot_num``
 4-byte slots holding the newest entry of each slot, ``index_num`` 20-byte
@@ -59,7 +59,7 @@ class IndexFile:
         hash_slot_num (int), index_num (int): its geometry.
         read_only (bool): map read-only.
         create (bool): create it, all zeros, with begin/end values taken from
-            the previous file's *end_phy_offset* / *end_timestamp* (SPEC §7.3).
+            the previous file's *end_phy_offset* / *end_timestamp* (docs/format.md#index-put).
     """
 
     __slots__ = ("damaged", "hash_slot_num", "index_num", "mm", "name", "path", "read_only")
@@ -124,7 +124,7 @@ class IndexFile:
         self.name = os.path.basename(self.path)
 
     def header(self) -> dict:
-        """The header fields (SPEC §7.1); ``index_count`` as stored (entries + 1)."""
+        """The header fields (docs/format.md#index-header); ``index_count`` as stored (entries + 1)."""
         b, e, bp, ep, slots, count = _HEADER.unpack_from(self.mm, 0)
         return {
             "begin_timestamp": b, "end_timestamp": e, "begin_phy_offset": bp, "end_phy_offset": ep,
@@ -159,7 +159,7 @@ class IndexFile:
         """Remove the entries (newest first) whose physical offset is at or past
         *physical_offset*, restoring each slot to the entry's predecessor, and
         rewrite the header's end values (end time from ``store_timestamp_at(phy)``).
-        RocketMQ never does this (P-16). Returns the number of entries left."""
+        RocketMQ never does this (docs/recovery.md#pitfall-index-not-truncated). Returns the number of entries left."""
         mm, s = self.mm, self.hash_slot_num
         base = INDEX_HEADER_SIZE + INDEX_HASH_SLOT_SIZE * s
         n = min(self.index_count, self.index_num) - 1
@@ -312,7 +312,7 @@ class IndexService:
 
     def load(self) -> None:
         """Map every index file, ordered by (end physical offset, name) rather
-        than by name alone, which a clock step can misorder (P-19)."""
+        than by name alone, which a clock step can misorder (docs/recovery.md#pitfall-index-names-by-local-time)."""
         try:
             entries = sorted(os.listdir(self.directory))
         except FileNotFoundError:
@@ -444,10 +444,10 @@ class IndexService:
             f.destroy()
 
     def build_index(self, topic: str, physical_offset: int, store_timestamp: int, sys_flag: int, uniq_key, keys) -> None:
-        """Index one dispatched record (SPEC §7.6): ``topic#UNIQ_KEY`` first, then
+        """Index one dispatched record (docs/format.md#building-the-index): ``topic#UNIQ_KEY`` first, then
         each non-empty space-separated key. Rollback records are not indexed.
         Keys the index already holds for this record are skipped, so dispatching
-        a record again (recovery) neither duplicates entries (P-6) nor misses the
+        a record again (recovery) neither duplicates (docs/recovery.md#pitfall-index-duplicate-entries) nor misses the
         keys a crash kept it from writing."""
         if sys_flag & 0xC == TRANSACTION_ROLLBACK_TYPE:
             return
@@ -529,7 +529,7 @@ class IndexService:
         """After recovery cut the CommitLog at *physical_offset*: delete index
         files holding only later entries, and cut the entries of the file that
         straddles it, so new records are indexed again and no entry points
-        past the end (P-16)."""
+        past the end (docs/recovery.md#pitfall-index-not-truncated)."""
         while self.files:
             f = self.files[-1]
             if f.end_phy_offset < physical_offset:
@@ -549,7 +549,7 @@ class IndexService:
                 return f.end_timestamp
         return 0
 
-    # --- retention and follow mode (SPEC §7.8) ---------------------------------------
+    # --- retention and follow mode (docs/recovery.md#retention) ----------------------
 
     def expired_head_count(self, min_commit_log_offset: int) -> int:
         """How many files, oldest first and never the newest, index only

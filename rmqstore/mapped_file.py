@@ -1,4 +1,4 @@
-"""Fixed-size memory-mapped segment files and the queues of them (SPEC §2).
+"""Fixed-size memory-mapped segment files and the queues of them (docs/format.md#segment-queues).
 
 A :class:`MappedFile` is one segment named by its start offset; a
 :class:`MappedFileQueue` is a directory of equal-sized segments covering one
@@ -28,7 +28,7 @@ _ZEROS = bytes(_ZERO_CHUNK)
 
 
 def offset_to_file_name(offset: int) -> str:
-    """Segment file name: the start offset, zero-padded to at least 20 digits (SPEC §2.1)."""
+    """Segment file name: the start offset, zero-padded to at least 20 digits (docs/format.md#file-names)."""
     return f"{offset:020d}"
 
 
@@ -51,7 +51,7 @@ class MappedFile:
         mm (mmap.mmap): the mapping (read-only when the file was opened so).
         wrote_position (int): bytes appended (relative to the file).
         flushed_position (int): bytes known to be forced to disk.
-        first_created_in_queue (bool): created while its queue was empty (SPEC §6.5).
+        first_created_in_queue (bool): created while its queue was empty (docs/format.md#pre-blank-unit).
     """
 
     __slots__ = (
@@ -141,7 +141,7 @@ class MappedFile:
 
     def zero_tail(self, position: int) -> bool:
         """Zero ``[position, file_size)`` where it is not zero yet, so stale bytes
-        behind a truncation point can never be read back as data (P-12).
+        behind a truncation point are never read back (docs/recovery.md#pitfall-stale-bytes-after-truncation).
         Returns True if anything was written."""
         mm = self.mm
         wrote_any = False
@@ -515,7 +515,7 @@ class MappedFileQueue:
         return last.file_from_offset + last.wrote_position if last else 0
 
     def find(self, offset: int):
-        """The segment covering *offset*, or None (SPEC §2.2 find by offset)."""
+        """The segment covering *offset*, or None (docs/format.md#segment-queues)."""
         files = self.files
         if not files or offset < 0:
             return None
@@ -597,9 +597,9 @@ class MappedFileQueue:
             mf.destroy()
 
     def truncate_dirty(self, offset: int) -> None:
-        """Drop everything at or after logical *offset* (SPEC §2.2
+        """Drop everything at or after logical *offset* (docs/format.md#segment-queues
         truncateDirtyFiles): later segments are deleted, the containing one gets
-        its positions reset and — unlike RocketMQ (P-12) — its tail zeroed.
+        its positions reset and its tail zeroed (docs/recovery.md#pitfall-stale-bytes-after-truncation).
         Spares are deleted too (they followed the old end)."""
         if self.spares:
             self.drop_spares()

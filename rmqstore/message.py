@@ -1,4 +1,4 @@
-"""Messages, put/get results and identifiers (SPEC §3, §4).
+"""Messages, put/get results and identifiers (docs/format.md#commitlog-record, docs/format.md#message-ids).
 
 ``Message`` is what a producer hands to :meth:`MessageStore.put_message`;
 ``MessageExt`` is a stored record as read back (RocketMQ's ``MessageExt``).
@@ -49,7 +49,7 @@ MESSAGE_TYPES = (k.Message, _pure_message.Message)
 class PutMessageResult(NamedTuple):
     """Result of one put. ``wrote_offset`` is the record's physical offset,
     ``wrote_bytes`` its size, ``store_timestamp`` ms since epoch, ``msg_id`` the
-    offset message id (SPEC §4.1)."""
+    offset message id (docs/format.md#offset-msgid)."""
 
     status: PutMessageStatus
     msg_id: str

@@ -1,6 +1,6 @@
 """Retention and disk space: RocketMQ's CleanCommitLogService and
-CleanConsumeQueueService (SPEC §12), and the disk-usage probe behind write
-refusal (DISK_FULL, SPEC §12.5).
+CleanConsumeQueueService (docs/recovery.md#retention), and the disk-usage probe behind write
+refusal (DISK_FULL, docs/recovery.md#disk-space).
 
 One clean-up round (:meth:`Retention.run`):
 
@@ -8,15 +8,15 @@ One clean-up round (:meth:`Retention.run`):
    above ``disk_max_used_space_ratio`` (or unknown), or a caller asked for it,
    delete non-current segments from the oldest on while each is expired —
    ``now >= time + file_reserved_time`` where *time* is the segment's last
-   record's store time (its mtime when it holds none; P-23) — or, when use
+   record's store time (its mtime when it holds none; docs/recovery.md#pitfall-retention-by-mtime) — or, when use
    is above the clean-forcibly level (and ``clean_file_forcibly_enable``),
    regardless of age. At most ``delete_file_batch_max`` files per round,
    ``delete_commit_log_files_interval`` ms apart. The current (last) segment
    is never deleted.
 2. ConsumeQueues and index, when the CommitLog minimum moved: delete queue
-   files whose last unit points below it (SPEC §6.10), correct each queue's
-   minimum offset (§6.9), delete index files that index only records below it
-   (§7.8).
+   files whose last unit points below it (docs/recovery.md#retention), correct each queue's
+   minimum offset (docs/recovery.md#queue-minimum-offset), delete index files that index only records below it
+   (docs/recovery.md#retention).
 
 Readers are never cut off: a segment is unmapped and dropped from its queue
 only while no reader holds a reference
@@ -57,7 +57,7 @@ _EXCLUSIVE_WAIT = 1.0
 
 def disk_usage_ratio(path) -> float:
     """Used fraction of the file system holding *path*, RocketMQ's
-    ``UtilAll.getDiskPartitionSpaceUsedPercent`` (SPEC §12.4):
+    ``UtilAll.getDiskPartitionSpaceUsedPercent`` (docs/recovery.md#disk-space):
     ``used = total - free``, ``ratio = ceil(100 * used / (used + usable)) / 100``
     where *usable* is what an unprivileged process may still allocate.
     Returns -1.0 when it cannot be determined (RocketMQ treats that as a
@@ -122,7 +122,7 @@ class Retention:
         self._lock = threading.Lock()
         self._cq_cleaned_at = -1  # CommitLog minimum the CQ/index cleaner last ran for
 
-    # --- decisions (SPEC §12.2) --------------------------------------------------
+    # --- decisions (docs/recovery.md#retention) ----------------------------------
 
     def is_time_to_delete(self, now_ms: int) -> bool:
         """RocketMQ ``isTimeToDelete``: the local hour of *now_ms* is one of
@@ -198,7 +198,7 @@ class Retention:
                 "+".join(reasons), bool(reasons) and clean_at_once, ratio, busy,
             )
 
-    # --- CommitLog (SPEC §12.2 step 4) -----------------------------------------------
+    # --- CommitLog (docs/recovery.md#retention) --------------------------------------
 
     def _delete_commit_log(self, expired_ms: int, clean_at_once: bool, now: int) -> tuple:
         store, cfg = self.store, self.store.config
@@ -261,7 +261,7 @@ class Retention:
         log.info("CommitLog file %s is being read; deleting it later", mf.path)
         return "busy"
 
-    # --- ConsumeQueues and index (SPEC §12.3) -------------------------------------------
+    # --- ConsumeQueues and index (docs/recovery.md#retention) ---------------------------
 
     def _clean_logics(self, cl_min: int) -> tuple:
         """Delete queue and index files below *cl_min* and correct minimum

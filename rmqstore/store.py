@@ -1,5 +1,5 @@
 """MessageStore: lifecycle, recovery and dispatch over CommitLog, ConsumeQueues
-and the IndexFile (RocketMQ ``DefaultMessageStore``, SPEC §9-§10).
+and the IndexFile (RocketMQ ``DefaultMessageStore``, docs/recovery.md#dispatch, docs/recovery.md#recovery).
 
 Dispatch is synchronous: a message is in its ConsumeQueue and the index when
 ``put_message`` returns.
@@ -218,7 +218,7 @@ def _load_numpy() -> None:
 _VIEW_DTYPE: Any = None
 _frombuffer: Any = None
 _PUT_OK = PutMessageStatus.PUT_OK
-_UNIT_DTYPE = [("phy", ">i8"), ("size", ">i4"), ("tags", ">i8")]  # a ConsumeQueue unit (SPEC §6.1)
+_UNIT_DTYPE = [("phy", ">i8"), ("size", ">i4"), ("tags", ">i8")]  # docs/format.md#consumequeue-unit
 
 
 def _now_ms() -> int:
@@ -294,7 +294,7 @@ class MessageStore:
         self._clock = clock or _now_ms
         self._lock = k.AppendLock()  # reentrant (RocketMQ's PutMessageReentrantLock)
         self._closed = False
-        self._store_lock: StoreLock | None = None  # the writer lock (SPEC §8.3)
+        self._store_lock: StoreLock | None = None  # the writer lock (docs/recovery.md#writer-lock-and-abort-file)
         self._cqs: dict = {}  # (topic, queue_id) -> ConsumeQueue; only ever added to (ReadGate keeps what it found)
         self._queue_offsets: dict = {}
         self._topics: dict = {}  # validated topic -> UTF-8 bytes
@@ -326,7 +326,7 @@ class MessageStore:
         self.last_exit_ok = True
         self.recovery_report: dict = {}
         self._offsets = None  # ConsumerOffsetStore (offsets.py), created by consumer_offsets()
-        # retention, disk space and follow mode (retention.py, SPEC §12)
+        # retention, disk space and follow mode (retention.py, docs/recovery.md#retention)
         from .retention import Retention, disk_usage_ratio
 
         self._disk_usage = disk_usage or disk_usage_ratio
@@ -377,7 +377,7 @@ class MessageStore:
             disk_usage (callable | None): ``disk_usage(path) -> float``, the
                 used fraction (0..1, -1.0 unknown) of the file system holding
                 *path*; drives clean-up under disk pressure and write refusal
-                (SPEC §12). Default: ``statvfs`` as RocketMQ computes it.
+                (docs/recovery.md#retention). Default: ``statvfs`` as RocketMQ computes it.
 
         Raises:
             StoreLockedError: another writer holds the store.
@@ -660,9 +660,9 @@ class MessageStore:
     def _recover_index(self, process_offset: int, drop_last: bool) -> None:
         """Make the index cover exactly the CommitLog: after a crash drop a last
         index file that is not consistent (torn by a power loss), cut entries past
-        *process_offset* (P-16), then index every record the index lacks straight
+        *process_offset* (docs/recovery.md#pitfall-index-not-truncated), then index each record the index lacks straight
         from the CommitLog — RocketMQ instead deletes unflushed index files after
-        a crash and never rebuilds them (P-7)."""
+        a crash and never rebuilds them (docs/recovery.md#pitfall-index-lost-after-crash)."""
         index = self.index
         ts_at = lambda phy: self.commitlog.store_timestamp_at(phy, 1)  # noqa: E731
         if drop_last:
@@ -683,7 +683,7 @@ class MessageStore:
 
     def _normal_start(self, max_cq_phy: int) -> int:
         """The last three segments, or earlier when the queues lag behind
-        (SPEC §14: a superset of every RocketMQ version's choice)."""
+        (docs/recovery.md#normal-recovery: a superset of every RocketMQ version's choice)."""
         files = self.commitlog.queue.files
         start = max(0, len(files) - 3)
         for i in range(len(files) - 1, -1, -1):
@@ -693,7 +693,7 @@ class MessageStore:
 
     def _abnormal_start(self) -> int:
         """Newest segment whose first record validates and was stored before the
-        checkpoint's safe time (SPEC §10.3); segment 0 otherwise."""
+        checkpoint's safe time (docs/recovery.md#abnormal-recovery); segment 0 otherwise."""
         cp = self.checkpoint
         limit = cp.min_timestamp_index if (self.config.message_index_enable and self.config.message_index_safe) else cp.min_timestamp
         files = self.commitlog.queue.files
@@ -870,7 +870,7 @@ class MessageStore:
             self._store_lock.release()
             self._store_lock = None
 
-    # --- flushing (SPEC §11) --------------------------------------------------------
+    # --- flushing (docs/recovery.md#flush) ------------------------------------------
 
     def _fail_write(self, err: OSError) -> FlushError:
         """A sync failed: refuse every later write (never retry into a PUT_OK)."""
@@ -887,7 +887,7 @@ class MessageStore:
     def _flush_commit_log(self, least_pages: int, needed: int = MAX_OFFSET) -> None:
         """Flush the CommitLog unless it is already on disk up to *needed*;
         after a complete flush publish how far it is on disk and the store time
-        of the last record known to be there (P-24)."""
+        of the last record known to be there (docs/recovery.md#pitfall-checkpoint-ahead-of-disk)."""
         with self._flush_lock:
             if self._flushed_where >= needed:
                 return  # a sync that started after our append covered us (group commit)
@@ -1025,7 +1025,7 @@ class MessageStore:
         if self.read_only:
             raise StoreReadOnlyError(f"store {self.root_dir} is open read-only")
 
-    # --- retention and disk space (SPEC §12, retention.py) ------------------------------
+    # --- retention and disk space (docs/recovery.md#retention, retention.py) ------------
 
     def delete_expired(self, force: bool = False, reserved_hours=None):
         """Delete expired files now, whatever the hour (RocketMQ's admin
@@ -1040,7 +1040,7 @@ class MessageStore:
                 hours (0 .. 2**31-1) instead of ``file_reserved_time``.
 
         A segment's age is its last record's store time (its mtime when it has
-        none, P-23) against the store clock. At most ``delete_file_batch_max``
+        none, docs/recovery.md#pitfall-retention-by-mtime) against the store clock. At most ``delete_file_batch_max``
         segments go per call, ``delete_commit_log_files_interval`` ms apart;
         segments a reader is inside are retried on the next call.
 
@@ -1834,7 +1834,7 @@ class MessageStore:
         return PutColumnsResult(PutMessageStatus.PUT_OK, phys, sizes, qoffs, ts)
 
     def _dispatch(self, topic, queue_id, queue_offset, phy, size, sys_flag, store_ts, props) -> None:
-        """Build the ConsumeQueue unit and the index entries of one record (SPEC §9)."""
+        """Build the ConsumeQueue unit and the index entries of one record (docs/recovery.md#dispatch)."""
         tran = sys_flag & TRANSACTION_MASK
         if tran == TRANSACTION_NOT_TYPE or tran == TRANSACTION_COMMIT_TYPE:
             cq = self._cqs.get((topic, queue_id))
@@ -2112,7 +2112,7 @@ class MessageStore:
                         status = GetMessageStatus.MESSAGE_WAS_REMOVING
                     continue
                 fields = read(phy)
-                # the record must be the one the unit stands for (P-11)
+                # the record must be the one the unit stands for (docs/recovery.md#pitfall-stored-offsets-trusted)
                 if fields[0] != size or fields[5] != q - 1 or fields[3] != queue_id or fields[15] != topic:
                     raise _unit_mismatch(cq, q - 1, phy, size, fields)
                 m = MessageExt(fields)
@@ -2263,7 +2263,7 @@ class MessageStore:
 
     @staticmethod
     def _check_columns(cq, topic, queue_id, cols, sizes, qoffs) -> None:
-        """Every record is the one its unit stands for (P-11), checked on the arrays."""
+        """Each record is the one its unit stands for (docs/recovery.md#pitfall-stored-offsets-trusted), on arrays."""
         import numpy as np
 
         topic_b = np.frombuffer(topic.encode("utf-8"), dtype=np.uint8)
@@ -2312,8 +2312,8 @@ class MessageStore:
     def query_messages(self, topic: str, key: str, max_count: int = 64, begin: int = 0, end: int = MAX_OFFSET) -> list:
         """The messages behind :meth:`query_offsets`, keeping only records that
         are still stored, whose topic is *topic* and whose UNIQ_KEY or one of
-        whose KEYS is *key* (fixes RocketMQ #3613 hash collisions, P-1/P-16);
-        each record once (P-6), in the order of :meth:`query_offsets`.
+        whose KEYS is *key* (fixes RocketMQ #3613, docs/recovery.md#pitfall-index-hash-collisions);
+        each record once (docs/recovery.md#pitfall-index-duplicate-entries), in the order of :meth:`query_offsets`.
         *max_count*, *begin* and *end* as there.
 
         Raises MessageTypeError, ArgumentError, StoreClosedError."""
@@ -2329,7 +2329,7 @@ class MessageStore:
         return out
 
     def look_message_by_msg_id(self, msg_id: str):
-        """The message with offset message id *msg_id* (SPEC §4.1: store host
+        """The message with offset message id *msg_id* (docs/format.md#offset-msgid: store host
         and port, then physical offset, as 32 or 56 hex digits in either
         case), or None when the id is malformed, points nowhere, or names
         another store host. RocketMQ ``viewMessage`` by offset msgId."""

@@ -8,7 +8,7 @@
   ``__CRC32#`` when present, stored physical offset) into a new store,
   resynchronising after damaged regions; the source is only read.
 * :func:`recover_store` opens the store writable (which runs recovery,
-  SPEC §10) and closes it again, returning ``MessageStore.recovery_report``.
+  docs/recovery.md#recovery) and closes it again, returning ``MessageStore.recovery_report``.
 
 File sizes and the index geometry of the store are inferred from its files
 (:func:`infer_config`), so stores written with non-default sizes work.
@@ -74,7 +74,7 @@ _INDEX_ENTRY = struct.Struct(">iqii")
 _CRC_PREFIX = PROPERTY_CRC32.encode("ascii") + b"\x01"
 
 #: check status (beside the REC_* codes) for a record whose PHYSICALOFFSET
-#: field disagrees with its position (P-11)
+#: field disagrees with its position (docs/recovery.md#pitfall-stored-offsets-trusted)
 _PHY_MISMATCH = -100
 _STATUS_TEXT = dict(REC_STATUS_TEXT)
 _STATUS_TEXT[_PHY_MISMATCH] = "PHYSICALOFFSET field disagrees with the record's position"
@@ -87,7 +87,7 @@ _MAGICS = (
 
 _ZCHUNK = 1 << 20
 _ZEROS = bytes(_ZCHUNK)
-#: smallest tags code that is a ConsumeQueue extension address (SPEC §5 step 4)
+#: smallest tags code that is a ConsumeQueue extension address (docs/format.md#tags-code)
 _CQ_EXT_ADDRESS_MAX = -(1 << 31) - 1
 
 
@@ -185,7 +185,7 @@ def _numeric_files(directory: str):
 
 
 def _key_hashes(topic: str, props: dict) -> frozenset:
-    """Index key hashes of a record: ``topic#UNIQ_KEY`` and ``topic#k`` per KEYS piece (SPEC §7.6)."""
+    """Key hashes of a record: ``topic#UNIQ_KEY``, ``topic#k`` per KEYS piece (docs/format.md#building-the-index)."""
     keys = []
     uniq = props.get(PROPERTY_UNIQ_KEY)
     if uniq:
@@ -198,7 +198,7 @@ def _key_hashes(topic: str, props: dict) -> frozenset:
 
 def _prop_crc(buf, pos: int, size: int, props: bytes):
     """``None`` when the record's properties do not end with a ``__CRC32#``
-    entry (SPEC §3.7), else ``(stored, computed)``."""
+    entry (docs/format.md#crc32-property), else ``(stored, computed)``."""
     n = len(props)
     if n < CRC32_RESERVED_LEN:
         return None
@@ -213,7 +213,7 @@ def _prop_crc(buf, pos: int, size: int, props: bytes):
 
 def _validate(buf, pos: int, limit: int, phys: int, max_size: int):
     """Validate the record at *pos* as recovery with CRC does, plus the stored
-    physical offset (P-11) and a trailing ``__CRC32#``.
+    physical offset (docs/recovery.md#pitfall-stored-offsets-trusted) and a trailing ``__CRC32#``.
 
     Returns ``(status, fields)``: the size and the ``decode_record`` tuple of a
     valid record, ``(0, None)`` for a blank record, or a negative code."""
@@ -1128,7 +1128,7 @@ def _commitlog_data_end(root: str) -> int:
 
 def _queue_ends(root: str) -> dict:
     """``{(topic, qid): units}``: where each ConsumeQueue's valid units end
-    (the recovery scan of its last file, SPEC §6.6)."""
+    (the recovery scan of its last file, docs/recovery.md#consumequeue-recovery)."""
     out = {}
     for topic, qid, qdir in _queue_dirs(root):
         files, _ = _numeric_files(qdir)
@@ -1149,7 +1149,7 @@ def _queue_ends(root: str) -> dict:
 
 def recover_store(root, config: Optional[StoreConfig] = None) -> dict:
     """Run recovery on the store in *root* explicitly: open it writable (which
-    recovers, SPEC §10) and close it (clean shutdown).
+    recovers, docs/recovery.md#recovery) and close it (clean shutdown).
 
     Returns ``MessageStore.recovery_report`` (``last_exit_ok``,
     ``process_offset``, ``stopped_because``, ``truncated_bytes``,

@@ -664,7 +664,7 @@ def test_writable_recovery_truncates_and_continues(root, crash):
                 assert pulled == units
             assert [m.physical_offset for m in s.get_messages("NewTopic", 1, 0).messages] == [
                 r.wrote_offset for t, _, r in new if t == "NewTopic"]
-            # stale index entries (P-16) never surface: old keys only find surviving records
+            # stale index entries (docs/recovery.md#pitfall-index-not-truncated) never surface: old keys find survivors
             for q in dump["queries"]["keyQueries"]:
                 if not q.get("auto"):
                     continue
@@ -792,7 +792,7 @@ def test_truncated_index_file(root, read_only):
 
 def test_deleted_index_directory(root):
     """Read-only: no index, no answers. Writable: the index is rebuilt from the
-    CommitLog (P-7) — with the same geometry, into the very bytes RocketMQ wrote."""
+    CommitLog (docs/recovery.md#pitfall-index-lost-after-crash), same geometry, into the very bytes RocketMQ wrote."""
     import shutil
 
     golden = {p.name: p.read_bytes() for p in (root / "index").iterdir()}
@@ -814,7 +814,7 @@ def test_deleted_index_directory(root):
 @pytest.mark.parametrize("size", [320, 0], ids=["all-zero", "empty"])
 def test_zero_consume_queue_file_after_a_full_one(root, size):
     """OrderTopic/0 has exactly two full files; a third, never-written file
-    (P-15: its unit 0 is invalid) adds no units."""
+    (docs/recovery.md#pitfall-unit-zero-unchecked: its unit 0 is invalid) adds no units."""
     (root / "consumequeue" / "OrderTopic" / "0" / f"{640:020d}").write_bytes(bytes(size))
     for kw in _both_modes():
         with MessageStore.open(root, **kw) as s:

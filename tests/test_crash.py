@@ -328,7 +328,7 @@ def verify(store: MessageStore, hist: History, run: ChildRun, rnd: random.Random
     )
     mpo = store.max_physical_offset
     assert end <= mpo and (mpo - end < cfg.mapped_file_size_commit_log), (ctx, end, mpo)
-    # P-12: nothing but zeros after the recovered end of the last file
+    # docs/recovery.md#pitfall-stale-bytes-after-truncation: nothing but zeros after the recovered end of the last file
     segs = _segments(os.path.join(hist.root, "commitlog"))
     if segs:
         start, path = segs[-1]

@@ -1,5 +1,5 @@
 """Flush modes, group commit, flush failures, checkpoint publishing, locking
-across processes, threads, and index rebuilds after a crash (SPEC §8, §11)."""
+across processes, threads, and index rebuilds after a crash (docs/format.md#checkpoint, docs/recovery.md#flush)."""
 
 import errno
 import os
@@ -159,7 +159,7 @@ def test_async_flusher_flushes_without_being_asked(tmp_path):
 
 
 def test_checkpoint_publishes_only_flushed_times(tmp_path):
-    """P-24: with the flush thread idle, puts do not move the checkpoint; a
+    """docs/recovery.md#pitfall-checkpoint-ahead-of-disk: with the flush thread idle, puts do not move the checkpoint; a
     flush publishes the store time of the last flushed record."""
     hour = 3_600_000
     cfg = StoreConfig(flush_interval_commit_log=hour, flush_interval_consume_queue=hour, **SMALL)

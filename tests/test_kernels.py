@@ -1,4 +1,4 @@
-"""Kernel tests: SPEC vectors for both implementations, and parity of the
+"""Kernel tests: docs/format.md vectors for both implementations, and parity of the
 Cython core (``rmqstore._core``) with the pure twin (``rmqstore._pure``).
 
 The core is skipped when not built, unless RMQSTORE_REQUIRE_EXTENSION=1.
@@ -62,7 +62,7 @@ def outcome(fn, *args):
         return "raised", type(e)
 
 
-# --- SPEC vectors -----------------------------------------------------------
+# --- docs/format.md vectors -------------------------------------------------
 
 BORN = bytes.fromhex("c0a8010a0000d431")  # 192.168.1.10:54321
 STORE = bytes.fromhex("0a00000100002a9f")  # 10.0.0.1:10911
@@ -496,7 +496,7 @@ def test_cq_units_and_scan(k):
     assert k.cq_scan(buf, 0, 30) == (20, -1)
     assert k.cq_scan(buf, -50, 45) == (40, 150)
     assert k.cq_scan(buf, 10**30, 100) == (10**30, -1)
-    # with a physical-offset limit: stop at the first unit at or past it (SPEC §6.7)
+    # with a physical-offset limit: stop at the first unit at or past it (docs/recovery.md#cutting-a-consumequeue)
     assert k.cq_scan(buf, 0, len(buf), 150) == (40, 150)
     assert k.cq_scan(buf, 0, len(buf), 151) == (80, 210)
     assert k.cq_scan(buf, 0, len(buf), 100) == (20, -1)  # only the pre-blank unit is kept

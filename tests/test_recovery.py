@@ -297,7 +297,7 @@ def check_store(s, recs, cut=None, extra=(), queues=QUEUES):
 
 
 def check_zero_tails(root, s):
-    """P-12: no stale bytes after the recovered end of the CommitLog or of a queue."""
+    """Nothing stale past the recovered ends (docs/recovery.md#pitfall-stale-bytes-after-truncation)."""
     mpo = s.max_physical_offset
     names = sorted(os.listdir(os.path.join(str(root), "commitlog")))
     if names:
@@ -505,7 +505,7 @@ def refused_and_read_around(root, recs, bad) -> None:
 
 
 def test_stale_records_are_not_resurrected(root):
-    """P-12: recovery cuts at a damaged record k and must erase k..n on disk,
+    """Recovery cuts at damaged record k, erasing k..n on disk (docs/recovery.md#pitfall-stale-bytes-after-truncation),
     not just forget them: repairing k's byte afterwards and crashing again
     must not bring k..n back (their bytes were valid records)."""
     recs = build(root, crash=True)
@@ -559,7 +559,7 @@ def test_checkpoint_damage(root, damage, abort):
 @CRASH
 @pytest.mark.parametrize("which", ["newest", "all"])
 def test_missing_index_files_are_rebuilt(root, crash, which):
-    """P-7: entries lost with index files are rebuilt from the CommitLog."""
+    """docs/recovery.md#pitfall-index-lost-after-crash: entries lost with index files are rebuilt from the CommitLog."""
     recs = build(root, crash=crash)
     paths = index_paths(root)
     for p in paths if which == "all" else paths[-1:]:

@@ -1,4 +1,4 @@
-"""Retention and disk space (SPEC §12): expired CommitLog files by age at the
+"""Retention and disk space (docs/recovery.md#retention): expired CommitLog files by age at the
 ``delete_when`` hours or under disk pressure, ConsumeQueue and index files
 following the CommitLog minimum, reader references while clean-up runs, and
 write refusal with DiskFullError (fake disk probe, simulated and real ENOSPC).
@@ -133,7 +133,7 @@ def test_age_is_the_last_records_store_time_not_the_mtime(tmp_path):
         results = fill(s, clock, 200)
         last_ts = files_of(results)
         starts = sorted(last_ts)
-        # mtimes say "ancient" (P-23: a copied store): they must not matter
+        # mtimes say "ancient" (docs/recovery.md#pitfall-retention-by-mtime: a copied store): they must not matter
         for name in cl_names(tmp_path):
             os.utime(os.path.join(tmp_path, "commitlog", name), (1, 1))
         # now = just when the third file's last record turns 1 h old

@@ -51,7 +51,7 @@ T0 = 1_700_000_000_000
 
 
 def rec_size(body_len, topic_len, props_len, born_v6=False, store_v6=False, v2=False):
-    """Independent CommitLog record length formula (SPEC §3.1)."""
+    """Independent CommitLog record length formula (docs/format.md#record-length)."""
     return 84 + (12 if born_v6 else 0) + (12 if store_v6 else 0) + 4 + body_len + (2 if v2 else 1) + topic_len + 2 + props_len
 
 
@@ -270,7 +270,7 @@ def test_ipv6_hosts_and_long_topics(tmp_path):
     assert struct.unpack_from(">i", data, r127.wrote_offset + 4)[0] == V1_MAGIC
 
 
-# --- SPEC byte vectors through the public API -------------------------------------------------
+# --- docs/format.md byte vectors through the public API ---------------------------------------
 
 
 def test_spec_vector_r2_ipv6_record(tmp_path):
@@ -678,7 +678,7 @@ def test_query_messages_filters_hash_collisions(tmp_path):
 
 def test_query_messages_topic_with_hash_sign(tmp_path):
     """Index keys are topic#key, so topic "a#b" with key "c" and topic "a" with
-    key "b#c" share one index key; query_messages tells them apart (P-1)."""
+    key "b#c" share one index key; query_messages tells them apart (docs/recovery.md#pitfall-index-hash-collisions)."""
     with MessageStore.open(tmp_path, SMALL, clock=StepClock()) as s:
         r1 = s.put_message(Message("a#b", b"1", keys="c"))
         r2 = s.put_message(Message("a", b"2", keys="b#c"))

@@ -87,7 +87,7 @@ def _swap_in(staging: str, target: str) -> None:
 
 
 def _tags_codes(split: arrow.Split, phys, topics, tags, config, cache: dict):
-    """Tags code per row (SPEC §5): Java hash of TAGS, or for SCHEDULE_TOPIC_XXXX
+    """Tags code per row (docs/format.md#tags-code): Java hash of TAGS, or for SCHEDULE_TOPIC_XXXX
     with a DELAY level the delivery time."""
     import numpy as np
     import pyarrow.compute as pc
@@ -230,7 +230,7 @@ def rebuild_consume_queues(spark, store_dir, config=None, partitions: Optional[i
 
 
 def _scan_entries(batches) -> Iterator:
-    """mapInArrow: split rows in, one row per index entry out (SPEC §7.6:
+    """mapInArrow: split rows in, one row per index entry out (docs/format.md#building-the-index:
     ``topic#UNIQ_KEY`` first, then each non-empty space-separated key; none
     for rollback records), numbered from 0 in CommitLog order within the
     split (``seq``). A split whose records have no key at all yields one row
@@ -391,7 +391,7 @@ def rebuild_index(spark, store_dir, config=None, partitions: Optional[int] = Non
                             functools.partial(_number_entries, bases=bases, per_file=per_file),
                             "g long, file long, physical_offset long, store_timestamp long, key string",
                         )
-                        # each file's header starts from the previous file's last entry (SPEC §7.3)
+                        # each file's header starts from the previous file's last entry (docs/format.md#index-put)
                         heads = [(0, 0)] * files
                         lasts = [f * per_file - 1 for f in range(1, files)]
                         if lasts:
