@@ -20,3 +20,11 @@ cdef class MessageExt:
     cdef public object sys_flag, born_timestamp, store_timestamp, reconsume_times, prepared_transaction_offset
     cdef public object body, topic, properties_blob
     cdef object _born_host, _store_host, _properties
+
+
+cdef class StoreState:
+    # What a put or a read checks and updates on every call, owned here so
+    # that the gates read C fields, not the store's attributes.
+    cdef public bint closed, disk_full
+    cdef public object pending, write_error
+    cdef public long long waiting, written_end, last_store_ts, last_logics_ts

@@ -23,6 +23,7 @@ from ._status import GetMessageStatus
 __all__ = [
     "Message",
     "MessageExt",
+    "StoreState",
     "java_hash",
     "index_key_hash",
     "masked_crc32",
@@ -59,6 +60,19 @@ __all__ = [
     "pull_views",
     "pull_messages",
 ]
+
+@disjoint_base
+class StoreState:
+    """The state a store's gates check and update per call; see rmqstore._pure.StoreState."""
+
+    closed: bool
+    disk_full: bool
+    pending: Any
+    write_error: Any
+    waiting: int
+    written_end: int
+    last_store_ts: int
+    last_logics_ts: int
 
 @disjoint_base
 class Message:
@@ -375,7 +389,9 @@ class AppendLock:
 
 @disjoint_base
 class PutGate:
-    def __init__(self, store: Any, appender: Appender, clock: Callable[[], int] | None) -> None: ...
+    def __init__(
+        self, store: Any, state: StoreState, lock: Any, appender: Appender, clock: Callable[[], int] | None
+    ) -> None: ...
     def detach(self) -> None: ...
     def put(self, msg: Any) -> Any: ...
 
@@ -384,6 +400,7 @@ class ReadGate:
     def __init__(
         self,
         store: Any,
+        state: StoreState,
         message_type: type,
         result_type: type,
         views_type: type,

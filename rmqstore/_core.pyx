@@ -351,6 +351,7 @@ _LAYOUT = {
 __all__ = [
     "Message",
     "MessageExt",
+    "StoreState",
     "java_hash",
     "index_key_hash",
     "masked_crc32",
@@ -3688,21 +3689,33 @@ cdef class AppendLock:
         self._release()
 
 
-cdef rmq_attr_cache _AC_S_DISK_FULL, _AC_S_WRITE_ERROR, _AC_S_CLOSED, _AC_S_PENDING, _AC_S_WAITING
-cdef rmq_attr_cache _AC_S_WRITTEN_END, _AC_S_LAST_STORE, _AC_S_LAST_LOGICS
+@cython.auto_pickle(False)  # (a store's state is not data)
+cdef class StoreState:
+    """StoreState(): the state of a store that its put and read gates check
+    and update on every call (see _core.pxd for the fields): ``closed``,
+    ``disk_full`` (RocketMQ's DISK_FULL running flag), ``pending`` (records
+    appended but not yet dispatched: a collection, truthy when any),
+    ``write_error`` (a failed flush, or None), ``waiting`` (pulls waiting
+    for new messages), ``written_end`` (physical offset past the last
+    record), ``last_store_ts`` and ``last_logics_ts`` (ms since epoch: the
+    last record's store time, and the last dispatched one's). The store
+    keeps one and reads and writes its fields; the pure twin has the same
+    class. (Cython starts the fields as False, None and 0.)"""
+
 
 
 @cython.auto_pickle(False)  # (a store's gate is not data)
 cdef class PutGate:
-    # Docstrings: see _pure.PutGate (the semantics). The store's attributes
-    # are read and written at their slot offsets (rmq_getattr / rmq_setattr).
+    # Docstrings: see _pure.PutGate (the semantics). The store's state is
+    # its StoreState's C fields.
     cdef object store, lock_acquire, lock_release, clock
     cdef AppendLock alock  # the store's lock when it is the core's (else its Python-level methods)
     cdef Appender appender
+    cdef StoreState state
 
-    def __init__(self, store, Appender appender, clock):
+    def __init__(self, store, StoreState state not None, lock, Appender appender, clock):
         self.store = weakref.ref(store)
-        lock = store._lock
+        self.state = state
         if type(lock) is AppendLock:
             self.alock = lock
         else:
@@ -3720,29 +3733,27 @@ cdef class PutGate:
         cdef Appender fast = self.appender
         cdef AppendLock alock = self.alock
         cdef long long end = 0
+        cdef StoreState st = self.state
         acquire, release = self.lock_acquire, self.lock_release
         store = rmq_deref(self.store)
         if store is None:  # only a kept bound method outlives its store, which closed as it went
             from .exceptions import StoreClosedError
             raise StoreClosedError("the store of this put_message is gone (closed)")
-        # (a missing attribute reads as set: the careful path then decides)
-        if fast is not None and not rmq_flag(store, "_disk_full", &_AC_S_DISK_FULL):
+        if fast is not None and not st.disk_full:
             if alock is not None:
                 alock._acquire()
             else:
                 acquire()
             try:
-                if not rmq_flag(store, "_closed", &_AC_S_CLOSED) and not rmq_flag(store, "_pending", &_AC_S_PENDING) \
-                        and _is_none(store, "_write_error", &_AC_S_WRITE_ERROR):
+                if not st.closed and not st.pending and st.write_error is None:
                     store_ts = _wall_ms() if self.clock is None else self.clock()
                     result = fast._put(msg, store_ts, &end)
                     if result is None:  # not for the one-call path: step by step
                         return store._put_one(msg, store_ts)
-                    rmq_setattr(store, "_written_end", end, &_AC_S_WRITTEN_END)
-                    rmq_setattr(store, "_last_store_ts", store_ts, &_AC_S_LAST_STORE)
-                    rmq_setattr(store, "_last_logics_ts", store_ts, &_AC_S_LAST_LOGICS)
+                    st.written_end = end
+                    st.last_store_ts = st.last_logics_ts = store_ts
                     # read after the unit is in: a waiter that missed it sees it
-                    if rmq_flag(store, "_waiting", &_AC_S_WAITING):
+                    if st.waiting:
                         store._wake_waiters()
                     return result
             finally:
@@ -3782,12 +3793,15 @@ cdef class ReadGate:
     cdef object commitlog, index, refs, message_type, result_type, views_type, units_of, tag_filter, min_units
     cdef tuple last_filter  # (tags, its filter): see _filter
     cdef bint read_only
+    cdef StoreState state
 
-    def __init__(self, store, message_type, result_type, views_type, units_of, tag_filter, min_units):
+    def __init__(self, store, StoreState state not None, message_type, result_type, views_type, units_of, tag_filter,
+                 min_units):
         cqs = store._cqs
         if not PyDict_CheckExact(cqs):
             raise TypeError("a store's _cqs must be a dict")
         self.store = weakref.ref(store)
+        self.state = state
         self.cqs = cqs
         self.commitlog, self.index, self.refs = store.commitlog, store.index, store._refs
         self.read_only = store.read_only
@@ -3858,7 +3872,7 @@ cdef class ReadGate:
                 upper = 0
             elif <str>boundary == "upper":
                 upper = 1
-        if upper >= 0 and cqs is not None and not rmq_flag(store, "_closed", &_AC_S_CLOSED):
+        if upper >= 0 and cqs is not None and not self.state.closed:
             cq = self._queue(cqs, topic, queue_id)
             if cq is not None:
                 found = _time_lookup(cq, commitlog, timestamp, upper, refs)
@@ -3874,7 +3888,7 @@ cdef class ReadGate:
         cdef long long mc, lo, hi
         if cqs is not None and PyUnicode_CheckExact(topic) and PyUnicode_CheckExact(key) \
                 and _long_in(max_count, 1, _I32_MAX, &mc) and _long_in(begin, LLONG_MIN, LLONG_MAX, &lo) \
-                and _long_in(end, lo, LLONG_MAX, &hi) and not rmq_flag(store, "_closed", &_AC_S_CLOSED):
+                and _long_in(end, lo, LLONG_MAX, &hi) and not self.state.closed:
             out = []
             if _query_keyed_in(index, commitlog, topic, key, max_count, lo, hi, self.message_type, out,
                                refs) is not None:
@@ -3891,7 +3905,7 @@ cdef class ReadGate:
         wanted = None if tags is None else self._filter(tags)
         if cqs is not None and wanted is not False and _long_in(offset, LLONG_MIN, LLONG_MAX, &off) \
                 and _long_in(max_count, 1, _I32_MAX, &mc) and _long_in(wait_ms, 0, LLONG_MAX, &wait) \
-                and not rmq_flag(store, "_closed", &_AC_S_CLOSED):
+                and not self.state.closed:
             cq = self._queue(cqs, topic, queue_id)
             if cq is not None:
                 out = []
@@ -3911,7 +3925,7 @@ cdef class ReadGate:
         commitlog, refs = self.commitlog, self.refs
         store = self._store()
         if cqs is not None and not self.read_only and _long_in(offset, LLONG_MIN, LLONG_MAX, &off) \
-                and _long_in(max_count, 1, _I32_MAX, &mc) and not rmq_flag(store, "_closed", &_AC_S_CLOSED):
+                and _long_in(max_count, 1, _I32_MAX, &mc) and not self.state.closed:
             cq = self._queue(cqs, topic, queue_id)
             if cq is not None and _may_read(refs):
                 # no collection may run Python code (finalizers) and let the store's
@@ -3929,14 +3943,6 @@ cdef class ReadGate:
                     return rmq_tuple6(self.views_type, 0, found[0], view,
                                       self.units_of(found[5]), found[1], found[2], found[3])
         return type(store).get_message_views(store, topic, queue_id, offset, max_count)
-
-
-cdef bint _is_none(object obj, str name, rmq_attr_cache *c) except -1:
-    """Whether obj.<name> is None (False when obj has no such attribute)."""
-    try:
-        return rmq_getattr(obj, name, c) is None
-    except AttributeError:
-        return False
 
 
 cdef int _check_columns(object bodies, object queue_ids, object tags, object keys, object unique_keys) except -1:

@@ -39,7 +39,7 @@ else:
         IMPLEMENTATION = "python"
 
 KERNELS = (
-    "Message", "MessageExt",
+    "Message", "MessageExt", "StoreState",
     "java_hash", "index_key_hash", "masked_crc32", "parse_properties", "record_size", "write_record",
     "append_dispatch", "encode_record", "check_record", "decode_record", "decode_columns", "decode_columns_at",
     "scan_records", "read_record", "read_store_timestamp", "cq_put", "cq_get", "cq_units", "cq_scan",
@@ -59,6 +59,7 @@ if TYPE_CHECKING:
         MessageExt,
         PutGate,
         ReadGate,
+        StoreState,
         append_dispatch,
         check_record,
         cq_get,

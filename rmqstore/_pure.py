@@ -54,6 +54,7 @@ from ._status import GetMessageStatus
 __all__ = [
     "Message",
     "MessageExt",
+    "StoreState",
     "java_hash",
     "index_key_hash",
     "masked_crc32",
@@ -1676,18 +1677,37 @@ class AppendLock:
         self._lock.release()
 
 
+class StoreState:
+    """The state of a store that its put and read gates check and update on
+    every call: ``closed``, ``disk_full`` (RocketMQ's DISK_FULL running
+    flag), ``pending`` (records appended but not yet dispatched: a
+    collection, truthy when any), ``write_error`` (a failed flush, or None),
+    ``waiting`` (pulls waiting for new messages), ``written_end`` (physical
+    offset past the last record), ``last_store_ts`` and ``last_logics_ts``
+    (ms since epoch: the last record's store time, and the last dispatched
+    one's). The store keeps one and reads and writes its fields; the core
+    has the same class, with C fields."""
+
+    __slots__ = ("closed", "disk_full", "pending", "write_error", "waiting", "written_end", "last_store_ts",
+                 "last_logics_ts")
+
+    def __init__(self) -> None:
+        self.closed = self.disk_full = False
+        self.pending: Any = None
+        self.write_error: Any = None
+        self.waiting = self.written_end = self.last_store_ts = self.last_logics_ts = 0
+
+
 class PutGate:
     """``MessageStore.put_message``'s ASYNC_FLUSH path in one call: the
     store's state checks, its append lock, the store clock, :meth:`Appender.put`
     and the store's bookkeeping after it. The store installs ``gate.put`` as
     its instance's ``put_message`` (the core's then runs no Python code on a
-    put). What the gate reads and writes are the store's own attributes
-    (``_disk_full``, ``_closed``, ``_pending``, ``_write_error``, ``_waiting``;
-    ``_written_end``, ``_last_store_ts``, ``_last_logics_ts``: slots of
-    ``MessageStore``, which the core reads and writes at their offsets; a
-    missing one reads as set, so the careful path decides); what it
-    declines goes to ``store._put_one``, as ``put_message`` did it step by
-    step.
+    put). What the gate reads and writes is the store's :class:`StoreState`
+    *state* (``disk_full``, ``closed``, ``pending``, ``write_error``,
+    ``waiting``; ``written_end``, ``last_store_ts``, ``last_logics_ts``),
+    under the store's append *lock*; what it declines goes to
+    ``store._put_one``, as ``put_message`` did it step by step.
 
     *clock*: None for the store's default, ``time.time_ns() // 1_000_000``
     (ms since the epoch, read in C by the core), else a callable returning
@@ -1697,9 +1717,12 @@ class PutGate:
     past close keeps nothing alive and goes to ``_put_one``, which raises
     StoreClosedError (as the gate does once the store is gone)."""
 
-    def __init__(self, store, appender, clock) -> None:
+    def __init__(self, store, state, lock, appender, clock) -> None:
+        if type(state) is not StoreState:
+            raise TypeError("state must be a StoreState")
         self._store = weakref.ref(store)
-        self._lock = store._lock
+        self._state = state
+        self._lock = lock
         self._appender = appender
         self._clock = _wall_ms if clock is None else clock
 
@@ -1715,17 +1738,17 @@ class PutGate:
             from .exceptions import StoreClosedError
 
             raise StoreClosedError("the store of this put_message is gone (closed)")
-        if fast is not None and not getattr(store, "_disk_full", True):
+        st = self._state
+        if fast is not None and not st.disk_full:
             with lock:
-                if not getattr(store, "_closed", True) and not getattr(store, "_pending", True) and \
-                        getattr(store, "_write_error", True) is None:
+                if not st.closed and not st.pending and st.write_error is None:
                     store_ts = self._clock()
                     result = fast.put(msg, store_ts)
                     if result is None:  # not for the one-call path: step by step
                         return store._put_one(msg, store_ts)
-                    store._written_end = result[2] + result[3]
-                    store._last_store_ts = store._last_logics_ts = store_ts
-                    if getattr(store, "_waiting", True):  # read after the unit is in: a waiter that missed it sees it
+                    st.written_end = result[2] + result[3]
+                    st.last_store_ts = st.last_logics_ts = store_ts
+                    if st.waiting:  # read after the unit is in: a waiter that missed it sees it
                         store._wake_waiters()
                     return result
         return store._put_one(msg)
@@ -1740,7 +1763,7 @@ class ReadGate:
     method of that name (unless a subclass has its own), so the core's runs
     no Python code on an open store's lookup or pull. Each method:
 
-    - checks the store is open (``store._closed``) and the gate attached;
+    - checks the store is open (its :class:`StoreState`) and the gate attached;
     - for the common case (an exact ``"lower"``/``"upper"`` boundary; str
       topic and key; an int queue id, an int offset, timestamp, begin and
       end within a long, an int count in 1 .. 2**31-1, begin <= end, an int
@@ -1758,6 +1781,7 @@ class ReadGate:
         store (MessageStore): held weakly (the store's dict holds the gate);
             its ``_cqs`` dict, ``commitlog``, ``index``, ``_refs`` and
             ``read_only`` are read once, here.
+        state (StoreState): the store's state (``closed`` is read per call).
         message_type (type): what a message is made as (``MessageExt``).
         result_type (type): ``GetMessageResult``, a 5-tuple type.
         views_type (type): ``GetViewsResult``, a 6-tuple type.
@@ -1773,9 +1797,13 @@ class ReadGate:
     methods then go to the store's, which raise StoreClosedError, as they
     do once the store is gone."""
 
-    def __init__(self, store, message_type, result_type, views_type, units_of, tag_filter, min_units) -> None:
+    def __init__(self, store, state, message_type, result_type, views_type, units_of, tag_filter,
+                 min_units) -> None:
         if type(store._cqs) is not dict:
             raise TypeError("a store's _cqs must be a dict")
+        if type(state) is not StoreState:
+            raise TypeError("state must be a StoreState")
+        self._state = state
         self._store_ref = weakref.ref(store)
         self._cqs: dict | None = store._cqs
         self._commitlog, self._index, self._refs = store.commitlog, store.index, store._refs
@@ -1801,7 +1829,7 @@ class ReadGate:
         store = self._store()
         upper = _BOUNDARY.get(boundary) if type(boundary) is str else None
         if upper is not None and cqs is not None and type(queue_id) is int and type(timestamp) is int \
-                and _I64_MIN <= timestamp <= _I64_MAX and not getattr(store, "_closed", True):
+                and _I64_MIN <= timestamp <= _I64_MAX and not self._state.closed:
             cq = cqs.get((topic, queue_id))
             if cq is not None:
                 found = time_lookup(cq, commitlog, timestamp, upper, refs)
@@ -1814,7 +1842,7 @@ class ReadGate:
         store = self._store()
         if cqs is not None and type(topic) is str and type(key) is str and type(max_count) is int \
                 and 0 < max_count <= _I32_MAX and type(begin) is int and type(end) is int \
-                and _I64_MIN <= begin <= end <= _I64_MAX and not getattr(store, "_closed", True):
+                and _I64_MIN <= begin <= end <= _I64_MAX and not self._state.closed:
             out: list = []
             if query_keyed(index, commitlog, topic, key, max_count, begin, end, self._message_type, out,
                            refs) is not None:
@@ -1839,7 +1867,7 @@ class ReadGate:
         store = self._store()
         wanted = None if tags is None else self._filter(tags)
         if cqs is not None and wanted is not False and _pull_args_ok(queue_id, offset, max_count) \
-                and type(wait_ms) is int and 0 <= wait_ms <= _I64_MAX and not getattr(store, "_closed", True):
+                and type(wait_ms) is int and 0 <= wait_ms <= _I64_MAX and not self._state.closed:
             cq = cqs.get((topic, queue_id))
             if cq is not None:
                 out: list = []
@@ -1855,7 +1883,7 @@ class ReadGate:
         cqs, commitlog, refs = self._cqs, self._commitlog, self._refs
         store = self._store()
         if cqs is not None and not self._read_only and _pull_args_ok(queue_id, offset, max_count) \
-                and not getattr(store, "_closed", True):
+                and not self._state.closed:
             cq = cqs.get((topic, queue_id))
             if cq is not None:
                 refs.hold()  # until the view exports the segment: then the store's close cannot unmap it

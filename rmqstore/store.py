@@ -272,6 +272,15 @@ def _query_args(max_count, begin, end) -> tuple:
     return max_count, begin, end
 
 
+def _state_field(name: str) -> property:
+    """A MessageStore attribute kept in its StoreState as *name*."""
+
+    def set_field(self, value) -> None:
+        setattr(self._state, name, value)
+
+    return property(operator.attrgetter(f"_state.{name}"), set_field)
+
+
 class MessageStore:
     """An embedded RocketMQ store in one directory.
 
@@ -280,12 +289,19 @@ class MessageStore:
     ``abort`` (while open for writing), ``lock``.
     """
 
-    # the state the put gate reads and writes on every put, in slots: the
-    # core reaches them at their offsets (the rest lives in __dict__)
-    __slots__ = ("__dict__", "__weakref__", "_closed", "_disk_full", "_last_logics_ts", "_last_store_ts", "_pending",
-                 "_waiting", "_write_error", "_written_end")
+    # the state the gates check and update on every put and read lives in a
+    # k.StoreState (C fields in the core); these names read and write it
+    _closed = _state_field("closed")
+    _disk_full = _state_field("disk_full")
+    _pending = _state_field("pending")
+    _write_error = _state_field("write_error")
+    _waiting = _state_field("waiting")
+    _written_end = _state_field("written_end")
+    _last_store_ts = _state_field("last_store_ts")
+    _last_logics_ts = _state_field("last_logics_ts")
 
     def __init__(self, root_dir, config: StoreConfig, store_host, clock, read_only: bool, disk_usage=None):
+        self._state = k.StoreState()
         self.root_dir = os.path.abspath(os.fspath(root_dir))
         self._opened_by = os.getpid()  # a forked child finds another pid (see _forked)
         self.config = config
@@ -306,7 +322,7 @@ class MessageStore:
         self._append_crc = config.enabled_append_prop_crc
         self._sync_flush = config.flush_disk_type == SYNC_FLUSH
         # records appended but not yet dispatched, in CommitLog order, and their index keys
-        self._pending: collections.deque = collections.deque()
+        self._pending = collections.deque()
         self._pending_keys = 0
         self._closing = False  # close() has begun: nothing is dispatched any more
         self._dispatch_lock = threading.Lock()
@@ -318,7 +334,7 @@ class MessageStore:
         self._flushed_where = 0  # physical offset up to which the CommitLog is on disk
         self._last_store_ts = 0  # store time of the last appended record
         self._last_logics_ts = 0  # store time of the last record dispatched to a ConsumeQueue
-        self._write_error: OSError | None = None  # a failed flush: the store takes no more writes
+        self._write_error = None  # a failed flush (an OSError): the store takes no more writes
         self._flusher: threading.Thread | None = None
         self._stop = threading.Event()
         self._arrival = threading.Condition()  # long-polling pulls wait here
@@ -452,7 +468,7 @@ class MessageStore:
                 # put_message in one kernel call: the instance's put_message is
                 # the gate's (unless a subclass has its own); close drops both
                 self._kernel_clock = None if self._clock is _now_ms else self._clock
-                self._put_gate = k.PutGate(self, self._fast, self._kernel_clock)
+                self._put_gate = k.PutGate(self, self._state, self._lock, self._fast, self._kernel_clock)
                 if type(self).put_message is MessageStore.put_message:
                     self.put_message = self._put_gate.put  # type: ignore[method-assign]
             if self.config.clean_service_enable:
@@ -464,7 +480,7 @@ class MessageStore:
             self._next_full_refresh = time.monotonic() + 1.0
         # lookups and pulls in one kernel call each: the instance's methods
         # are the gate's (unless a subclass has its own); close drops them
-        self._read_gate = k.ReadGate(self, MessageExt, GetMessageResult, GetViewsResult, _view_units, _tag_filter,
+        self._read_gate = k.ReadGate(self, self._state, MessageExt, GetMessageResult, GetViewsResult, _view_units, _tag_filter,
                                      _MAX_FILTER_UNITS)
         for name in _READ_GATED:
             if getattr(type(self), name) is getattr(MessageStore, name):

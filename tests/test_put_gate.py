@@ -131,31 +131,30 @@ def test_a_subclass_put_message_is_its_own(tmp_path, impl):
 
 
 def test_the_gate_reads_the_state_of_the_store_it_has(tmp_path, impl):
-    """The core reads the store's state at the slot offsets it learnt for
-    the store's type; a subclass that puts a property over one of them must
-    be read through it (here: every put wakes the waiters)."""
+    """The gate reads and writes the store's StoreState, which the store's
+    attributes name: a waiter counted through the store (``_waiting``) makes
+    every put wake the waiters, and the put's bookkeeping is what the store
+    then reads; another store's state is its own."""
     woken = []
 
     class Watched(MessageStore):
-        __slots__ = ()
-
-        @property
-        def _waiting(self):
-            return True
-
-        @_waiting.setter
-        def _waiting(self, value):
-            pass
-
         def _wake_waiters(self):
             woken.append(self._written_end)
 
     with _open(tmp_path / "plain", impl) as plain, Watched.open(tmp_path / "s", CFG) as s:
-        for i in range(3):  # plain stores first, at the same read sites: their slot offsets are learnt
+        assert type(s._state) is _kernels.StoreState and s._state is not plain._state
+        s.put_message(Message("T", b"bind"))  # (a new queue: step by step)
+        assert woken == []
+        s._waiting = 1
+        assert s._state.waiting == 1 and plain._state.waiting == 0
+        for i in range(3):
             plain.put_message(Message("T", b"p%d" % i))
             r = s.put_message(Message("T", b"w%d" % i))
-            assert woken[-1] == r.wrote_offset + r.wrote_bytes == s._written_end
-        assert len(woken) == 3 and s._last_store_ts == r.store_timestamp
+            assert woken[-1] == r.wrote_offset + r.wrote_bytes == s._written_end == s._state.written_end
+        assert len(woken) == 3 and s._last_store_ts == s._state.last_store_ts == r.store_timestamp
+        s._waiting = 0
+        s.put_message(Message("T", b"quiet"))
+        assert len(woken) == 3
 
 
 @pytest.mark.parametrize("mode", ["sync", "read-only"])

@@ -58,7 +58,7 @@ def _fill(path, n=1000, **kw):
 
 
 def _gate(s):
-    return _kernels.ReadGate(s, MessageExt, GetMessageResult, GetViewsResult, _view_units, _tag_filter, 800)
+    return _kernels.ReadGate(s, s._state, MessageExt, GetMessageResult, GetViewsResult, _view_units, _tag_filter, 800)
 
 
 def _views(r: GetViewsResult):
