@@ -2,8 +2,8 @@
 and a summary of Cython/pure-Python ratios at the end."""
 
 import pytest
-from benchdata import CONFIG, N, make_messages
 
+from benchdata import CONFIG, N, make_messages
 from rmqstore import MessageStore, _kernels
 
 

@@ -29,7 +29,6 @@ N1, N2 = 2000, 10000
 def workload(kind: str, n: int) -> None:
     sys.path.insert(0, HERE)
     from benchdata import CONFIG, QUEUES, TOPIC, make_messages
-
     from rmqstore import MessageStore
 
     hour = 3_600_000

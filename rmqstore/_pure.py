@@ -1106,13 +1106,13 @@ _SLOTS = ("topic", "body", "queue_id", "flag", "tags", "keys", "unique_key", "pr
           "born_host", "store_host", "reconsume_times", "sys_flag", "prepared_transaction_offset")
 
 
-def _encoded(encoded) -> "_Encoded | None":
+def _encoded(encoded) -> _Encoded | None:
     if encoded is not None and type(encoded) is not _Encoded:
         raise TypeError("encoded must be what check_all or check_columns returned")
     return encoded
 
 
-def _for_columns(enc: "_Encoded", topic, bodies) -> bool:
+def _for_columns(enc: _Encoded, topic, bodies) -> bool:
     """Whether check_columns made *enc* for this topic and bodies column."""
     return enc.topic is not None and enc.topic is topic and enc.of is bodies and len(enc.encodings) == len(bodies)
 

@@ -15,12 +15,12 @@ import time
 
 from . import _kernels as k
 from ._layout import (
-    is_offset_name,
     INDEX_ENTRY_SIZE,
     INDEX_HASH_SLOT_SIZE,
     INDEX_HEADER_SIZE,
     KEY_SEPARATOR,
     TRANSACTION_ROLLBACK_TYPE,
+    is_offset_name,
 )
 from .exceptions import ConfigError, CorruptedFileError
 from .mapped_file import _NOFOLLOW, allocate_file, fsync_dir, open_no_follow

@@ -23,7 +23,6 @@ from typing import Any
 from . import _kernels as k
 from ._layout import (
     BORNHOST_V6_FLAG,
-    TRANSACTION_ROLLBACK_TYPE,
     MAX_PROPERTIES_LENGTH,
     MAX_TOPIC_LENGTH_V1,
     MAX_TOPIC_LENGTH_V2,
@@ -38,6 +37,7 @@ from ._layout import (
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_MASK,
     TRANSACTION_NOT_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
 )
 from .checkpoint import StoreCheckpoint
 from .commitlog import CommitLog
@@ -60,6 +60,7 @@ from .exceptions import (
 from .index import IndexService, keys_of
 from .mapped_file import _NOFOLLOW, ReferenceResource, open_no_follow
 from .message import (
+    _INT64,
     GetColumnsResult,
     GetMessageResult,
     GetMessageStatus,
@@ -69,7 +70,6 @@ from .message import (
     PutColumnsResult,
     PutMessageResult,
     PutMessageStatus,
-    _INT64,
     _check_int,
     _split_offset_msg_id,
     encode_host,
@@ -107,7 +107,7 @@ _MAX_FILTER_UNITS = 800
 _open_writers: set = set()
 _open_writers_lock = threading.Lock()
 # every open store of this process: a forked child must not use them
-_open_stores: "weakref.WeakSet" = weakref.WeakSet()
+_open_stores: weakref.WeakSet = weakref.WeakSet()
 
 
 def _after_fork_in_child() -> None:
@@ -146,7 +146,7 @@ class StoreLock:
         self._key = None
         self._fd = -1
 
-    def acquire(self) -> "StoreLock":
+    def acquire(self) -> StoreLock:
         with _open_writers_lock:
             st = os.stat(self.root_dir)
             key = (st.st_dev, st.st_ino)
@@ -183,7 +183,7 @@ class StoreLock:
         (closing a copy drops nothing, but the child has no business with it)."""
         self._fd = -1
 
-    def __enter__(self) -> "StoreLock":
+    def __enter__(self) -> StoreLock:
         return self.acquire()
 
     def __exit__(self, *exc) -> None:
@@ -359,7 +359,7 @@ class MessageStore:
     @classmethod
     def open(
         cls, root_dir, config=None, store_host="127.0.0.1:10911", clock=None, read_only=False, disk_usage=None
-    ) -> "MessageStore":
+    ) -> MessageStore:
         """Open (creating if needed) the store in *root_dir* and recover it.
 
         Args:
@@ -672,7 +672,7 @@ class MessageStore:
         index.truncate(process_offset, ts_at)
         last = index.files[-1] if index.files else None
         start = max(last.end_phy_offset if last else 0, self.commitlog.min_offset())
-        for phy, size in self.commitlog.iter_offsets(start):
+        for phy, _size in self.commitlog.iter_offsets(start):
             f = self.commitlog.read(phy, with_body=False, strict=True)
             props = k.parse_properties(f[16])
             index.build_index(f[15], phy, f[10], f[7], props.get(PROPERTY_UNIQ_KEY), props.get(PROPERTY_KEYS))

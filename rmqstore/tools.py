@@ -21,11 +21,10 @@ import mmap
 import os
 import struct
 from array import array
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
 from . import _kernels as k
 from ._layout import (
-    is_offset_name,
     BLANK_MAGIC_CODE,
     BORNHOST_V6_FLAG,
     CHECKPOINT_FILE_SIZE,
@@ -50,6 +49,7 @@ from ._layout import (
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_MASK,
     TRANSACTION_NOT_TYPE,
+    is_offset_name,
 )
 from .checkpoint import field_problems as checkpoint_field_problems
 from .config import StoreConfig
@@ -122,7 +122,7 @@ class _RO:
         self.path = path
         self.rel = rel
         self.start = start
-        self._mm: Optional[mmap.mmap] = None
+        self._mm: mmap.mmap | None = None
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
         try:
             self.size = os.fstat(fd).st_size
@@ -262,7 +262,7 @@ def _rel(root: str, path: str) -> str:
 # --- configuration inference -----------------------------------------------------------------------
 
 
-def infer_config(root, base: Optional[StoreConfig] = None):
+def infer_config(root, base: StoreConfig | None = None):
     """A :class:`StoreConfig` whose file sizes match the store in *root*:
     CommitLog segment size, ConsumeQueue file size (the most common sizes) and
     the index geometry (``infer_index_geometry``). Everything else comes from
@@ -394,7 +394,7 @@ class _RecordTable:
 
 
 class _Verifier:
-    def __init__(self, root: str, config: Optional[StoreConfig]):
+    def __init__(self, root: str, config: StoreConfig | None):
         self.root = root
         self.cfg = config if config is not None else StoreConfig()
         self.explicit_max = None if config is None else config.max_message_size + RECORD_SIZE_SLACK
@@ -868,7 +868,7 @@ def _header_geometry(paths, size: int):
     return None
 
 
-def verify_store(root, config: Optional[StoreConfig] = None) -> list:
+def verify_store(root, config: StoreConfig | None = None) -> list:
     """Check every file of the store in *root* without writing anything.
 
     Returns a list of :class:`Problem` (empty for a healthy store). *config*
@@ -927,7 +927,7 @@ def _ordered_properties(blob: bytes):
     return {a: b for a, b in props.items() if "\x01" not in b}, False
 
 
-def salvage_store(src, out, config: Optional[StoreConfig] = None) -> dict:
+def salvage_store(src, out, config: StoreConfig | None = None) -> dict:
     """Copy every verifiable message of the store in *src* into a new store at
     *out* (which must not exist or be an empty directory). *src* is only read.
 
@@ -1147,7 +1147,7 @@ def _queue_ends(root: str) -> dict:
     return out
 
 
-def recover_store(root, config: Optional[StoreConfig] = None) -> dict:
+def recover_store(root, config: StoreConfig | None = None) -> dict:
     """Run recovery on the store in *root* explicitly: open it writable (which
     recovers, SPEC §10) and close it (clean shutdown).
 

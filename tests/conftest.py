@@ -51,13 +51,13 @@ def golden_store(name: str) -> pathlib.Path:
     return GOLDEN / name / "store"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def load_dump(name: str) -> dict:
     with open(GOLDEN / name / "dump.json", encoding="utf-8") as fh:
         return json.load(fh)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def load_input(name: str) -> dict:
     with open(GOLDEN / name / "input.json", encoding="utf-8") as fh:
         return json.load(fh)

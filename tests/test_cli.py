@@ -127,7 +127,7 @@ def test_offset_for_time(capsys, basic_dump):
 
 
 def test_iso_time_argument(capsys):
-    code, out, _ = run(capsys, "offset-for-time", BASIC / "store", "TopicTest", "0", "2024-09-19T08:00:30")
+    _code, out, _ = run(capsys, "offset-for-time", BASIC / "store", "TopicTest", "0", "2024-09-19T08:00:30")
     assert json.loads(out)["timestamp"] == 1726732830000
 
 

@@ -17,7 +17,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import (
-    scaled,
     STORE_HOST,
     copy_golden_store,
     dump_messages,
@@ -25,6 +24,7 @@ from conftest import (
     load_input,
     no_hang,
     read_bytes,
+    scaled,
 )
 from rmqstore import CorruptedFileError, GetMessageStatus, Message, MessageStore, StoreConfig
 
@@ -227,9 +227,8 @@ def test_bad_body_crc_in_the_first_file(root):
 def test_truncated_commitlog_file(root, name):
     path = root / "commitlog" / name
     os.truncate(path, 40000)
-    with pytest.raises(CorruptedFileError) as ei:
-        with no_hang():
-            MessageStore.open(root, read_only=True).close()
+    with pytest.raises(CorruptedFileError) as ei, no_hang():
+        MessageStore.open(root, read_only=True).close()
     assert os.path.samefile(ei.value.path, path)
 
 
@@ -335,7 +334,7 @@ def test_unit_pointing_past_the_commitlog_end(root, where):
 def test_unit_pointing_at_a_same_size_record_of_another_queue(root):
     dump = load_dump(GOLD)
     target = next(c for c in dump["consumeQueues"] if (c["topic"], c["queueId"]) == ("TopicTest", 0))
-    for q, u in enumerate(target["units"]):
+    for q, u in enumerate(target["units"]):  # noqa: B007 - q and u are the unit found, used after the break
         other = next((r for r in _records() if r["totalSize"] == u["size"] and r["topic"] != "TopicTest"), None)
         if other is not None:
             break

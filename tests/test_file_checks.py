@@ -26,8 +26,8 @@ import struct
 import time
 
 import pytest
-from conftest import StepClock, no_hang
 
+from conftest import StepClock, no_hang
 from rmqstore import (
     ConsumerOffsetStore,
     CorruptedFileError,

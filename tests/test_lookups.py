@@ -16,13 +16,13 @@ import threading
 from types import SimpleNamespace
 
 import pytest
-from conftest import ListClock
-from test_kernels import _need_core
 
+from conftest import ListClock
 from rmqstore import Message, MessageStore, StoreConfig, _pure
 from rmqstore._layout import MESSAGE_MAGIC_CODE_V2
 from rmqstore.mapped_file import ReferenceResource
 from rmqstore.message import MessageExt
+from test_kernels import _need_core
 
 T0 = 1_700_000_000_000
 TINY = StoreConfig(  # 4 KiB CommitLog files, 10 units per ConsumeQueue file, 32-entry index files

@@ -11,13 +11,13 @@ so that the careful path raises for it.
 from __future__ import annotations
 
 import pytest
-from conftest import ListClock
-from test_kernels import _need_core
-from test_views import T0, TINY, N, _fill, cleaned_queues
 
+from conftest import ListClock
 from rmqstore import ArgumentError, CorruptedFileError, GetMessageStatus, MessageStore, MessageTypeError, _pure
 from rmqstore.mapped_file import ReferenceResource
 from rmqstore.message import MessageExt
+from test_kernels import _need_core
+from test_views import T0, TINY, N, _fill, cleaned_queues
 
 
 @pytest.fixture

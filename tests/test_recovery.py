@@ -37,7 +37,14 @@ from types import SimpleNamespace
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule, run_state_machine_as_test
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
 
 from conftest import StepClock, no_hang, read_bytes, scaled
 from rmqstore import CorruptedFileError, GetMessageStatus, Message, MessageStore, StoreConfig
@@ -509,7 +516,7 @@ def test_stale_records_are_not_resurrected(root):
     not just forget them: repairing k's byte afterwards and crashing again
     must not bring k..n back (their bytes were valid records)."""
     recs = build(root, crash=True)
-    k = [r for r in recs if r.phy // FS == _last_file_index(recs) - 1 and r.phy % FS and r.body][0]
+    k = next(r for r in recs if r.phy // FS == _last_file_index(recs) - 1 and r.phy % FS and r.body)
     path = cl_path(root, k.phy)
     flip_at = k.phy % FS + OFF_BODYCRC
     xor(path, flip_at)

@@ -314,7 +314,7 @@ def test_reads_of_deleted_offsets_give_clean_statuses(tmp_path):
         gone = results[0]
         assert s.get_message(gone.wrote_offset) is None
         assert s.look_message_by_msg_id(gone.msg_id) is None
-        assert [m.body for m in s.iter_messages(0)][0] == body_of(
+        assert next(m.body for m in s.iter_messages(0)) == body_of(
             next(i for i, r in enumerate(results) if r.wrote_offset >= cl_min)
         )
 

@@ -18,8 +18,8 @@ import time
 import pytest
 
 from conftest import no_hang
-from soak_reader import body_of
 from rmqstore import GetMessageStatus, Message, MessageStore, StoreConfig
+from soak_reader import body_of
 
 HERE = pathlib.Path(__file__).resolve().parent
 REPO = HERE.parent

@@ -3,6 +3,7 @@ recovery after a clean or unclean shutdown, lifecycle and configuration."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import struct
@@ -13,11 +14,17 @@ import zlib
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule, run_state_machine_as_test
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
 
 import rmqstore
 from conftest import (
-    scaled,
     BLANK_MAGIC,
     DELAY_LEVEL_MS,
     V1_MAGIC,
@@ -27,6 +34,7 @@ from conftest import (
     env_pure_python,
     java_hash,
     read_bytes,
+    scaled,
 )
 from rmqstore import (
     ConfigError,
@@ -139,7 +147,7 @@ def test_round_trip_with_rolling_and_reopen(tmp_path):
 
     # every full file ends with a blank record right after its last record
     ends = {}
-    for msg, res in written:
+    for _msg, res in written:
         f = res.wrote_offset // 4096
         ends[f] = max(ends.get(f, 0), res.wrote_offset % 4096 + res.wrote_bytes)
     for f, end_pos in ends.items():
@@ -495,7 +503,7 @@ def test_put_messages_batch(tmp_path):
             assert got.body == m.body and got.queue_id == m.queue_id
         offs = [r.wrote_offset for r in results]
         assert offs == sorted(offs)
-        for a, b in zip(results, results[1:]):
+        for a, b in itertools.pairwise(results):
             assert b.wrote_offset == a.wrote_offset + a.wrote_bytes or b.wrote_offset % 4096 == 0
         assert s.put_messages([]) == []
 
@@ -690,7 +698,7 @@ def test_query_messages_topic_with_hash_sign(tmp_path):
 def test_query_time_range_and_keys_with_spaces(tmp_path):
     clock = StepClock(T0, step=2000)
     with MessageStore.open(tmp_path, SMALL, clock=clock) as s:
-        rs = [s.put_message(Message("K", b"%d" % i, keys="  shared   k%d " % i)) for i in range(10)]
+        rs = [s.put_message(Message("K", b"%d" % i, keys=f"  shared   k{i} ")) for i in range(10)]
         assert [m.physical_offset for m in s.query_messages("K", "shared")] == [r.wrote_offset for r in rs][::-1]
         assert [m.physical_offset for m in s.query_messages("K", "k4")] == [rs[4].wrote_offset]
         assert s.query_offsets("K", "") == []
@@ -847,7 +855,7 @@ def test_unclean_shutdown_recovers(tmp_path):
         assert s.last_exit_ok is False
         assert s.recovery_report["stopped_because"] is None
         _check_all(s, written)
-        for msg, res in written[::5]:
+        for msg, _res in written[::5]:
             assert len(s.query_messages(msg.topic, msg.keys.split()[0])) == 1
     assert not (tmp_path / "abort").exists()
 

@@ -14,7 +14,11 @@ careful path a filter that is not sets of exact ints and strs.
 from __future__ import annotations
 
 import pytest
+
 from conftest import ListClock, java_hash
+from rmqstore import CorruptedFileError, GetMessageStatus, Message, MessageStore, _pure
+from rmqstore.message import MessageExt
+from rmqstore.store import _tag_filter
 from test_kernels import _need_core
 from test_pull_messages import (
     _careful,
@@ -22,10 +26,6 @@ from test_pull_messages import (
     assert_pulls_as_careful,
 )
 from test_views import T0, TINY
-
-from rmqstore import CorruptedFileError, GetMessageStatus, Message, MessageStore, _pure
-from rmqstore.message import MessageExt
-from rmqstore.store import _tag_filter
 
 N = 90
 #: each message's tags: three plain ones, a Java hash collision, none (tags code 0)
