@@ -443,7 +443,9 @@ class IndexService:
         for f in spares:
             f.destroy()
 
-    def build_index(self, topic: str, physical_offset: int, store_timestamp: int, sys_flag: int, uniq_key, keys) -> None:
+    def build_index(
+        self, topic: str, physical_offset: int, store_timestamp: int, sys_flag: int, uniq_key, keys
+    ) -> None:
         """Index one dispatched record (SPEC §7.6): ``topic#UNIQ_KEY`` first, then
         each non-empty space-separated key. Rollback records are not indexed.
         Keys the index already holds for this record are skipped, so dispatching

@@ -696,7 +696,8 @@ class MessageStore:
         """Newest segment whose first record validates and was stored before the
         checkpoint's safe time (SPEC §10.3); segment 0 otherwise."""
         cp = self.checkpoint
-        limit = cp.min_timestamp_index if (self.config.message_index_enable and self.config.message_index_safe) else cp.min_timestamp
+        index_safe = self.config.message_index_enable and self.config.message_index_safe
+        limit = cp.min_timestamp_index if index_safe else cp.min_timestamp
         files = self.commitlog.queue.files
         for i in range(len(files) - 1, -1, -1):
             t = self.commitlog.first_record_timestamp(i)
@@ -883,7 +884,9 @@ class MessageStore:
     def _check_write_error(self) -> None:
         err = self._write_error
         if err is not None:
-            raise FlushError(err.errno, f"a flush failed earlier, the store takes no more writes: {err.strerror or err}")
+            raise FlushError(
+                err.errno, f"a flush failed earlier, the store takes no more writes: {err.strerror or err}"
+            )
 
     def _flush_commit_log(self, least_pages: int, needed: int = MAX_OFFSET) -> None:
         """Flush the CommitLog unless it is already on disk up to *needed*;
@@ -1849,7 +1852,9 @@ class MessageStore:
             cq.put(phy, size, code, queue_offset)
             self._last_logics_ts = store_ts
         if self.config.message_index_enable:
-            self.index.build_index(topic, phy, store_ts, sys_flag, props.get(PROPERTY_UNIQ_KEY), props.get(PROPERTY_KEYS))
+            self.index.build_index(
+                topic, phy, store_ts, sys_flag, props.get(PROPERTY_UNIQ_KEY), props.get(PROPERTY_KEYS)
+            )
 
     # --- reading ---------------------------------------------------------------------
 
@@ -2287,7 +2292,8 @@ class MessageStore:
         if not same:
             i = next(
                 i for i in range(n)
-                if (cols["store_size"][i], cols["queue_offset"][i], cols["queue_id"][i]) != (sizes[i], qoffs[i], queue_id)
+                if (cols["store_size"][i], cols["queue_offset"][i], cols["queue_id"][i])
+                != (sizes[i], qoffs[i], queue_id)
                 or cols["topic_data"][toff[i] : toff[i + 1]].tobytes() != topic_b.tobytes()
             )
             raise CorruptedFileError(

@@ -585,7 +585,8 @@ def test_consumer_commits_each_acknowledgement_once(tmp_path, monkeypatch, per_q
     commits: list = []
     real = ConsumerOffsetStore._commit_checked
     monkeypatch.setattr(ConsumerOffsetStore, "_commit_checked",
-                        lambda self, key, checked, sync: (commits.append(dict(checked)), real(self, key, checked, sync)))
+                        lambda self, key, checked, sync: (commits.append(dict(checked)),
+                                                          real(self, key, checked, sync)))
     with open_store(tmp_path / "s") as s:
         fill(s, per_queue=per_queue)
         c = s.consumer("G", "T", batch=2)

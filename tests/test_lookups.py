@@ -342,7 +342,8 @@ def test_read_ext_checks_the_body_and_decodes_the_topic_as_decode_record(tmp_pat
             assert fh.read(1) == b"b"
             fh.seek(-1, os.SEEK_CUR)
             fh.write(b"B")  # the first byte of the body
-            topic_at = rs[1].wrote_offset + rs[1].wrote_bytes - len(s.get_message(rs[1].wrote_offset).properties_blob) - 2 - 1
+            props_len = len(s.get_message(rs[1].wrote_offset).properties_blob)
+            topic_at = rs[1].wrote_offset + rs[1].wrote_bytes - props_len - 2 - 1
             fh.seek(topic_at)
             assert fh.read(1) == b"y"
             fh.seek(topic_at)

@@ -84,7 +84,8 @@ def test_core_pull_messages_declines_while_clean_up_holds_the_references(store):
     assert core.pull_messages(store._cqs[("V", 0)], store.commitlog, 0, 32, 800, MessageExt, out, None, refs) is None
     assert out == []
     refs.release_exclusive()
-    assert core.pull_messages(store._cqs[("V", 0)], store.commitlog, 0, 32, 800, MessageExt, out, None, refs)[0] == "FOUND"
+    got = core.pull_messages(store._cqs[("V", 0)], store.commitlog, 0, 32, 800, MessageExt, out, None, refs)
+    assert got[0] == "FOUND"
     assert len(out) == N // 2
 
 

@@ -439,7 +439,8 @@ def test_put_batch_writes_unbound_queues_messages_once_bound(k):
 
 
 @pytest.mark.parametrize("case", [
-    "not a message", "subclass", "unset slot", "unbound queue", "born host", "store host", "prepared", "rollback", "tags twice",
+    "not a message", "subclass", "unset slot", "unbound queue", "born host", "store host", "prepared", "rollback",
+    "tags twice",
     "non-str property", "property dict subclass", "too large", "properties too long", "int field", "body type",
     "int subclass field", "str subclass tags",
 ])

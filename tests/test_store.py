@@ -60,7 +60,8 @@ T0 = 1_700_000_000_000
 
 def rec_size(body_len, topic_len, props_len, born_v6=False, store_v6=False, v2=False):
     """Independent CommitLog record length formula (SPEC §3.1)."""
-    return 84 + (12 if born_v6 else 0) + (12 if store_v6 else 0) + 4 + body_len + (2 if v2 else 1) + topic_len + 2 + props_len
+    hosts = (12 if born_v6 else 0) + (12 if store_v6 else 0)
+    return 84 + hosts + 4 + body_len + (2 if v2 else 1) + topic_len + 2 + props_len
 
 
 def cl_files(root):
@@ -99,7 +100,8 @@ def _check_all(store, written):
     for msg, res in written:
         m = store.get_message(res.wrote_offset)
         assert m is not None
-        assert (m.topic, m.queue_id, m.queue_offset, m.body) == (msg.topic, msg.queue_id, res.queue_offset, bytes(msg.body))
+        assert (m.topic, m.queue_id, m.queue_offset, m.body) == (
+            msg.topic, msg.queue_id, res.queue_offset, bytes(msg.body))
         assert (m.tags, m.keys, m.unique_key) == (msg.tags, msg.keys, msg.unique_key)
         assert m.store_size == res.wrote_bytes
         assert m.store_timestamp == res.store_timestamp
@@ -643,8 +645,10 @@ def test_offset_by_time_spec_vectors(tmp_path):
         assert g("Time", 0, 2**62, "lower") == s.get_max_offset_in_queue("Time", 0)
 
 
-@settings(max_examples=scaled(20), deadline=None, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(groups=st.lists(st.integers(1, 4), min_size=1, max_size=12), gaps=st.lists(st.integers(1, 3000), min_size=12, max_size=12))
+@settings(max_examples=scaled(20), deadline=None, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(groups=st.lists(st.integers(1, 4), min_size=1, max_size=12),
+       gaps=st.lists(st.integers(1, 3000), min_size=12, max_size=12))
 def test_offset_by_time_equal_timestamps(tmp_path_factory, groups, gaps):
     """Several messages per store time, over several ConsumeQueue files (10
     units each): LOWER gives the first message of a time, UPPER the last."""
@@ -840,7 +844,8 @@ def test_lock_excludes_other_process(tmp_path):
             "sys.exit(0)\n"
         )
         env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(os.path.dirname(rmqstore.__file__)), env.get("PYTHONPATH", "")])
+        src = os.path.dirname(os.path.dirname(rmqstore.__file__))
+        env["PYTHONPATH"] = os.pathsep.join([src, env.get("PYTHONPATH", "")])
         res = subprocess.run([sys.executable, "-c", code, str(tmp_path)], env=env, capture_output=True, timeout=60)
         assert res.returncode == 7, res.stderr.decode()
 
@@ -973,7 +978,8 @@ def test_crash_with_lost_consume_queue_pages(tmp_path):
 
 def test_config_from_dict_and_properties(tmp_path):
     a = StoreConfig.from_dict({"mappedFileSizeCommitLog": 65536, "maxHashSlotNum": 100, "flushDiskType": "SYNC_FLUSH"})
-    b = StoreConfig.from_dict({"mapped_file_size_commit_log": 65536, "max_hash_slot_num": 100, "flush_disk_type": "SYNC_FLUSH"})
+    b = StoreConfig.from_dict(
+        {"mapped_file_size_commit_log": 65536, "max_hash_slot_num": 100, "flush_disk_type": "SYNC_FLUSH"})
     assert a == b
     assert a.mapped_file_size_commit_log == 65536 and a.max_hash_slot_num == 100
     assert a.flush_disk_type == rmqstore.SYNC_FLUSH
@@ -1022,7 +1028,8 @@ def test_config_from_dict_and_properties(tmp_path):
     assert c.message_index_enable is False
     assert c.to_dict()["max_hash_slot_num"] == 100
     # open() accepts a dict with camelCase names
-    with MessageStore.open(tmp_path / "s", {"mappedFileSizeCommitLog": 4096, "maxIndexNum": 32, "maxHashSlotNum": 16}) as s:
+    camel = {"mappedFileSizeCommitLog": 4096, "maxIndexNum": 32, "maxHashSlotNum": 16}
+    with MessageStore.open(tmp_path / "s", camel) as s:
         assert s.config.mapped_file_size_commit_log == 4096
         s.put_message(Message("C", b"x"))
     assert os.path.getsize(tmp_path / "s" / "commitlog" / ("0" * 20)) == 4096

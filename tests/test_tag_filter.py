@@ -155,7 +155,8 @@ def test_names_are_matched_as_message_tags_reads_them(tmp_path):
         # (message 3's own TAGS "ab" comes after the renamed entry: the later one counts)
         assert got_tags == ["ab", "\ufffd\ufffd", "标签", "ab", "zz", "ab"]
         assert [m.tags for m in s.get_messages("V", 0, 0, 32, "zz").messages] == ["zz"]
-        for tags in (["ab"], ["ab", "\ufffd\ufffd"], ["\ufffd\ufffd"], ["标签"], ["zz"], ["ab", "zz"], ["ab", "a\udcff"],
+        for tags in (["ab"], ["ab", "\ufffd\ufffd"], ["\ufffd\ufffd"], ["标签"], ["zz"], ["ab", "zz"],
+                     ["ab", "a\udcff"],
                      ["zz", "\ufffd"], "ab || 标签 || zz"):
             got, want = s.get_messages("V", 0, 0, 32, tags), _careful(s, 0, 0, 32, tags)
             assert tuple(got) == tuple(want), tags
