@@ -2791,7 +2791,8 @@ cdef class Appender:
     def bind_index(self, index_file):
         """Bind the last ``IndexFile`` (its ``mm``, ``hash_slot_num``,
         ``index_num``), or unbind it with None. Raises ValueError when the
-        file's header and geometry disagree with its size. Returns None."""
+        mapping is smaller than the header, slots and entries of that
+        geometry (or a count is not positive). Returns None."""
         cdef Py_buffer v
         cdef Py_ssize_t hsn, idx
         if index_file is None:
