@@ -26,6 +26,11 @@ GENERATED_C = "rmqstore/_core.c"
 
 RELEASE_DIRECTIVES = {
     "language_level": "3",
+    # help() shows each def's signature (the docstring's first line, Python
+    # style); inspect.signature reads it from the (binding) cyfunctions
+    "binding": True,
+    "embedsignature": True,
+    "embedsignature.format": "python",
     "boundscheck": False,
     "wraparound": False,
     "cdivision": True,

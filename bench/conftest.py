@@ -1,10 +1,17 @@
 """Benchmark fixtures: both kernel implementations in one run, a prebuilt store,
 and a summary of Cython/pure-Python ratios at the end."""
 
-import pytest
-from benchdata import CONFIG, N, make_messages
+import os
+import sys
 
-from rmqstore import MessageStore, _kernels
+import pytest
+
+# the kernel switch is a test helper (tests/kernel_switch.py), shared with bench/peers.py
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "tests"))
+
+from benchdata import CONFIG, N, make_messages
+from kernel_switch import select
+from rmqstore import MessageStore
 
 
 def _have_core():
@@ -22,9 +29,9 @@ IMPLS = ["cython", "python"]
 def impl(request):
     if request.param == "cython" and not _have_core():
         pytest.skip("Cython core not built")
-    previous = _kernels.select(request.param)
+    previous = select(request.param)
     yield request.param
-    _kernels.select(previous)
+    select(previous)
 
 
 @pytest.fixture(scope="session")

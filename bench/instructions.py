@@ -31,8 +31,7 @@ N1, N2 = 2000, 10000
 
 def workload(kind: str, n: int) -> None:
     sys.path.insert(0, HERE)
-    from benchdata import CONFIG, QUEUES, TOPIC, build, make_messages, message_fields
-
+    from benchdata import CONFIG, QUEUES, TOPIC, build, message_fields
     from rmqstore import Message, MessageStore
 
     hour = 3_600_000

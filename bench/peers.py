@@ -165,13 +165,13 @@ class RmqStore(Peer):
 
     @contextlib.contextmanager
     def activate(self):
-        from rmqstore import _kernels
+        from kernel_switch import select  # tests/kernel_switch.py (on sys.path: bench/conftest.py)
 
-        previous = _kernels.select(self.kernels)
+        previous = select(self.kernels)
         try:
             yield
         finally:
-            _kernels.select(previous)
+            select(previous)
 
     def open(self, path, clock=None, read_only=False):
         from rmqstore import MessageStore
@@ -182,8 +182,8 @@ class RmqStore(Peer):
 
     def prepare(self, row):
         topic, body, queue_id, flag, tags, keys, uniq, born = row
-        return _message_class(self.kernels)(topic, body, queue_id=queue_id, flag=flag, tags=tags, keys=keys, unique_key=uniq,
-                       born_timestamp=born)
+        return _message_class(self.kernels)(topic, body, queue_id=queue_id, flag=flag, tags=tags, keys=keys,
+                                            unique_key=uniq, born_timestamp=born)
 
     def append(self, m):
         return self.store.put_message(m)

@@ -8,8 +8,7 @@ import random
 
 import pytest
 
-from benchdata import CONFIG, N, QUEUES, TOPIC, make_messages
-
+from benchdata import CONFIG, QUEUES, TOPIC, N, make_messages
 from rmqstore import MessageStore
 
 ROUNDS = 3

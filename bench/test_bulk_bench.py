@@ -10,8 +10,8 @@ import mmap
 import os
 
 import pytest
-from benchdata import make_messages
 
+from benchdata import make_messages
 from rmqstore import MessageStore, StoreConfig, _kernels
 from rmqstore._layout import STOP_LIMIT
 

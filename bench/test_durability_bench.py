@@ -9,8 +9,8 @@ import os
 import threading
 
 import pytest
-from benchdata import BODY_SIZE, TOPIC, make_messages
 
+from benchdata import BODY_SIZE, TOPIC, make_messages
 from rmqstore import MessageStore, StoreConfig
 
 SYNC_N = int(os.environ.get("RMQSTORE_BENCH_SYNC_N", "2000"))

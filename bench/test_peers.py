@@ -23,8 +23,9 @@ import os
 import random
 import shutil
 
-import peers
 import pytest
+
+import peers
 from benchdata import BODY_SIZE, QUEUES, TOPIC, message_fields
 
 N = int(os.environ.get("RMQSTORE_BENCH_PEERS_N", "200000"))

@@ -65,7 +65,7 @@ cdef extern from "pythread.h":
     rmq_lock_t rmq_lock_new "PyThread_allocate_lock"()
     void rmq_lock_free "PyThread_free_lock"(rmq_lock_t)
     rmq_lock_status rmq_lock_take "PyThread_acquire_lock_timed"(rmq_lock_t, long long microseconds,
-                                                                  int intr_flag) nogil
+                                                                int intr_flag) nogil
     void rmq_lock_give "PyThread_release_lock"(rmq_lock_t) nogil
     unsigned long rmq_thread_id "PyThread_get_thread_ident"()
 
@@ -88,12 +88,18 @@ cdef extern from *:
     #  define RMQ_BE32(x) __builtin_bswap32(x)
     #  define RMQ_BE64(x) __builtin_bswap64(x)
     #endif
-    static inline int32_t rmq_ld32(const unsigned char *p) { uint32_t v; memcpy(&v, p, 4); return (int32_t)RMQ_BE32(v); }
-    static inline int64_t rmq_ld64(const unsigned char *p) { uint64_t v; memcpy(&v, p, 8); return (int64_t)RMQ_BE64(v); }
+    static inline int32_t rmq_ld32(const unsigned char *p) {
+        uint32_t v; memcpy(&v, p, 4); return (int32_t)RMQ_BE32(v);
+    }
+    static inline int64_t rmq_ld64(const unsigned char *p) {
+        uint64_t v; memcpy(&v, p, 8); return (int64_t)RMQ_BE64(v);
+    }
     static inline int32_t rmq_ld16(const unsigned char *p) { return (int16_t)(uint16_t)((p[0] << 8) | p[1]); }
     static inline void rmq_st32(unsigned char *p, uint32_t v) { v = RMQ_BE32(v); memcpy(p, &v, 4); }
     static inline void rmq_st64(unsigned char *p, uint64_t v) { v = RMQ_BE64(v); memcpy(p, &v, 8); }
-    static inline void rmq_st16(unsigned char *p, uint32_t v) { p[0] = (unsigned char)(v >> 8); p[1] = (unsigned char)v; }
+    static inline void rmq_st16(unsigned char *p, uint32_t v) {
+        p[0] = (unsigned char)(v >> 8); p[1] = (unsigned char)v;
+    }
     /* 128-bit sums: file offsets plus positions, and index times, can pass 2**63 */
     typedef __int128 rmq_i128;
     static inline long long rmq_jdiv(long long a, long long b, long long u) {
@@ -548,14 +554,24 @@ cdef inline int32_t _key_hash(object key) except? -1:
 
 
 def java_hash(s):
+    """Java ``String.hashCode()`` of *s*: 31-polynomial over UTF-16 code units.
+
+    Characters outside the BMP count as two units (a surrogate pair).
+    Returns a signed 32-bit int. Raises TypeError unless *s* is a str.
+    """
     return _java_hash(s)
 
 
 def index_key_hash(key):
+    """IndexFile key hash (``IndexFile.indexKeyHashMethod``): ``abs(java_hash)``,
+    with 0 for ``Integer.MIN_VALUE`` (Java's ``Math.abs`` overflow). Always >= 0."""
     return _key_hash(key)
 
 
 def masked_crc32(data, start=0, end=-1):
+    """CRC-32 (IEEE, as ``zlib.crc32``) of ``data[start:end]`` masked with
+    0x7FFFFFFF, as RocketMQ's ``UtilAll.crc32`` stores it. ``end=-1`` means the
+    end of *data*. Raises ValueError for a range outside *data*."""
     cdef Py_ssize_t s = _idx(start), e = _idx(end), n
     cdef Py_buffer v
     PyObject_GetBuffer(data, &v, PyBUF_SIMPLE)
@@ -579,6 +595,12 @@ def masked_crc32(data, start=0, end=-1):
 
 
 def parse_properties(blob):
+    """Decode a property blob exactly as RocketMQ's ``string2messageProperties``.
+
+    Pairs are separated by 0x02 and split at their first 0x01; pairs with an
+    empty name or value are dropped; a later duplicate wins. Returns a dict in
+    stored order. Invalid UTF-8 is replaced (as Java's decoder does).
+    """
     # Splitting raw bytes at 0x01/0x02 and decoding each piece equals decoding
     # first: ASCII bytes are never part of a replaced (invalid) UTF-8 sequence.
     if not PyBytes_CheckExact(blob):
@@ -608,6 +630,7 @@ cdef inline object _max0(object x):
 
 
 def record_size(sys_flag, body_len, topic_len, props_len, v2):
+    """Length in bytes of a CommitLog record (RocketMQ ``calMsgLength``)."""
     # Object arithmetic: _pure accepts ints of any size here.
     born = 20 if sys_flag & BORNHOST_V6_FLAG else 8
     store = 20 if sys_flag & STOREHOSTADDRESS_V6_FLAG else 8
@@ -787,6 +810,17 @@ def write_record(
     born_host, store_timestamp, store_host, reconsume_times, prepared_transaction_offset,
     body, topic, properties, bint append_crc,
 ):
+    """Encode one CommitLog record into ``buf[pos:]`` and return its size.
+
+    *born_host* / *store_host* are the raw host fields (address bytes + i32
+    port: 8 bytes for IPv4, 20 for IPv6) and must agree with the V6 bits of
+    *sys_flag*; *topic* and *properties* are UTF-8 bytes; BODYCRC is computed
+    here. v2 magic is used iff the topic is over 127 bytes. With *append_crc*
+    the ``__CRC32#`` entry is appended over the finished record.
+
+    Raises ValueError (nothing written) when the record does not fit in the
+    buffer, a length is out of range or a host width disagrees with *sys_flag*.
+    """
     cdef Rec r
     cdef Py_buffer views[4]
     cdef int i
@@ -808,6 +842,18 @@ def append_dispatch(
     body, topic, properties, bint append_crc,
     cq_buf, cq_pos, tags_code, index_buf, hash_slot_num, index_num, key_prefix, keys,
 ):
+    """One put in one call (ASYNC_FLUSH's dispatch done at append time):
+    ``write_record`` with the first 17 arguments, then the ConsumeQueue unit
+    (``cq_put(cq_buf, cq_pos, physical_offset, size, tags_code)``), then, when
+    *index_buf* is not None, ``index_put_keys(index_buf, hash_slot_num,
+    index_num, key_prefix, keys, physical_offset, store_timestamp)``. Written
+    in that order (what a crash leaves is a prefix recovery can finish).
+
+    Returns the record size, or 0 with nothing written when the index file
+    cannot take every key or its end physical offset is at or past
+    *physical_offset* (the caller then takes the step-by-step path). Every
+    check comes first: errors (as the three kernels raise them) write nothing.
+    """
     cdef Rec r
     cdef Py_buffer views[4]
     cdef Py_buffer cqv, iv
@@ -866,6 +912,7 @@ def encode_record(
     store_timestamp, store_host, reconsume_times, prepared_transaction_offset, body, topic,
     properties, bint append_crc,
 ):
+    """``write_record`` into a new buffer; returns the record's bytes."""
     cdef Rec r
     cdef Py_buffer tv, pv, bv
     _fields(&r, queue_id, flag, queue_offset, physical_offset, sys_flag, born_timestamp,
@@ -1005,6 +1052,18 @@ cdef bint _tail_crc(const unsigned char *p, Py_ssize_t n, long long *out) noexce
 
 
 def check_record(buf, pos, limit, bint check_crc, int verify_prop_crc, max_size):
+    """Validate the record at ``buf[pos:limit]`` (RocketMQ ``checkMessageAndReturnSize``).
+
+    Returns the record size (> 0) for a valid message, ``REC_BLANK`` (0) for
+    the END_OF_FILE record, or a negative ``REC_*`` code (see ``_layout``).
+    TOTALSIZE is checked against ``[MIN_RECORD_SIZE, max_size]`` and the bytes
+    left before anything is read. With *check_crc*, *verify_prop_crc*
+    selects what is verified: 0 the body CRC; 1 the ``__CRC32#`` property
+    instead, which must be present (RocketMQ's forceVerifyPropCRC); 2 the body
+    CRC and, when the record ends with the store's ``__CRC32#`` entry, that too.
+    With *check_crc* a non-empty property blob must also end with 0x02
+    (``REC_TORN`` otherwise).
+    """
     cdef Py_ssize_t p0 = _idx(pos), lim = _idx(limit), mx = _idx(max_size)
     cdef Py_buffer v
     PyObject_GetBuffer(buf, &v, PyBUF_SIMPLE)
@@ -1015,6 +1074,15 @@ def check_record(buf, pos, limit, bint check_crc, int verify_prop_crc, max_size)
 
 
 def decode_record(buf, pos, bint with_body):
+    """Decode the record at *pos*, which ``check_record`` has accepted.
+
+    Returns ``(total_size, magic, body_crc, queue_id, flag, queue_offset,
+    physical_offset, sys_flag, born_timestamp, born_host, store_timestamp,
+    store_host, reconsume_times, prepared_transaction_offset, body, topic,
+    properties)``: hosts as raw field bytes (address + i32 port), body as bytes
+    (None unless *with_body*), topic as str, properties as the raw blob bytes.
+    Raises ValueError if the record is not well formed or leaves the buffer.
+    """
     cdef Py_ssize_t p0 = _idx(pos), n, end, p
     cdef const unsigned char *b
     cdef const unsigned char *h
@@ -1389,6 +1457,36 @@ cdef int _columns_init(_Col *cols) except -1:
 
 def decode_columns(buf, pos, end, base_offset, max_count, bint with_body, bint with_properties,
                    bint check_crc=False):
+    """Decode consecutive CommitLog records of one file into columns.
+
+    Reads records from byte *pos* of *buf* (one CommitLog file: mmap, bytes,
+    memoryview) while they lie before *end*, at most *max_count* of them.
+    *base_offset* is the physical offset of ``buf[0]`` (the file name); a
+    record whose PHYSICALOFFSET differs from ``base_offset + position`` stops
+    the scan with ``REC_BAD_OFFSET`` (pass -1 to skip that check). Every record
+    is validated like ``check_record`` (with *check_crc*: body CRC, the store's
+    ``__CRC32#`` when present, and the 0x02 terminator).
+
+    Returns ``(next_pos, stop, cols)``. *stop* says why decoding ended at
+    *next_pos*: ``STOP_LIMIT`` (1) max_count reached, ``STOP_END`` (2) *end*
+    reached, ``REC_BLANK`` (0) an END_OF_FILE record or zeros (no more data in
+    this file), or a negative ``REC_*`` code for an invalid record there.
+    *cols* maps names to numpy arrays of n rows (n = records decoded):
+    int64 physical_offset, queue_offset, born_timestamp, store_timestamp,
+    prepared_transaction_offset; int32 store_size, queue_id, flag, sys_flag,
+    reconsume_times, body_crc; Arrow-style string columns as ``<name>_offsets``
+    (int32, n + 1) and ``<name>_data`` (uint8) for topic, born_host,
+    store_host, msg_id (offset message id), tags, keys, unique_key
+    (the last three with ``<name>_valid``, bool, False when the property is
+    absent); with *with_body* ``body_offsets``/``body_data`` (the body as
+    stored); with *with_properties* the property map as ``properties_offsets``
+    (int32, n + 1, into the entries) and ``property_key_offsets``/
+    ``property_key_data``, ``property_value_offsets``/``property_value_data``
+    (RocketMQ's parsing rules: empty names or values dropped, a later
+    duplicate replaces the earlier value in the earlier place). Strings are
+    the stored bytes, not re-validated as UTF-8. Raises ValueError for
+    positions outside the buffer or a negative *max_count*.
+    """
     cdef Py_ssize_t p0 = _idx(pos), lim = _idx(end), mx = _idx(max_count), n, count = 0, i
     cdef long long base = _i64(base_offset), phy
     cdef const unsigned char *b
@@ -1437,6 +1535,18 @@ def decode_columns(buf, pos, end, base_offset, max_count, bint with_body, bint w
 
 
 def decode_columns_at(bufs, file_size, base, offsets, bint with_body, bint with_properties):
+    """``decode_columns`` for records at given physical offsets (a pull: the
+    offsets of ConsumeQueue units) instead of consecutive ones.
+
+    *bufs* are the CommitLog segments in order, each *file_size* bytes, the
+    first at physical offset *base* (``CommitLog.segment_view()[:3]``);
+    *offsets* a list of physical offsets. Each record is validated as a read
+    does (``check_record`` with the body CRC, PHYSICALOFFSET equal to its offset).
+    Returns ``(count, stop, cols)``: the first *count* offsets decoded into
+    *cols* (as ``decode_columns``), *stop* ``STOP_END`` when all were, else
+    the ``REC_*`` code of ``offsets[count]`` (``REC_BAD_OFFSET`` also for an
+    offset outside the segments). Raises TypeError unless *bufs* and
+    *offsets* are lists, ValueError for a file size that is not positive."""
     cdef long long fs = _i64(file_size), b0 = _i64(base), phy
     cdef Py_ssize_t i, seg, last = -1, pos, nbufs, count = 0
     cdef int stop = STOP_END, rc
@@ -1482,6 +1592,17 @@ def decode_columns_at(bufs, file_size, base, offsets, bint with_body, bint with_
 
 
 def scan_records(buf, pos, end, base_offset, bint check_crc, int verify_prop_crc, max_size):
+    """Walk consecutive records of one CommitLog file from *pos* while they
+    validate (``check_record`` with *check_crc*, *verify_prop_crc*,
+    *max_size*, limited to *end*) and their PHYSICALOFFSET equals
+    ``base_offset + position`` (not checked when *base_offset* is -1): the
+    CommitLog recovery scan without a Python step per record.
+
+    Returns ``(next_pos, status, count)``: where the walk stopped, why
+    (``STOP_END`` when it reached *end*, ``REC_BLANK`` at an END_OF_FILE
+    record, ``REC_BAD_OFFSET`` or another negative ``REC_*`` code at an
+    invalid record) and how many records it passed. Raises ValueError for a
+    range outside the buffer."""
     cdef Py_ssize_t p0 = _idx(pos), lim = _idx(end), mx = _idx(max_size), n, count = 0, ahead
     cdef long long base = _i64(base_offset)
     cdef const unsigned char *b
@@ -1518,6 +1639,13 @@ def scan_records(buf, pos, end, base_offset, bint check_crc, int verify_prop_crc
 
 
 def read_record(buf, pos, limit, physical_offset, max_size, bint with_body):
+    """The record at *pos* if ``check_record(buf, pos, limit, True, 0,
+    max_size)`` accepts it (its body CRC too: every read checks it, where
+    RocketMQ only checks on recovery) and its PHYSICALOFFSET is
+    *physical_offset*: the ``decode_record`` tuple. Otherwise the int status:
+    ``REC_BLANK``, a negative ``REC_*`` code (``REC_BODY_CRC`` for a damaged
+    body), or ``REC_BAD_OFFSET``. (A read by offset, as a pull does it, in
+    one call.)"""
     cdef Py_ssize_t p0 = _idx(pos), lim = _idx(limit), mx = _idx(max_size)
     cdef long long phy = _i64(physical_offset)
     cdef int rc
@@ -1535,6 +1663,8 @@ def read_record(buf, pos, limit, physical_offset, max_size, bint with_body):
 
 
 def read_store_timestamp(buf, pos):
+    """STORETIMESTAMP of the record at *pos* (its position depends on the born
+    host width). Returns -1 when the field lies outside the buffer."""
     cdef Py_ssize_t p0 = _idx(pos), n, p
     cdef Py_buffer v
     cdef const unsigned char *b
@@ -1556,6 +1686,8 @@ def read_store_timestamp(buf, pos):
 
 
 def cq_put(buf, pos, physical_offset, size, tags_code):
+    """Write one 20-byte ConsumeQueue unit at *pos*.
+    Raises ValueError for a position outside *buf*."""
     cdef long long phy = _i64(physical_offset), tags = _i64(tags_code)
     cdef int sz = _i32(size)
     cdef Py_ssize_t p0 = _idx(pos)
@@ -1577,6 +1709,8 @@ def cq_put(buf, pos, physical_offset, size, tags_code):
 
 
 def cq_get(buf, pos):
+    """Read the unit at *pos*: ``(physical_offset, size, tags_code)``.
+    Raises ValueError for a position outside *buf*."""
     cdef Py_ssize_t p0 = _idx(pos)
     cdef Py_buffer v
     cdef const unsigned char *b
@@ -1591,6 +1725,7 @@ def cq_get(buf, pos):
 
 
 def cq_units(buf, start, end):
+    """Every unit in ``buf[start:end]`` (whole units only) as tuples."""
     cdef Py_ssize_t s = _idx(start), e = _idx(end), p
     cdef Py_buffer v
     cdef const unsigned char *b
@@ -1613,6 +1748,14 @@ def cq_units(buf, start, end):
 
 
 def cq_scan(buf, start, end, phy_limit=None):
+    """Recovery scan of one ConsumeQueue file.
+
+    From *start*, walk units while they are valid (physical offset >= 0 and
+    size > 0) and, when *phy_limit* is an int, point below it (the truncation
+    of dirty queue units at recovery). Returns ``(valid_end, max_physical_end)``: the position after
+    the last valid unit, and offset + size of the last valid unit that is not
+    a pre-blank placeholder (-1 if none).
+    """
     cdef Py_ssize_t s = _idx(start), e = _idx(end), p
     cdef int64_t phy, tags, last_phy = 0
     cdef int32_t size, last_size = 0
@@ -1836,6 +1979,18 @@ cdef int _relate_objects(_Search *s, const unsigned char *b, Py_ssize_t p, objec
 
 
 def cq_search_time(buf, file_start, low, range_, timestamp, bint upper, min_physical_offset, time_at):
+    """Binary search of one ConsumeQueue file by store time (RocketMQ 5.1.1+
+    ``binarySearchInQueueByTime``) returning a queue offset.
+
+    *low* is the first position to consider, *range_* the readable length of
+    the file in bytes; ``time_at(physical_offset, size)`` returns a record's
+    store timestamp or -1. *time_at* may instead be a CommitLog view
+    ``(buffers, file_size, base, lo, hi)`` (a list of the segments' buffers,
+    the first one's physical offset *base*, the readable range [lo, hi)),
+    which the kernel probes itself, as ``read_store_timestamp`` would, with
+    no call per probe. *upper* selects BoundaryType UPPER (else LOWER).
+    The caller clamps the answer to the queue's [min, max] offsets.
+    """
     # timestamp and time_at's results are compared exactly as _pure does:
     # as Python objects, or in C for a view and an i64 timestamp
     cdef long long fs = _i64(file_start), min_phy
@@ -1964,6 +2119,14 @@ cdef int64_t _unit_time(_Search *s, object bufs, object mf, Py_ssize_t pos) exce
 
 
 def time_lookup(cq, commitlog, timestamp, bint upper, refs):
+    """``cq.offset_by_time(timestamp, upper, commitlog.segment_view())`` (the
+    queue offset ``get_offset_in_queue_by_time`` answers), under a reader
+    reference: *refs* is the store's ``ReferenceResource`` (held here while
+    reading) or None when the caller holds one.
+
+    Returns None instead when the caller must hold a reference and call
+    again with ``refs=None`` (the core's answer while clean-up holds the
+    references, or for a timestamp outside int64; never here)."""
     return _time_lookup(cq, commitlog, timestamp, upper, refs)
 
 
@@ -1971,7 +2134,7 @@ cdef object _time_lookup(cq, commitlog, timestamp, bint upper, refs):
     # ConsumeQueue.offset_by_time(timestamp, upper, commitlog.segment_view())
     # in one call: the file choice, the search and the clamp
     cdef int ovf = 1
-    cdef Py_ssize_t n, i, fsz, low, wrote, mid_len
+    cdef Py_ssize_t n, i, fsz, low, wrote
     cdef long long mn, mx, res, start
     cdef Py_buffer v
     cdef _Search s
@@ -2104,6 +2267,12 @@ cdef inline bint _index_full(const unsigned char *b, Py_ssize_t idx) noexcept:
 
 
 def index_put(buf, hash_slot_num, index_num, key, physical_offset, store_timestamp):
+    """Put *key* into the IndexFile held in *buf* (``IndexFile.putKey``).
+
+    Header, slot and entry are updated in place. Returns False when the file
+    is full (``indexCount >= index_num``). Raises ValueError if *buf* is
+    smaller than ``40 + 4*hash_slot_num + 20*index_num`` bytes.
+    """
     cdef long long phy = _i64(physical_offset), ts = _i64(store_timestamp)
     cdef Py_ssize_t hsn = 0, idx = 0
     cdef int32_t key_hash
@@ -2133,6 +2302,14 @@ cdef uint32_t _check_keys(object prefix, object keys) except? 0xFFFFFFFF:
 
 
 def index_put_keys(buf, hash_slot_num, index_num, prefix, keys, physical_offset, store_timestamp):
+    """Put ``prefix + key`` for each str in the list *keys*, in order, as
+    ``index_put`` does (RocketMQ's ``topic#key`` entries of one record).
+    Stops at the first key the full file refuses; returns how many
+    were stored. Writes nothing and returns -1 when *physical_offset* is below
+    the header's end physical offset (the record is indexed already), -2
+    when equal (it may be partly indexed: the caller decides). Raises
+    TypeError unless *keys* is a list of str (checked before anything is
+    written), ValueError as ``index_put``."""
     cdef long long phy = _i64(physical_offset), ts = _i64(store_timestamp)
     cdef Py_ssize_t hsn = 0, idx = 0, i, n
     cdef uint32_t h0
@@ -2162,6 +2339,13 @@ def index_put_keys(buf, hash_slot_num, index_num, prefix, keys, physical_offset,
 
 
 def index_select(buf, hash_slot_num, index_num, key, max_num, begin, end, out):
+    """Append to *out* the physical offsets stored for *key* whose decoded time
+    lies in [begin, end], newest first (``IndexFile.selectPhyOffset``).
+
+    Only the 32-bit key hash is compared. Stops once ``len(out) >=
+    max_num``. A corrupt chain cannot loop: the walk visits at most
+    ``index_num`` entries and never leaves the entry area.
+    """
     cdef Py_ssize_t hsn = 0, idx = 0, i, limit = _idx(max_num)
     cdef rmq_i128 lo = _wide(begin), hi = _wide(end)
     cdef Py_buffer v
@@ -2344,16 +2528,16 @@ cdef class Message:
         return self.sys_flag & 0xC
 
     def property_map(self):
-        """property_map() -> dict: the properties as they will be stored, in
-        order (shorthands merged). IllegalMessageError when a shorthand and
-        the same-named property disagree."""
+        """The properties (dict) as they will be stored, in order
+        (shorthands merged). IllegalMessageError when a shorthand and the
+        same-named property disagree."""
         return _pm.property_map(self)
 
     def encode_properties(self, props=None):
-        """encode_properties(props=None) -> bytes: the UTF-8 property blob
-        (``name\\x01value\\x02`` per pair) of *props* (default:
-        property_map()), every name and value checked again.
-        MessageTypeError, IllegalMessageError, PropertiesSizeExceededError."""
+        """The UTF-8 property blob (bytes, ``name\\x01value\\x02`` per pair)
+        of *props* (default: property_map()), every name and value checked
+        again. MessageTypeError, IllegalMessageError,
+        PropertiesSizeExceededError."""
         return _pm.encode_properties(self, props)
 
     def __reduce__(self):
@@ -2456,9 +2640,8 @@ cdef class MessageExt:
         return bool(self.sys_flag & STOREHOSTADDRESS_V6_FLAG)
 
     def to_dict(self, body="base64"):
-        """to_dict(body="base64") -> dict: every field (for JSON dumps).
-        *body*: ``"base64"``, ``"text"`` (UTF-8, replacing bad bytes),
-        ``"hex"`` or ``"none"``."""
+        """Every field as a dict (for JSON dumps). *body*: ``"base64"``,
+        ``"text"`` (UTF-8, replacing bad bytes), ``"hex"`` or ``"none"``."""
         return _pm.ext_to_dict(self, body)
 
     def _stored(self):
@@ -2733,7 +2916,60 @@ cdef inline void _fields_of(Message m, PyObject **v) noexcept:
 
 
 cdef class Appender:
-    # Docstrings: see _pure.Appender (the semantics), as for every kernel.
+    """ASYNC_FLUSH put path of one writable store: ``put(msg, store_timestamp)``
+    validates and encodes a :class:`~rmqstore.message.Message`, writes its
+    CommitLog record, its ConsumeQueue unit and its index keys
+    (``append_dispatch``'s bytes and order) and returns the
+    ``PutMessageResult`` in one call.
+
+    The caller binds the files a put may write, all of them the last of
+    their kind, and rebinds after anything else writes them:
+    ``bind_commit_log(mapped_file)`` (attributes ``mm``, ``file_from_offset``,
+    ``file_size``, ``wrote_position``), ``bind_index(index_file)`` (``mm``,
+    ``hash_slot_num``, ``index_num``) and, per queue, ``bind_queue(topic,
+    queue_id, topic_bytes, consume_queue, mapped_file)`` (the queue's
+    ``max_physic_offset``; *topic_bytes* the validated UTF-8 topic, *None*
+    for *mapped_file* unbinds). ``unbind()`` drops every binding. Positions
+    are read from and written back to those objects on each put, and
+    *queue_offsets* (the store's ``{(topic, queue_id): next queue offset}``)
+    is read and advanced, so the Python layer's view stays exact.
+
+    The queue offset a put takes is the index of the unit it writes (the
+    queue file's offset plus write position, over 20), as ConsumeQueue
+    layout defines it; *queue_offsets* is advanced to match.
+
+    ``put`` returns None, having written nothing, whenever the store's
+    step-by-step path must take the message: a message whose type is not
+    exactly *message_type* (a subclass may redefine attributes) or with a
+    slot never set, an unbound queue or no bound
+    CommitLog file, a record that does not fit the file (a roll), a full
+    index file, a transactional prepared/rollback message, a message with
+    its own born/store host, or anything the step-by-step path rejects
+    (types, sizes, a shorthand contradicting its property): that path
+    raises the typed error. It raises only for bound files that are not
+    writable or smaller than their size (TypeError, ValueError).
+
+    Not thread-safe: its callers serialize their calls (the store's append
+    lock). The core keeps a call's file bytes and positions in C and writes
+    the positions back when the call ends; a put made from within a call
+    (by *clock*, or a property of a bound file, writing to the same store)
+    gets a RuntimeError from the core, and no collection runs within
+    ``put_batch`` there (a finalizer could be such a put).
+
+    Args (constructor):
+        message_type (type): the Message class; its ``__slots__`` are read
+            (the core reads them by offset, as CPython's own slot access).
+        result_type (type): a tuple subclass built as ``(ok_status, msg_id,
+            physical_offset, size, queue_offset, store_timestamp)``.
+        ok_status: its first field.
+        store_host (bytes): raw store host field (8 bytes, 20 for IPv6).
+        append_crc (bool): append the ``__CRC32#`` property.
+        max_message_size (int): bodies above this many bytes go the
+            step-by-step way (which refuses them).
+        index_enable (bool): index UNIQ_KEY and KEYS.
+        queue_offsets (dict): shared with the caller, see above.
+    """
+    # The docstrings are the twin's (_pure.Appender), as for every kernel: keep them alike.
     cdef object message_type, result_type, ok_status, store_host, queue_offsets
     cdef dict queues
     cdef bint append_crc, index_enable, untrack_results
@@ -2789,6 +3025,10 @@ cdef class Appender:
         self.commit_file = self.commit_mm = self.index_mm = None
 
     def bind_commit_log(self, mapped_file):
+        """Bind the CommitLog's last ``MappedFile`` (the file a put appends
+        to; reads its ``mm``, ``file_from_offset``, ``file_size`` and
+        ``wrote_position``), or unbind it with None: ``put`` then returns
+        None. Returns None."""
         if mapped_file is None:
             self.commit_file = self.commit_mm = None
             return
@@ -2798,6 +3038,10 @@ cdef class Appender:
         self.commit_file = mapped_file
 
     def bind_index(self, index_file):
+        """Bind the last ``IndexFile`` (its ``mm``, ``hash_slot_num``,
+        ``index_num``), or unbind it with None. Raises ValueError when the
+        mapping is smaller than the header, slots and entries of that
+        geometry (or a count is not positive). Returns None."""
         cdef Py_buffer v
         cdef Py_ssize_t hsn, idx
         if index_file is None:
@@ -2812,6 +3056,11 @@ cdef class Appender:
         self.hsn, self.inum, self.index_mm = hsn, idx, mm
 
     def bind_queue(self, topic, queue_id, topic_bytes, consume_queue, mapped_file):
+        """Bind the last ConsumeQueue file (*mapped_file*, a ``MappedFile``)
+        of queue (*topic* str, *queue_id* int) of *consume_queue*;
+        *topic_bytes* is the topic's validated UTF-8 (TypeError unless
+        bytes). None for *mapped_file* unbinds the queue: its puts go the
+        step-by-step path. Returns None."""
         cdef _Queue q
         if not PyBytes_CheckExact(topic_bytes):
             raise TypeError("topic_bytes must be bytes")
@@ -2830,6 +3079,8 @@ cdef class Appender:
         by_id[queue_id] = q
 
     def unbind(self):
+        """Drop every binding (CommitLog, index, queues): ``put`` returns
+        None until the files are bound again. Returns None."""
         for by_id in self.queues.values():
             for old in by_id.values():
                 (<_Queue>old).dead = True
@@ -2905,7 +3156,6 @@ cdef class Appender:
         cdef const char *nb
         cdef int seen = 0
         cdef PyObject *v[14]
-        cdef int i
         if (self.commit_file is None and unbound is None) or type(msg) is not Message:
             return None  # (the twin's Message: step by step)
         _fields_of(<Message>msg, v)
@@ -3146,6 +3396,9 @@ cdef class Appender:
         return q
 
     def check(self, msg):
+        """True when ``put`` takes *msg* wherever the files stand, that is:
+        the message is valid and fits in an empty CommitLog file (for
+        callers that validate a batch before writing any of it)."""
         cdef Rec r
         ok = self._checked(msg, &r) is not None
         if not ok and self._learn_hosts(msg):
@@ -3154,6 +3407,22 @@ cdef class Appender:
         return ok
 
     def check_all(self, msgs, topic_bytes=None, file_size=None):
+        """:meth:`check` of each message of the list *msgs* (TypeError unless
+        a list): ``(the indices it refuses, in order, what it encoded)``.
+        Pass the second to :meth:`put_batch` on the same list, which then
+        encodes each message no second time: a message is read once, when
+        checked.
+
+        With *topic_bytes* (a callable) and *file_size* (ints; both or
+        neither, else TypeError), a message is checked as if its queue and
+        the CommitLog file were bound: against the topic's UTF-8 bytes as
+        ``topic_bytes(topic)`` gives them (called once per topic of an
+        unbound queue; anything but bytes: the store refuses the topic, and
+        so does this) and a CommitLog file of *file_size* bytes. What it
+        takes that way is valid (the step-by-step path would take it too),
+        and put_batch encodes it afresh once its queue is bound: a batch's
+        first message of a new queue goes step by step, which binds the
+        queue, and the rest of that queue's messages follow in put_batch."""
         cdef list refused = []
         cdef Py_ssize_t i, size = 0
         cdef Rec r
@@ -3239,6 +3508,15 @@ cdef class Appender:
         return (1 if _nonempty(uniq) else 0) + ((PyUnicode_GET_LENGTH(keys) + 1) // 2 if _nonempty(keys) else 0)
 
     def plan(self, encoded, bint always=False):
+        """What the messages *encoded* (:meth:`check_all` or
+        :meth:`check_columns`' second result) need of the files, for the
+        store to make every file a batch needs before it writes any of it:
+        ``[total record bytes, the largest record's bytes, records,
+        {(topic, queue_id): records}, index keys]`` over the messages it
+        encoded (the store adds the others). None, unless *always*, when
+        the bound files take them all as they stand (no roll, no new queue
+        or file), as the next put call would find them; call it under the
+        lock the puts take."""
         cdef _Encoded enc = _encoded(encoded)
         cdef _Enc *e
         cdef _Queue q, planned = None
@@ -3437,6 +3715,11 @@ cdef class Appender:
         return phy
 
     def put(self, msg, store_timestamp):
+        """Put one ``Message`` *msg* with *store_timestamp* (int, ms since
+        the epoch) into the bound files: CommitLog record, ConsumeQueue unit
+        and index keys. Returns its ``PutMessageResult`` (the *result_type*),
+        or None, having written nothing, when the store's step-by-step path
+        must take it (see the class docstring)."""
         return self._put(msg, store_timestamp, NULL)
 
     cdef object _put(self, msg, store_timestamp, long long *end):
@@ -3473,6 +3756,19 @@ cdef class Appender:
                           phy, r.size, r.queue_offset, ts)
 
     def put_batch(self, msgs, start, clock, list results not None, encoded=None):
+        """:meth:`put` of ``msgs[start:]`` (a list) in order, each stamped by
+        one reading of *clock* (None: the wall clock, ms since the epoch)
+        taken before its put, each result appended to *results*. Stops at
+        the first message ``put`` declines and returns ``(its index, the
+        reading it got)`` for the step-by-step path to use;
+        ``(len(msgs), None)`` when none declines, ``(start, None)`` with no
+        bound CommitLog file. One put call's semantics per message: the
+        core holds the files' bytes once for the whole batch.
+
+        *encoded* (None, or :meth:`check_all`'s second result for this
+        list): a message still at its index whose queue is bound as it was
+        when checked is written as it was encoded then; any other is
+        encoded afresh. TypeError for anything else."""
         cdef Rec r
         cdef _Batch b
         cdef _Queue q
@@ -3534,6 +3830,20 @@ cdef class Appender:
 
     def check_columns(self, topic, bodies, queue_ids, tags, keys, unique_keys, start, encoded=None,
                       topic_bytes=None, file_size=None):
+        """:meth:`check` over rows ``start..`` of columns (lists of one length:
+        *bodies* bytes-like, *queue_ids* ints, *tags*/*keys*/*unique_keys*
+        None or lists of str/None), each row the Message of those fields:
+        returns ``(the index of the first row check refuses, or len(bodies)
+        when none; what it encoded)``. Pass the second back to go on after
+        a refused row (*encoded*: this call adds to it), and then to
+        :meth:`put_columns`, which encodes no row twice. TypeError for
+        columns that are not such lists.
+
+        *topic_bytes* and *file_size*: as for :meth:`check_all` (rows of an
+        unbound queue checked against ``topic_bytes(topic)``, asked once per
+        call for a str topic, and a CommitLog file of *file_size* bytes
+        where none is bound); put_columns writes such rows once their queue
+        is bound."""
         cdef Rec r
         cdef _Queue q, unbound = None
         cdef Py_ssize_t i = _idx(start), n = len(bodies), size = self.commit_size
@@ -3568,6 +3878,14 @@ cdef class Appender:
 
     def put_columns(self, topic, bodies, queue_ids, tags, keys, unique_keys, start, store_timestamp,
                     physical_offsets, sizes, queue_offsets, encoded=None):
+        """:meth:`put` of rows ``start..`` of columns (see :meth:`check_columns`),
+        all with *store_timestamp* (RocketMQ stamps a batch once), each
+        result's physical offset, size and queue offset stored at its row of
+        the three int64 arrays; stops at the first row ``put`` declines and
+        returns its index (len(bodies) when none). ValueError for output
+        arrays shorter than the columns. *encoded*: check_columns' for these
+        columns (rows it kept are written as encoded then, while their queue
+        is bound as it was), or None."""
         cdef Rec r
         cdef _Batch b
         cdef _Queue q
@@ -3634,7 +3952,13 @@ cdef inline long long _wall_ms() noexcept:
 @cython.final
 @cython.auto_pickle(False)  # (a lock is not data)
 cdef class AppendLock:
-    # Docstrings: see _pure.AppendLock (the semantics).
+    """The store's append lock (RocketMQ's ``PutMessageReentrantLock``):
+    reentrant, with ``acquire(blocking=True)``, ``release()`` and the
+    context manager protocol; ``release`` by a thread that does not hold it
+    raises RuntimeError. The twin wraps ``threading.RLock``. The core's is
+    its own, so that its ``PutGate`` takes it in C (``RLock.acquire`` parses
+    its arguments on every call); a thread waiting for it releases the GIL
+    and runs signal handlers, as ``RLock`` waiters do."""
     cdef rmq_lock_t lock
     cdef unsigned long owner
     cdef Py_ssize_t count  # the owner's acquisitions not yet released (0: free)
@@ -3676,9 +4000,13 @@ cdef class AppendLock:
         return 0
 
     def acquire(self, bint blocking=True):
+        """Take the lock (again, when this thread holds it); with *blocking*
+        False, return at once. Returns True when taken, False when not."""
         return self._acquire(blocking) == 1
 
     def release(self):
+        """Release one acquisition. Raises RuntimeError when this thread
+        does not hold the lock."""
         self._release()
 
     def __enter__(self):
@@ -3703,10 +4031,26 @@ cdef class StoreState:
     class. (Cython starts the fields as False, None and 0.)"""
 
 
-
 @cython.auto_pickle(False)  # (a store's gate is not data)
 cdef class PutGate:
-    # Docstrings: see _pure.PutGate (the semantics). The store's state is
+    """``MessageStore.put_message``'s ASYNC_FLUSH path in one call: the
+    store's state checks, its append lock, the store clock, :meth:`Appender.put`
+    and the store's bookkeeping after it. The store installs ``gate.put`` as
+    its instance's ``put_message`` (the core's then runs no Python code on a
+    put). What the gate reads and writes is the store's :class:`StoreState`
+    *state* (``disk_full``, ``closed``, ``pending``, ``write_error``,
+    ``waiting``; ``written_end``, ``last_store_ts``, ``last_logics_ts``),
+    under the store's append *lock*; what it declines goes to
+    ``store._put_one``, as ``put_message`` did it step by step.
+
+    *clock*: None for the store's default, ``time.time_ns() // 1_000_000``
+    (ms since the epoch, read in C by the core), else a callable returning
+    the store time in ms. The gate keeps a weak reference to the store
+    (the store's dict holds the gate); ``detach()`` (on close) drops the
+    Appender and all it holds of the store, so that a bound ``put`` kept
+    past close keeps nothing alive and goes to ``_put_one``, which raises
+    StoreClosedError (as the gate does once the store is gone)."""
+    # The docstrings are the twin's (_pure.PutGate). The store's state is
     # its StoreState's C fields.
     cdef object store, lock_acquire, lock_release, clock
     cdef AppendLock alock  # the store's lock when it is the core's (else its Python-level methods)
@@ -3724,6 +4068,8 @@ cdef class PutGate:
         self.clock = clock
 
     def detach(self):
+        """Drop the Appender and the lock (on close): ``put`` then goes to
+        ``store._put_one``, which raises StoreClosedError."""
         self.appender = self.alock = None
         self.lock_acquire = self.lock_release = None
 
@@ -3784,7 +4130,48 @@ cdef enum:
 
 @cython.auto_pickle(False)  # (a store's gate is not data)
 cdef class ReadGate:
-    # Docstrings: see _pure.ReadGate (the semantics). Each method is the
+    """The common case of the store's lookups and pulls in one call each:
+    ``get_offset_in_queue_by_time``, ``query_messages``, ``get_messages``
+    and ``get_message_views`` (same names, arguments and defaults as the
+    ``MessageStore`` methods,
+    whose docstrings hold). The store installs each as its instance's
+    method of that name (unless a subclass has its own), so the core's runs
+    no Python code on an open store's lookup or pull. Each method:
+
+    - checks the store is open (its StoreState) and the gate attached;
+    - for the common case (an exact ``"lower"``/``"upper"`` boundary; str
+      topic and key; an int queue id, an int offset, timestamp, begin and
+      end within a long, an int count in 1 .. 2**31-1, begin <= end, an int
+      wait_ms in 0 .. 2**63-1, tags None or a str; views of a writable
+      store) calls the whole-operation kernel (:func:`time_lookup`,
+      :func:`query_keyed`, :func:`pull_messages`, :func:`pull_views`) with
+      the store's reader references;
+    - hands anything else to the store class's method of its name, which
+      decides (errors, an argument out of its range, an unknown queue, a
+      clean-up holding the references, a careful read, a follow or a wait
+      included): a pull only when ``get_messages`` would return its result
+      unchanged.
+
+    Args:
+        store (MessageStore): held weakly (the store's dict holds the gate);
+            its ``_cqs`` dict, ``commitlog``, ``index``, ``_refs`` and
+            ``read_only`` are read once, here.
+        message_type (type): what a message is made as (``MessageExt``).
+        result_type (type): ``GetMessageResult``, a 5-tuple type.
+        views_type (type): ``GetViewsResult``, a 6-tuple type.
+        units_of (Callable[[bytes], numpy.ndarray]): pull_views' packed
+            units as ``GetViewsResult.units``.
+        tag_filter (Callable): ``store._tag_filter``: a ``tags`` argument
+            as the filter :func:`pull_messages` takes (None for every
+            message); the gate keeps the last str's.
+        statuses (Mapping[str, GetMessageStatus]): by name.
+        min_units (int): a pull visits at least this many units
+            (``store._MAX_FILTER_UNITS``).
+
+    ``detach()`` (on close) drops what the gate holds of the store; the
+    methods then go to the store's, which raise StoreClosedError, as they
+    do once the store is gone."""
+    # The docstrings are the twin's (_pure.ReadGate). Each method is the
     # common case of the store method of its name, in C; whatever else
     # comes goes to that method of the store's class.
     cdef object store  # a weak reference
@@ -3812,6 +4199,8 @@ cdef class ReadGate:
         self.queues = [None] * 16
 
     def detach(self):
+        """Drop what the gate holds of the store (on close); its methods
+        then go to the store class's, which raise StoreClosedError."""
         self.cqs = self.queues = None
         self.commitlog = self.index = self.refs = None
 
@@ -4096,6 +4485,25 @@ cdef const unsigned char *_unit_record(_View *v, object bufs, long long phy, int
 
 def pull_units(cq_buf, start, end, view, topic, queue_id, queue_offset, max_count, min_physical_offset, max_size,
                message_type, list out):
+    """A pull's inner loop (RocketMQ ``getMessage`` without a filter) over the
+    ConsumeQueue units in ``cq_buf[start:end]`` (whole units), the first at
+    *queue_offset*, reading records through the CommitLog *view*
+    (``CommitLog.segment_view()``): a pre-blank placeholder is skipped, a
+    unit whose record starts below *min_physical_offset* (cleaned up) is
+    skipped and noted, and every other record, checked to be the unit's
+    (valid up to *max_size* bytes with its body CRC, its size, physical offset, queue offset,
+    queue id and topic), is appended to *out* as ``message_type(fields)``
+    (*message_type*: MessageExt, or a class with its ``__slots__`` and a
+    constructor that only stores the fields in them; the core fills the
+    slots without calling it), the topic field being *topic* itself, until
+    *out* holds *max_count*.
+
+    Returns ``(units_done, last_event, stopped)``: *last_event* is 2 when the
+    last unit that found or missed a record found one, 1 when it was
+    cleaned up, 0 for none; *stopped* means the unit after the ones done
+    needs the caller's careful path (no valid record where it points, or not
+    its record: the caller raises), nothing having been appended for it.
+    """
     cdef Py_ssize_t s = _idx(start), e = _idx(end), mx = _idx(max_count), msize = _idx(max_size)
     cdef Py_ssize_t k, p, p0, tl
     cdef long long q0 = _i64(queue_offset), cl_min = _i64(min_physical_offset)
@@ -4149,6 +4557,14 @@ def pull_units(cq_buf, start, end, view, topic, queue_id, queue_offset, max_coun
 
 
 def read_keyed(view, offsets, topic, key, max_size, message_type, list out):
+    """``query_messages``' reads (fixes RocketMQ #3613 hash collisions,
+    ): each physical offset of *offsets* once, in order, skipping
+    those below the *view*'s minimum (cleaned up) or where no valid record
+    of at most *max_size* bytes starts; a record whose topic is *topic* and
+    whose UNIQ_KEY is *key* or one of whose space-separated KEYS is *key*
+    (properties as ``parse_properties`` reads them, an absent KEYS counting
+    as one empty key) is appended to *out* as ``message_type(fields)`` (see
+    ``pull_units``). Returns None."""
     cdef Py_ssize_t i, n, msize = _idx(max_size)
     cdef _View v
     cdef _Col offs
@@ -4215,6 +4631,13 @@ cdef int _read_keyed(_View *v, object bufs, const int64_t *offsets, Py_ssize_t n
 
 
 def query_keyed(index, commitlog, topic, key, max_num, begin, end, message_type, list out, refs):
+    """``query_messages`` in one call: ``index.query_offsets(topic, key,
+    max_num, begin, end)`` (``IndexService.queryOffset``), then
+    :func:`read_keyed` of those offsets through ``commitlog.segment_view()``
+    with ``commitlog.max_record_size``, appending to *out*. *refs* as in
+    :func:`time_lookup`. Returns *out*, or None (nothing read) when the
+    caller must hold a reference and call again with ``refs=None``.
+    Raises TypeError unless *topic* and *key* are str."""
     return _query_keyed(index, commitlog, topic, key, max_num, begin, end, message_type, out, refs)
 
 
@@ -4283,6 +4706,16 @@ cdef object _query_keyed_in(index, commitlog, topic, key, max_num, rmq_i128 lo, 
 
 
 def read_ext(commitlog, physical_offset, message_type, list out not None, refs):
+    """``get_message`` in one call: the valid record (body CRC checked, at
+    most ``commitlog.max_record_size`` bytes) that starts at CommitLog
+    physical offset *physical_offset*, read through
+    ``commitlog.segment_view()`` and appended to *out* as
+    ``message_type(fields)`` (see ``pull_units``); nothing is appended below
+    the minimum offset, past the end (any int, past int64 too) or where no
+    valid record starts. *refs* as in :func:`time_lookup`. Returns *out*,
+    or None (nothing read) when the caller must hold a reference and call
+    again with ``refs=None``. Raises TypeError unless *physical_offset* is
+    an int (``__index__``; a bool is not)."""
     cdef _View v
     cdef Py_ssize_t p0, limit, tl
     cdef const unsigned char *b
@@ -4379,12 +4812,50 @@ def pull_bounds(cq, queue_offset):
 
 
 def pull_views(cq, commitlog, queue_offset, max_count, max_units, refs):
+    """``get_messages`` without a filter, zero-copy (``get_message_views``):
+    the messages of ConsumeQueue *cq* from *queue_offset* as positions in one
+    CommitLog segment instead of copies. *refs* as in :func:`time_lookup`.
+
+    The statuses and offsets are ``_pull_held``'s (RocketMQ ``getMessage``):
+    placeholders and cleaned-up units are skipped, at most *max_count*
+    messages, units read a ConsumeQueue file at a time until *max_units*
+    have been visited; every record is checked to be its unit's (as
+    :func:`pull_units`). The pull also ends before the first record in
+    another segment than the first one found (the next pull starts there).
+
+    Returns None (the caller must hold a reference and call again with
+    ``refs=None``), or ``(status, next_queue_offset, min_offset, max_offset,
+    segment, units)``: *status* a ``GetMessageStatus`` name, or ``"STOPPED"``
+    when the first unit to read needs the caller's careful path (nothing
+    found before it); *segment* the ``mmap`` of the segment holding the
+    records (None when none); *units* ``VIEW_UNIT`` entries, one per message.
+    A caller that exports *segment* (a memoryview) does so while it still
+    holds its reader reference (so with ``refs=None``, under its own hold):
+    an exported mapping is one the store's ``close()`` cannot unmap.
+    """
     if not _may_read(refs):
         return None
     return _pull_queue(cq, commitlog, queue_offset, max_count, max_units, None, None, None)
 
 
 def pull_messages(cq, commitlog, queue_offset, max_count, max_units, message_type, list out not None, tags, refs):
+    """``get_messages`` in one call: :func:`pull_views`' statuses, offsets
+    and checks, with the messages made as *message_type* (``MessageExt``)
+    and appended to *out*, across CommitLog segments.
+
+    *tags*: None for every message, else a tag filter ``(codes, names)``
+    (a set of tags codes, a set of tag names; ``store._tag_filter``'s): a
+    unit is read only when its tags code is one of *codes* (RocketMQ's
+    ConsumeQueue filter), and its message kept only when its ``tags`` is
+    one of *names* (the client's check, fixing hash collisions); a
+    ConsumeQueue file's units are then read *max_count* at a time, as the
+    store's careful path reads them. The core answers ``"STOPPED"`` for a
+    filter that is not sets of exact ints and strs.
+
+    Returns None (as :func:`pull_views`), or ``(status, next_queue_offset,
+    min_offset, max_offset)``; *status* is ``"STOPPED"`` at any unit the
+    caller's careful path must read (what *out* got is then to be dropped:
+    that path reads the pull again and raises)."""
     return _pull_messages(cq, commitlog, queue_offset, max_count, max_units, message_type, out, tags, refs)
 
 

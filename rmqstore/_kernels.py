@@ -3,7 +3,8 @@
 ``RMQSTORE_PURE_PYTHON=1`` forces the pure-Python twin (``_pure``);
 ``RMQSTORE_REQUIRE_EXTENSION=1`` turns a missing or broken Cython core into an
 ImportError instead of a silent fallback. Everything else imports kernels from
-here.
+here. The choice is made once, at import (tests and benchmarks that compare
+both in one process switch with ``tests/kernel_switch.py``).
 """
 
 from __future__ import annotations
@@ -101,28 +102,3 @@ def _bind(module: ModuleType) -> None:
 
 
 _bind(k)
-
-
-def select(implementation: str) -> str:
-    """Switch every kernel to ``"cython"`` or ``"python"`` at run time and return
-    the previous choice. For benchmarks and tests that compare both in one
-    process; stores opened before keep working, their put path (the
-    ``Appender``, ``PutGate`` and ``AppendLock`` a store makes when it
-    opens) and its lookups and pulls (its ``ReadGate``) staying the ones it
-    was opened with, every other kernel switching (they are stateless).
-    Raises ImportError when the Cython core is not built."""
-    global IMPLEMENTATION
-    module: ModuleType
-    if implementation == "cython":
-        from . import _core as module
-    elif implementation == "python":
-        from . import _pure as module
-    else:
-        raise ValueError(f"implementation must be 'cython' or 'python', got {implementation!r}")
-    previous = IMPLEMENTATION
-    _bind(module)
-    IMPLEMENTATION = implementation
-    import rmqstore
-
-    rmqstore.IMPLEMENTATION = implementation
-    return previous

@@ -481,7 +481,8 @@ def check_record(buf, pos: int, limit: int, check_crc: bool, verify_prop_crc: in
             if stored is None or stored != masked_crc32(buf, pos, end - CRC32_RESERVED_LEN):
                 return REC_PROP_CRC
         else:
-            if body_len > 0 and masked_crc32(buf, body_start, body_start + body_len) != _I32.unpack_from(buf, pos + 8)[0]:
+            body_crc = _I32.unpack_from(buf, pos + 8)[0]
+            if body_len > 0 and masked_crc32(buf, body_start, body_start + body_len) != body_crc:
                 return REC_BODY_CRC
             if verify_prop_crc == 2:
                 stored = _tail_crc_property(bytes(buf[p:end]))
@@ -654,7 +655,9 @@ def decode_columns(
     return pos, stop, out.columns()
 
 
-def decode_columns_at(bufs: list, file_size: int, base: int, offsets: list, with_body: bool, with_properties: bool) -> tuple:
+def decode_columns_at(
+    bufs: list, file_size: int, base: int, offsets: list, with_body: bool, with_properties: bool
+) -> tuple:
     """``decode_columns`` for records at given physical offsets (a pull: the
     offsets of ConsumeQueue units) instead of consecutive ones.
 
@@ -1110,13 +1113,13 @@ def _int(value, bits: int) -> int:
 _SLOTS = MESSAGE_FIELDS
 
 
-def _encoded(encoded) -> "_Encoded | None":
+def _encoded(encoded) -> _Encoded | None:
     if encoded is not None and type(encoded) is not _Encoded:
         raise TypeError("encoded must be what check_all or check_columns returned")
     return encoded
 
 
-def _for_columns(enc: "_Encoded", topic, bodies) -> bool:
+def _for_columns(enc: _Encoded, topic, bodies) -> bool:
     """Whether check_columns made *enc* for this topic and bodies column."""
     return enc.topic is not None and enc.topic is topic and enc.of is bodies and len(enc.encodings) == len(bodies)
 
@@ -1550,7 +1553,8 @@ class Appender:
             raise ValueError("a bound file is smaller than its file size")
         index = self._index if self._index_enable else None
         wrote = append_dispatch(
-            mf.mm, pos, queue_id, flag, qo, phy, sys_flag, born_ts, born_host, store_ts, store_host, reconsume, prepared,
+            mf.mm, pos, queue_id, flag, qo, phy, sys_flag, born_ts, born_host, store_ts, store_host, reconsume,
+            prepared,
             body, topic_b, blob, self._append_crc, cmf.mm, cq_pos, java_hash(tags) if tags else 0,
             None if index is None else index.mm, 0 if index is None else index.hash_slot_num,
             0 if index is None else index.index_num, key[0] + "#", index_keys,

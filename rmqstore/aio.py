@@ -51,7 +51,7 @@ class AsyncMessageStore:
 
     @classmethod
     async def open(cls, root_dir, *args, executor: Executor | None = None, inline: bool = True,
-                   **kwargs) -> "AsyncMessageStore":
+                   **kwargs) -> AsyncMessageStore:
         """``MessageStore.open`` (recovery included) off the event loop."""
         loop = asyncio.get_running_loop()
         store = await loop.run_in_executor(executor, functools.partial(MessageStore.open, root_dir, *args, **kwargs))
@@ -106,7 +106,7 @@ class AsyncMessageStore:
         """Close the store; pending long polls return."""
         await self._run(self.store.close)
 
-    async def __aenter__(self) -> "AsyncMessageStore":
+    async def __aenter__(self) -> AsyncMessageStore:
         return self
 
     async def __aexit__(self, *exc) -> None:

@@ -20,8 +20,9 @@ from __future__ import annotations
 import mmap
 import os
 import struct
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator, NamedTuple, Optional, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -33,13 +34,13 @@ except ImportError as e:  # pragma: no cover - depends on the environment
 
 from . import _kernels as k
 from ._layout import (
-    is_offset_name,
     BLANK_MAGIC_CODE,
     CQ_STORE_UNIT_SIZE,
     POS_PHYSICALOFFSET,
     PRE_BLANK_SIZE,
     REC_BLANK,
     REC_STATUS_TEXT,
+    is_offset_name,
 )
 from .consumequeue import queue_dirs
 from .exceptions import CorruptedFileError
@@ -86,7 +87,7 @@ _MAX_MS = (1 << 63) // 1000 - 1
 DEFAULT_BATCH_ROWS = 65536
 
 
-def arrow_schema(columns: Optional[Sequence[str]] = None) -> pa.Schema:
+def arrow_schema(columns: Sequence[str] | None = None) -> pa.Schema:
     """The Arrow schema of *columns* (default :data:`COLUMNS`), every field
     nullable; timestamps are ``timestamp[us, UTC]``, the property map is
     ``map<string, string>``. Raises ValueError for an unknown column."""
@@ -128,17 +129,17 @@ class ScanFilter:
     CommitLog (as RocketMQ's own lookups by time do).
     """
 
-    topics: Optional[frozenset] = None
-    queue_ids: Optional[frozenset] = None
-    min_physical_offset: Optional[int] = None
-    max_physical_offset: Optional[int] = None
-    min_store_timestamp: Optional[int] = None
-    max_store_timestamp: Optional[int] = None
+    topics: frozenset | None = None
+    queue_ids: frozenset | None = None
+    min_physical_offset: int | None = None
+    max_physical_offset: int | None = None
+    min_store_timestamp: int | None = None
+    max_store_timestamp: int | None = None
 
     def is_empty(self) -> bool:
         return self == ScanFilter()
 
-    def intersect(self, other: "ScanFilter") -> "ScanFilter":
+    def intersect(self, other: ScanFilter) -> ScanFilter:
         """Both filters at once."""
 
         def both_sets(a, b):
@@ -184,7 +185,7 @@ class _Segment:
     offset: int
     size: int
     first_ts: int = -1  # store time of the file's first record, -1 if none
-    units: Optional[np.ndarray] = field(default=None, repr=False)
+    units: np.ndarray | None = field(default=None, repr=False)
 
 
 def _segments(store_dir: str) -> list:
@@ -278,7 +279,7 @@ class _QueueFiles:
     def first_at_or_after(self, target: int) -> int:
         """Smallest unit physical offset >= *target*, or -1."""
         for i in range(len(self.paths)):
-            lo, hi = self.bounds(i)
+            _lo, hi = self.bounds(i)
             if hi < target:
                 continue
 
@@ -312,9 +313,9 @@ def _queues(store_dir: str) -> dict:
 
 def store_splits(
     store_dir,
-    broker: Optional[str] = None,
+    broker: str | None = None,
     split_bytes: int = 128 << 20,
-    scan_filter: Optional[ScanFilter] = None,
+    scan_filter: ScanFilter | None = None,
 ) -> list:
     """Plan the :class:`Split`\\ s of one store.
 
@@ -338,7 +339,7 @@ def store_splits(
         return []
     by_queue = f.topics is not None or f.queue_ids is not None
     queues = _queues(store_dir) if by_queue or any(s.size > split_bytes for s in segs) else {}
-    wanted_files: Optional[set] = None
+    wanted_files: set | None = None
     covered_end = -1
     if by_queue:
         # files past the queues' last unit are never pruned by queue (a lagging dispatch)
@@ -426,7 +427,7 @@ def _buf(arr: np.ndarray) -> pa.Buffer:
     return pa.py_buffer(np.ascontiguousarray(arr))
 
 
-def _validity(valid: Optional[np.ndarray], n: int):
+def _validity(valid: np.ndarray | None, n: int):
     """(bitmap buffer or None, null count) of a bool mask (True = present)."""
     if valid is None:
         return None, 0
@@ -483,7 +484,7 @@ def _batch(cols: dict, columns: Sequence[str], schema: pa.Schema, broker: str) -
     return pa.RecordBatch.from_arrays([_column(c, cols, n, broker) for c in columns], schema=schema)
 
 
-def _row_mask(cols: dict, f: ScanFilter) -> Optional[np.ndarray]:
+def _row_mask(cols: dict, f: ScanFilter) -> np.ndarray | None:
     """Rows of a decoded chunk *f* keeps (None: all of them)."""
     mask = None
 
@@ -510,12 +511,12 @@ def _row_mask(cols: dict, f: ScanFilter) -> Optional[np.ndarray]:
 
 def read_split(
     split: Split,
-    columns: Optional[Sequence[str]] = None,
+    columns: Sequence[str] | None = None,
     batch_rows: int = DEFAULT_BATCH_ROWS,
-    scan_filter: Optional[ScanFilter] = None,
+    scan_filter: ScanFilter | None = None,
     check_crc: bool = False,
     on_corrupt: str = "fail",
-    end_offset: Optional[int] = None,
+    end_offset: int | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Decode one split into record batches of at most *batch_rows* rows.
 
@@ -572,9 +573,9 @@ def read_split(
 
 def iter_batches(
     store_dirs,
-    columns: Optional[Sequence[str]] = None,
-    brokers: Optional[Sequence[str]] = None,
-    scan_filter: Optional[ScanFilter] = None,
+    columns: Sequence[str] | None = None,
+    brokers: Sequence[str] | None = None,
+    scan_filter: ScanFilter | None = None,
     batch_rows: int = DEFAULT_BATCH_ROWS,
     split_bytes: int = 128 << 20,
     check_crc: bool = False,
@@ -596,7 +597,7 @@ def iter_batches(
             yield from read_split(split, columns, batch_rows, scan_filter, check_crc, on_corrupt)
 
 
-def read_table(store_dirs, columns: Optional[Sequence[str]] = None, **kwargs: Any) -> pa.Table:
+def read_table(store_dirs, columns: Sequence[str] | None = None, **kwargs: Any) -> pa.Table:
     """:func:`iter_batches` collected into one ``pyarrow.Table`` (for stores
     that fit in memory)."""
     cols = COLUMNS if columns is None else tuple(columns)
@@ -609,7 +610,7 @@ def _as_list(store_dirs) -> list:
     return [os.fspath(d) for d in store_dirs]
 
 
-def _broker_names(dirs: list, brokers: Optional[Iterable[str]]) -> list:
+def _broker_names(dirs: list, brokers: Iterable[str] | None) -> list:
     if brokers is None:
         return [broker_name(d) for d in dirs]
     names = list(brokers)

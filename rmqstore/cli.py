@@ -239,10 +239,12 @@ def cmd_info(args) -> int:
         if args.json:
             _print_json(out)
             return 0
-        print(f"store            {_show(out['store'])}  ({'clean shutdown' if s.last_exit_ok else 'NOT shut down cleanly'})")
+        shutdown = "clean shutdown" if s.last_exit_ok else "NOT shut down cleanly"
+        print(f"store            {_show(out['store'])}  ({shutdown})")
         print(f"commitlog        {len(files)} file(s) of {cl.file_size} bytes, physical offsets "
               f"[{s.min_physical_offset}, {s.max_physical_offset})")
-        print(f"index            {len(s.index.files)} file(s), {s.index.hash_slot_num} slots x {s.index.index_num} entries")
+        print(f"index            {len(s.index.files)} file(s), "
+              f"{s.index.hash_slot_num} slots x {s.index.index_num} entries")
         for f in out["index"]["files"]:
             print(f"  {f['name']}  keys={f['index_count'] - 1}  phy=[{f['begin_phy_offset']}, {f['end_phy_offset']}]  "
                   f"time=[{_ts(f['begin_timestamp'])}, {_ts(f['end_timestamp'])}]")
@@ -431,7 +433,8 @@ def cmd_demo(args) -> int:
         t0 = time.perf_counter()
         got = drain(s.get_message_views, lambda r: len(r.units))
         t_view = time.perf_counter() - t0
-        print(f"views    {got:>9,} messages zero-copy (get_message_views) in {t_view:.2f} s  ({got / t_view:,.0f} msg/s)")
+        print(f"views    {got:>9,} messages zero-copy (get_message_views) in {t_view:.2f} s  "
+              f"({got / t_view:,.0f} msg/s)")
         if got != n or bytes(first.bodies()[0]) != body:
             print(f"ERROR: zero-copy consumed {got} of {n} messages", file=sys.stderr)
             return 1
@@ -453,7 +456,8 @@ def cmd_demo(args) -> int:
                 print(f"ERROR: time lookup for message {i} returned {off}", file=sys.stderr)
                 return 1
         t_time = time.perf_counter() - t0
-        print(f"time     {k:>9,} lookups (get_offset_in_queue_by_time) in {t_time:.2f} s  ({k / t_time:,.0f} lookups/s)")
+        print(f"time     {k:>9,} lookups (get_offset_in_queue_by_time) in {t_time:.2f} s  "
+              f"({k / t_time:,.0f} lookups/s)")
         print(f"store    physical offsets [{s.min_physical_offset}, {s.max_physical_offset}), "
               f"{len(s.commitlog.queue.files)} CommitLog file(s), {len(s.index.files)} index file(s)")
     print(f"done. Inspect it with: rmqstore info {shlex.quote(_show(args.dir))}")
@@ -498,7 +502,8 @@ def cmd_salvage(args) -> int:
         raise UsageError(str(e)) from e
     _print_json(report)
     lost = bool(report["bad_regions"] or report["not_copied"])
-    print(f"salvaged {report['messages_copied']} of {report['records_found']} valid message(s) into {_show(report['output'])}; "
+    print(f"salvaged {report['messages_copied']} of {report['records_found']} valid message(s) "
+          f"into {_show(report['output'])}; "
           f"{report['bytes_skipped']} byte(s) skipped in {len(report['bad_regions'])} bad region(s), "
           f"{len(report['not_copied'])} message(s) not copied")
     return 1 if lost else 0
@@ -513,7 +518,8 @@ def cmd_recover(args) -> int:
     except StoreLockedError as e:
         raise UsageError(f"refusing to recover: {e} (stop the writer first)") from e
     _print_json(report)
-    kind = "normal recovery" if report.get("last_exit_ok") else "abnormal recovery (the store was not shut down cleanly)"
+    kind = ("normal recovery" if report.get("last_exit_ok")
+            else "abnormal recovery (the store was not shut down cleanly)")
     why = report.get("stopped_because")
     print(f"{kind} of {_show(report['store'])}: valid data ends at physical offset {report.get('process_offset')}; "
           f"truncated {report.get('truncated_bytes', 0)} byte(s)" + (f" because: {why}" if why else "")
@@ -553,7 +559,8 @@ def cmd_clean(args) -> int:
                        ("index_files", "index")):
         for path in out[key]:
             print(f"deleted {label:<12} {_show(path)}")
-    print(f"{_show(args.store)}: deleted {report.deleted} CommitLog, {len(report.consume_queue_files)} ConsumeQueue and "
+    print(f"{_show(args.store)}: deleted {report.deleted} CommitLog, "
+          f"{len(report.consume_queue_files)} ConsumeQueue and "
           f"{len(report.index_files)} index file(s); CommitLog now starts at physical offset "
           f"{report.min_physical_offset}" + ("; readers held a file, run again later" if report.busy else ""))
     return 0

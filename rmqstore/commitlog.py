@@ -18,8 +18,8 @@ from ._layout import (
     MESSAGE_MAGIC_CODE,
     MESSAGE_MAGIC_CODE_V2,
     POS_PHYSICALOFFSET,
-    RECORD_SIZE_SLACK,
     REC_STATUS_TEXT,
+    RECORD_SIZE_SLACK,
 )
 from .exceptions import CorruptedFileError
 from .mapped_file import MappedFileQueue

@@ -181,7 +181,7 @@ class StoreConfig:
     # --- loading --------------------------------------------------------------
 
     @classmethod
-    def from_dict(cls, values: dict, strict: bool = True) -> "StoreConfig":
+    def from_dict(cls, values: dict, strict: bool = True) -> StoreConfig:
         """Build a config from a mapping whose keys are either the snake_case
         field names or RocketMQ's camelCase names (``mappedFileSizeCommitLog``).
         String values (as in a ``.properties`` file) are converted to the field's
@@ -201,7 +201,7 @@ class StoreConfig:
         return cls(**kwargs)
 
     @classmethod
-    def from_properties(cls, path) -> "StoreConfig":
+    def from_properties(cls, path) -> StoreConfig:
         """Load a broker ``.properties`` file (``name=value``, ``name: value``
         or ``name value`` lines, ``#``/``!`` comments), read as ISO-8859-1 as
         Java's ``Properties.load`` reads a stream (so no byte is an encoding
@@ -220,7 +220,7 @@ class StoreConfig:
                     values[m.group(1)] = m.group(2)
         return cls.from_dict(values, strict=False)
 
-    def replace(self, **changes) -> "StoreConfig":
+    def replace(self, **changes) -> StoreConfig:
         """A copy with *changes* applied (``dataclasses.replace``)."""
         return dataclasses.replace(self, **changes)
 

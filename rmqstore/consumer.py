@@ -114,7 +114,8 @@ class Consumer:
         self._pos: dict = {}  # queue id -> next queue offset to pull
         self._acked: dict = {}  # queue id -> offset everything before which is processed or filtered out
         self._committed: dict = {}  # queue id -> offset last committed by us (or found committed)
-        self._dirty: set = set()  # queue ids whose _acked may differ from _committed (a commit per message looks at these only)
+        # queue ids whose _acked may differ from _committed (a commit per message looks at these only)
+        self._dirty: set = set()
         self._buf: dict = {}  # queue id -> deque of pulled messages not handed out yet
         self._inflight: tuple | None = None  # (queue id, offset after the message last handed out)
         self._rr = 0

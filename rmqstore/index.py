@@ -15,12 +15,12 @@ import time
 
 from . import _kernels as k
 from ._layout import (
-    is_offset_name,
     INDEX_ENTRY_SIZE,
     INDEX_HASH_SLOT_SIZE,
     INDEX_HEADER_SIZE,
     KEY_SEPARATOR,
     TRANSACTION_ROLLBACK_TYPE,
+    is_offset_name,
 )
 from .exceptions import ConfigError, CorruptedFileError
 from .mapped_file import _NOFOLLOW, allocate_file, fsync_dir, open_no_follow
@@ -443,7 +443,9 @@ class IndexService:
         for f in spares:
             f.destroy()
 
-    def build_index(self, topic: str, physical_offset: int, store_timestamp: int, sys_flag: int, uniq_key, keys) -> None:
+    def build_index(
+        self, topic: str, physical_offset: int, store_timestamp: int, sys_flag: int, uniq_key, keys
+    ) -> None:
         """Index one dispatched record (docs/format.md#building-the-index): ``topic#UNIQ_KEY`` first, then
         each non-empty space-separated key. Rollback records are not indexed.
         Keys the index already holds for this record are skipped, so dispatching

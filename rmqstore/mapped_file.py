@@ -487,7 +487,9 @@ class MappedFileQueue:
         for path in paths:
             mf = MappedFile(path, self.file_size, read_only=self.read_only)
             mf.wrote_position = mf.flushed_position = self.file_size
-            if mf.file_from_offset % self.file_size or (prev is not None and mf.file_from_offset != prev + self.file_size):
+            if mf.file_from_offset % self.file_size or (
+                prev is not None and mf.file_from_offset != prev + self.file_size
+            ):
                 mf.close()
                 raise CorruptedFileError(
                     f"segment start {mf.file_from_offset} does not follow the previous segment", path

@@ -13,8 +13,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from . import _pure_message
-from ._ids import decode_host, decode_offset_msg_id, encode_host, new_unique_key, offset_msg_id
 from ._ids import _split_offset_msg_id as _split_offset_msg_id
+from ._ids import decode_host, decode_offset_msg_id, encode_host, new_unique_key, offset_msg_id
 from ._kernels import k
 from ._pure_message import _INT64 as _INT64
 from ._pure_message import _check_int as _check_int

@@ -23,7 +23,6 @@ from typing import Any
 from . import _kernels as k
 from ._layout import (
     BORNHOST_V6_FLAG,
-    TRANSACTION_ROLLBACK_TYPE,
     MAX_PROPERTIES_LENGTH,
     MAX_TOPIC_LENGTH_V1,
     MAX_TOPIC_LENGTH_V2,
@@ -38,6 +37,7 @@ from ._layout import (
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_MASK,
     TRANSACTION_NOT_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
 )
 from .checkpoint import StoreCheckpoint
 from .commitlog import CommitLog
@@ -60,6 +60,7 @@ from .exceptions import (
 from .index import IndexService, keys_of
 from .mapped_file import _NOFOLLOW, ReferenceResource, open_no_follow
 from .message import (
+    _INT64,
     MESSAGE_TYPES,
     GetColumnsResult,
     GetMessageResult,
@@ -70,7 +71,6 @@ from .message import (
     PutColumnsResult,
     PutMessageResult,
     PutMessageStatus,
-    _INT64,
     _check_int,
     _split_offset_msg_id,
     encode_host,
@@ -108,7 +108,7 @@ _MAX_FILTER_UNITS = 800
 _open_writers: set = set()
 _open_writers_lock = threading.Lock()
 # every open store of this process: a forked child must not use them
-_open_stores: "weakref.WeakSet" = weakref.WeakSet()
+_open_stores: weakref.WeakSet = weakref.WeakSet()
 
 
 def _after_fork_in_child() -> None:
@@ -147,7 +147,7 @@ class StoreLock:
         self._key = None
         self._fd = -1
 
-    def acquire(self) -> "StoreLock":
+    def acquire(self) -> StoreLock:
         with _open_writers_lock:
             st = os.stat(self.root_dir)
             key = (st.st_dev, st.st_ino)
@@ -184,7 +184,7 @@ class StoreLock:
         (closing a copy drops nothing, but the child has no business with it)."""
         self._fd = -1
 
-    def __enter__(self) -> "StoreLock":
+    def __enter__(self) -> StoreLock:
         return self.acquire()
 
     def __exit__(self, *exc) -> None:
@@ -374,7 +374,7 @@ class MessageStore:
     @classmethod
     def open(
         cls, root_dir, config=None, store_host="127.0.0.1:10911", clock=None, read_only=False, disk_usage=None
-    ) -> "MessageStore":
+    ) -> MessageStore:
         """Open (creating if needed) the store in *root_dir* and recover it.
 
         Args:
@@ -480,8 +480,8 @@ class MessageStore:
             self._next_full_refresh = time.monotonic() + 1.0
         # lookups and pulls in one kernel call each: the instance's methods
         # are the gate's (unless a subclass has its own); close drops them
-        self._read_gate = k.ReadGate(self, self._state, MessageExt, GetMessageResult, GetViewsResult, _view_units, _tag_filter,
-                                     _MAX_FILTER_UNITS)
+        self._read_gate = k.ReadGate(self, self._state, MessageExt, GetMessageResult, GetViewsResult, _view_units,
+                                     _tag_filter, _MAX_FILTER_UNITS)
         for name in _READ_GATED:
             if getattr(type(self), name) is getattr(MessageStore, name):
                 setattr(self, name, getattr(self._read_gate, name))
@@ -687,7 +687,7 @@ class MessageStore:
         index.truncate(process_offset, ts_at)
         last = index.files[-1] if index.files else None
         start = max(last.end_phy_offset if last else 0, self.commitlog.min_offset())
-        for phy, size in self.commitlog.iter_offsets(start):
+        for phy, _size in self.commitlog.iter_offsets(start):
             f = self.commitlog.read(phy, with_body=False, strict=True)
             props = k.parse_properties(f[16])
             index.build_index(f[15], phy, f[10], f[7], props.get(PROPERTY_UNIQ_KEY), props.get(PROPERTY_KEYS))
@@ -711,7 +711,8 @@ class MessageStore:
         """Newest segment whose first record validates and was stored before the
         checkpoint's safe time (docs/recovery.md#abnormal-recovery); segment 0 otherwise."""
         cp = self.checkpoint
-        limit = cp.min_timestamp_index if (self.config.message_index_enable and self.config.message_index_safe) else cp.min_timestamp
+        index_safe = self.config.message_index_enable and self.config.message_index_safe
+        limit = cp.min_timestamp_index if index_safe else cp.min_timestamp
         files = self.commitlog.queue.files
         for i in range(len(files) - 1, -1, -1):
             t = self.commitlog.first_record_timestamp(i)
@@ -898,7 +899,9 @@ class MessageStore:
     def _check_write_error(self) -> None:
         err = self._write_error
         if err is not None:
-            raise FlushError(err.errno, f"a flush failed earlier, the store takes no more writes: {err.strerror or err}")
+            raise FlushError(
+                err.errno, f"a flush failed earlier, the store takes no more writes: {err.strerror or err}"
+            )
 
     def _flush_commit_log(self, least_pages: int, needed: int = MAX_OFFSET) -> None:
         """Flush the CommitLog unless it is already on disk up to *needed*;
@@ -1864,7 +1867,9 @@ class MessageStore:
             cq.put(phy, size, code, queue_offset)
             self._last_logics_ts = store_ts
         if self.config.message_index_enable:
-            self.index.build_index(topic, phy, store_ts, sys_flag, props.get(PROPERTY_UNIQ_KEY), props.get(PROPERTY_KEYS))
+            self.index.build_index(
+                topic, phy, store_ts, sys_flag, props.get(PROPERTY_UNIQ_KEY), props.get(PROPERTY_KEYS)
+            )
 
     # --- reading ---------------------------------------------------------------------
 
@@ -2295,7 +2300,8 @@ class MessageStore:
         if not same:
             i = next(
                 i for i in range(n)
-                if (cols["store_size"][i], cols["queue_offset"][i], cols["queue_id"][i]) != (sizes[i], qoffs[i], queue_id)
+                if (cols["store_size"][i], cols["queue_offset"][i], cols["queue_id"][i])
+                != (sizes[i], qoffs[i], queue_id)
                 or cols["topic_data"][toff[i] : toff[i + 1]].tobytes() != topic_b.tobytes()
             )
             raise CorruptedFileError(

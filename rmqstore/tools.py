@@ -21,11 +21,10 @@ import mmap
 import os
 import struct
 from array import array
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
 from . import _kernels as k
 from ._layout import (
-    is_offset_name,
     BLANK_MAGIC_CODE,
     BORNHOST_V6_FLAG,
     CHECKPOINT_FILE_SIZE,
@@ -50,6 +49,7 @@ from ._layout import (
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_MASK,
     TRANSACTION_NOT_TYPE,
+    is_offset_name,
 )
 from .checkpoint import field_problems as checkpoint_field_problems
 from .config import StoreConfig
@@ -122,7 +122,7 @@ class _RO:
         self.path = path
         self.rel = rel
         self.start = start
-        self._mm: Optional[mmap.mmap] = None
+        self._mm: mmap.mmap | None = None
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
         try:
             self.size = os.fstat(fd).st_size
@@ -262,7 +262,7 @@ def _rel(root: str, path: str) -> str:
 # --- configuration inference -----------------------------------------------------------------------
 
 
-def infer_config(root, base: Optional[StoreConfig] = None):
+def infer_config(root, base: StoreConfig | None = None):
     """A :class:`StoreConfig` whose file sizes match the store in *root*:
     CommitLog segment size, ConsumeQueue file size (the most common sizes) and
     the index geometry (``infer_index_geometry``). Everything else comes from
@@ -280,7 +280,8 @@ def infer_config(root, base: Optional[StoreConfig] = None):
         if fs >= 4096:
             changes["mapped_file_size_commit_log"] = fs
         else:
-            notes.append(f"CommitLog segments of {fs} bytes are below StoreConfig's minimum; using {cfg.mapped_file_size_commit_log}")
+            notes.append(f"CommitLog segments of {fs} bytes are below StoreConfig's minimum; "
+                         f"using {cfg.mapped_file_size_commit_log}")
     cq_sizes = []
     for _topic, _qid, qdir in _queue_dirs(root):
         for _, _, p in _numeric_files(qdir)[0]:
@@ -292,7 +293,8 @@ def infer_config(root, base: Optional[StoreConfig] = None):
         if cs % CQ_STORE_UNIT_SIZE == 0:
             changes["mapped_file_size_consume_queue"] = cs
         else:
-            notes.append(f"ConsumeQueue files of {cs} bytes are not whole units; using {cfg.mapped_file_size_consume_queue}")
+            notes.append(f"ConsumeQueue files of {cs} bytes are not whole units; "
+                         f"using {cfg.mapped_file_size_consume_queue}")
     idx, _ = _numeric_files(os.path.join(root, "index"))
     if idx:
         paths = [p for _, _, p in idx]
@@ -306,7 +308,8 @@ def infer_config(root, base: Optional[StoreConfig] = None):
                 changes["max_hash_slot_num"], changes["max_index_num"] = geo
                 notes.append(f"index geometry taken from the index headers ({e})")
             else:
-                notes.append(f"index geometry not inferred ({e}); using {cfg.max_hash_slot_num} slots x {cfg.max_index_num} entries")
+                notes.append(f"index geometry not inferred ({e}); "
+                             f"using {cfg.max_hash_slot_num} slots x {cfg.max_index_num} entries")
     if changes:
         cfg = cfg.replace(**changes)
     return cfg, notes
@@ -394,7 +397,7 @@ class _RecordTable:
 
 
 class _Verifier:
-    def __init__(self, root: str, config: Optional[StoreConfig]):
+    def __init__(self, root: str, config: StoreConfig | None):
         self.root = root
         self.cfg = config if config is not None else StoreConfig()
         self.explicit_max = None if config is None else config.max_message_size + RECORD_SIZE_SLACK
@@ -439,7 +442,8 @@ class _Verifier:
         files. None when there is nothing to check."""
         files, other = _numeric_files(directory)
         for name in other:
-            self.warning(_rel(self.root, os.path.join(directory, name)), 0, f"not a {kind} (name is not a number); ignored")
+            self.warning(_rel(self.root, os.path.join(directory, name)), 0,
+                         f"not a {kind} (name is not a number); ignored")
         if files and os.path.getsize(files[-1][2]) == 0:
             self.warning(_rel(self.root, files[-1][2]), 0, f"empty last {kind} (a writable open removes it)")
             files = files[:-1]
@@ -510,7 +514,8 @@ class _Verifier:
             if st == 0:
                 blank = _I32.unpack_from(buf, pos)[0]
                 if blank != fs - pos:
-                    self.warning(rel, pos, f"blank record's TOTALSIZE is {blank}, but {fs - pos} bytes are left in the segment")
+                    self.warning(rel, pos,
+                                 f"blank record's TOTALSIZE is {blank}, but {fs - pos} bytes are left in the segment")
                 return fs, True
             phys = seg.start + pos
             if not any(buf[pos : pos + 8]):
@@ -523,7 +528,8 @@ class _Verifier:
                     found = _resync(buf, pos, n, seg.start, fs, max_size)
                     if found is not None and found[1] > 0:
                         self.error(rel, pos, f"zeros at physical offset {phys}, but valid records follow at "
-                                             f"position {found[0]}: a hole (recovery would discard everything after it)")
+                                             f"position {found[0]}: a hole (recovery would discard everything "
+                                             "after it)")
                         return pos, False
                     else:
                         self.warning(rel, q, f"non-zero bytes after the end of written data (physical offset "
@@ -618,7 +624,8 @@ class _Verifier:
                     continue
                 if phy == 0 and size == PRE_BLANK_SIZE and tags == 0:
                     if real_seen:
-                        self.error(f.rel, upos, f"pre-blank placeholder at queue offset {q} after the queue's first real unit")
+                        self.error(f.rel, upos,
+                                   f"pre-blank placeholder at queue offset {q} after the queue's first real unit")
                     continue
                 real_seen = True
                 self._check_unit(f, upos, q, topic, qid, phy, size, tags)
@@ -687,7 +694,8 @@ class _Verifier:
         good = []
         for (_, _, path), size in zip(files, sizes):
             if size != common:
-                self.error(_rel(self.root, path), min(size, common), f"index file has {size} bytes, the others {common}")
+                self.error(_rel(self.root, path), min(size, common),
+                           f"index file has {size} bytes, the others {common}")
             else:
                 good.append(path)
         try:
@@ -711,7 +719,8 @@ class _Verifier:
     def _index_file(self, f: _RO, s: int, n: int) -> None:
         buf, rel = f.buf, f.rel
         if f.size != index_file_size(s, n):
-            self.error(rel, 0, f"index file has {f.size} bytes, {index_file_size(s, n)} expected for {s} slots x {n} entries")
+            self.error(rel, 0,
+                       f"index file has {f.size} bytes, {index_file_size(s, n)} expected for {s} slots x {n} entries")
             return
         _bt, _et, begin_phy, end_phy, slot_count, raw_count = _INDEX_HEADER.unpack_from(buf, 0)
         count = raw_count if raw_count > 0 else 1
@@ -790,7 +799,8 @@ class _Verifier:
         if phy < self.cl_min:
             return  # expired
         if phy >= self.cl_end:
-            self.error(rel, off, f"index entry {i} points at physical offset {phy}, beyond the CommitLog end ({self.cl_end})")
+            self.error(rel, off,
+                       f"index entry {i} points at physical offset {phy}, beyond the CommitLog end ({self.cl_end})")
             return
         rec = self.lookup(phy)
         if rec is None:
@@ -808,9 +818,11 @@ class _Verifier:
         else:
             size = os.path.getsize(cp)
             if size < 40:
-                self.error("checkpoint", size, f"checkpoint holds {size} bytes; its five fields need 40 ({CHECKPOINT_FILE_SIZE} expected)")
+                self.error("checkpoint", size,
+                           f"checkpoint holds {size} bytes; its five fields need 40 ({CHECKPOINT_FILE_SIZE} expected)")
             elif size != CHECKPOINT_FILE_SIZE:
-                self.warning("checkpoint", min(size, CHECKPOINT_FILE_SIZE), f"checkpoint holds {size} bytes, {CHECKPOINT_FILE_SIZE} expected")
+                self.warning("checkpoint", min(size, CHECKPOINT_FILE_SIZE),
+                             f"checkpoint holds {size} bytes, {CHECKPOINT_FILE_SIZE} expected")
             if size >= 40:
                 with open(cp, "rb") as fh:
                     fields = struct.unpack(">qqqqq", fh.read(40))
@@ -818,7 +830,8 @@ class _Verifier:
                 for offset, _name, text in checkpoint_field_problems(fields, self.cl_end):
                     self.error("checkpoint", offset, text)
         if self.abort:
-            self.warning("abort", 0, "store was not shut down cleanly (abort file present; the next writable open runs abnormal recovery)")
+            self.warning("abort", 0, "store was not shut down cleanly "
+                         "(abort file present; the next writable open runs abnormal recovery)")
 
     # -- consumer offsets
 
@@ -844,7 +857,8 @@ class _Verifier:
             if state[path] == "good":
                 self.warning(_rel(self.root, bak), 0, why[bak])
             else:
-                self.error(_rel(self.root, bak), 0, f"{why[bak]}; the file itself is {state[path]}: a store refuses the offsets")
+                self.error(_rel(self.root, bak), 0,
+                           f"{why[bak]}; the file itself is {state[path]}: a store refuses the offsets")
 
 
 def _header_geometry(paths, size: int):
@@ -868,7 +882,7 @@ def _header_geometry(paths, size: int):
     return None
 
 
-def verify_store(root, config: Optional[StoreConfig] = None) -> list:
+def verify_store(root, config: StoreConfig | None = None) -> list:
     """Check every file of the store in *root* without writing anything.
 
     Returns a list of :class:`Problem` (empty for a healthy store). *config*
@@ -927,7 +941,7 @@ def _ordered_properties(blob: bytes):
     return {a: b for a, b in props.items() if "\x01" not in b}, False
 
 
-def salvage_store(src, out, config: Optional[StoreConfig] = None) -> dict:
+def salvage_store(src, out, config: StoreConfig | None = None) -> dict:
     """Copy every verifiable message of the store in *src* into a new store at
     *out* (which must not exist or be an empty directory). *src* is only read.
 
@@ -1147,7 +1161,7 @@ def _queue_ends(root: str) -> dict:
     return out
 
 
-def recover_store(root, config: Optional[StoreConfig] = None) -> dict:
+def recover_store(root, config: StoreConfig | None = None) -> dict:
     """Run recovery on the store in *root* explicitly: open it writable (which
     recovers, docs/recovery.md#recovery) and close it (clean shutdown).
 
@@ -1171,7 +1185,9 @@ def recover_store(root, config: Optional[StoreConfig] = None) -> dict:
     if not os.path.isdir(root):
         raise FileNotFoundError(f"no store directory at {root}")
     if not any(os.path.exists(os.path.join(root, n)) for n in ("commitlog", "consumequeue", "index", "checkpoint")):
-        raise FileNotFoundError(f"{root} does not look like a store (no commitlog/, consumequeue/, index/ or checkpoint)")
+        raise FileNotFoundError(
+            f"{root} does not look like a store (no commitlog/, consumequeue/, index/ or checkpoint)"
+        )
     cfg, notes = infer_config(root, config)
     data_end = _commitlog_data_end(root)
     ends_before = _queue_ends(root)

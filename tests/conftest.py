@@ -51,13 +51,13 @@ def golden_store(name: str) -> pathlib.Path:
     return GOLDEN / name / "store"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def load_dump(name: str) -> dict:
     with open(GOLDEN / name / "dump.json", encoding="utf-8") as fh:
         return json.load(fh)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def load_input(name: str) -> dict:
     with open(GOLDEN / name / "input.json", encoding="utf-8") as fh:
         return json.load(fh)
@@ -144,15 +144,15 @@ def input_sys_flag(m: dict) -> int:
 def impl(request):
     """Each kernel implementation in turn, selected for the whole process
     (the stores a test opens take it), the previous one restored after."""
-    from rmqstore import _kernels
+    from kernel_switch import select
 
     if request.param == "cython":
         from test_kernels import _need_core
 
         _need_core()
-    previous = _kernels.select(request.param)
+    previous = select(request.param)
     yield request.param
-    _kernels.select(previous)
+    select(previous)
 
 
 class ListClock:

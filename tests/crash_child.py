@@ -94,7 +94,8 @@ def check_message(m) -> str:
 
 
 class Ack:
-    __slots__ = ("key", "topic", "queue_id", "queue_offset", "physical_offset", "size", "store_timestamp", "msg_id", "sha1")
+    __slots__ = ("key", "topic", "queue_id", "queue_offset", "physical_offset", "size", "store_timestamp", "msg_id",
+                 "sha1")
 
     def __init__(self, key, topic, queue_id, queue_offset, physical_offset, size, store_timestamp, msg_id, sha1):
         self.key, self.topic, self.queue_id, self.queue_offset = key, topic, queue_id, queue_offset

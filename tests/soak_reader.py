@@ -9,7 +9,7 @@ import time
 
 def body_of(i: int) -> bytes:
     """The body of message *i* (the writer in test_soak.py uses this too)."""
-    return (("%08d:" % i).encode() * 60)[: 40 + (i * 7919) % 500]
+    return (f"{i:08d}:".encode() * 60)[: 40 + (i * 7919) % 500]
 
 
 def main(root: str, seconds: float, queues: int) -> None:

@@ -16,12 +16,16 @@ import pytest
 if os.environ.get("RMQSTORE_REQUIRE_SPARK") != "1":
     pytest.importorskip("pyarrow")
 
-import pyarrow as pa  # noqa: E402
+import pyarrow as pa
 
-from conftest import GOLDEN_SETS, StepClock, golden_store  # noqa: E402
-from rmqstore import Message, MessageStore, StoreConfig  # noqa: E402
-from rmqstore import arrow  # noqa: E402
-from rmqstore.exceptions import CorruptedFileError  # noqa: E402
+from conftest import GOLDEN_SETS, StepClock, golden_store
+from rmqstore import (
+    Message,
+    MessageStore,
+    StoreConfig,
+    arrow,
+)
+from rmqstore.exceptions import CorruptedFileError
 
 SMALL = dict(
     mapped_file_size_commit_log=16 * 1024,

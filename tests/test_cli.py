@@ -77,7 +77,8 @@ def test_dump_filters(capsys, basic_dump):
     assert len(rows) == 5 and all(t0 <= r["store_timestamp"] <= t1 for r in rows)
 
     start = records[100]["physicalOffset"]
-    code, out, _ = run(capsys, "dump", BASIC / "store", "--from-offset", start, "--to-offset", records[103]["physicalOffset"])
+    end = records[103]["physicalOffset"]
+    code, out, _ = run(capsys, "dump", BASIC / "store", "--from-offset", start, "--to-offset", end)
     assert [r["physical_offset"] for r in json_lines(out)] == [r["physicalOffset"] for r in records[100:103]]
 
 
@@ -121,13 +122,14 @@ def test_offset_for_time(capsys, basic_dump):
     for tq in basic_dump["queries"]["timeQueries"][:20]:
         for boundary, key in (("lower", "offsetLower"), ("upper", "offsetUpper")):
             code, out, _ = run(
-                capsys, "offset-for-time", BASIC / "store", tq["topic"], tq["queueId"], tq["timestamp"], "--boundary", boundary
+                capsys, "offset-for-time", BASIC / "store", tq["topic"], tq["queueId"], tq["timestamp"],
+                "--boundary", boundary,
             )
             assert code == 0 and json.loads(out)["queue_offset"] == tq[key]
 
 
 def test_iso_time_argument(capsys):
-    code, out, _ = run(capsys, "offset-for-time", BASIC / "store", "TopicTest", "0", "2024-09-19T08:00:30")
+    _code, out, _ = run(capsys, "offset-for-time", BASIC / "store", "TopicTest", "0", "2024-09-19T08:00:30")
     assert json.loads(out)["timestamp"] == 1726732830000
 
 
@@ -153,7 +155,8 @@ def test_demo_small(capsys, tmp_path, monkeypatch):
     with MessageStore.open(tmp_path / "demo-store", read_only=True) as s:
         assert sum(s.get_max_offset_in_queue("DemoTopic", q) for q in range(8)) == 2000
     # default settings: a 1 GiB CommitLog file, as RocketMQ preallocates
-    assert (tmp_path / "demo-store" / "commitlog" / "00000000000000000000").stat().st_size == StoreConfig().mapped_file_size_commit_log
+    first = tmp_path / "demo-store" / "commitlog" / "00000000000000000000"
+    assert first.stat().st_size == StoreConfig().mapped_file_size_commit_log
 
 
 def test_python_dash_m(tmp_path):

@@ -285,7 +285,8 @@ BAD_ARGUMENTS = [
 
 
 def _case_id(argv):
-    return " ".join(a.replace("{store}", "S").replace("{world}/", "").replace("{second}", "N") for a in argv)[:80] or "(nothing)"
+    shown = " ".join(a.replace("{store}", "S").replace("{world}/", "").replace("{second}", "N") for a in argv)
+    return shown[:80] or "(nothing)"
 
 
 @pytest.mark.parametrize("argv", BAD_ARGUMENTS, ids=[_case_id(a) for a in BAD_ARGUMENTS])
@@ -344,7 +345,8 @@ def cli_process(*argv, cwd):
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
     # stdout strict, as under en_US.UTF-8 (C.UTF-8 alone would give surrogateescape)
     env.update(LC_ALL="C.UTF-8", PYTHONUTF8="0", PYTHONIOENCODING="utf-8:strict")
-    args = [os.fsencode(sys.executable), b"-m", b"rmqstore"] + [a if isinstance(a, bytes) else os.fsencode(a) for a in argv]
+    args = [os.fsencode(sys.executable), b"-m", b"rmqstore"]
+    args += [a if isinstance(a, bytes) else os.fsencode(a) for a in argv]
     r = subprocess.run(args, check=False, capture_output=True, env=env, cwd=cwd, timeout=120)
     return r.returncode, r.stdout.decode("utf-8"), r.stderr.decode("utf-8", "replace")
 
@@ -359,7 +361,8 @@ def cli_process(*argv, cwd):
         ["print-queue", "{store}", b"T\xff", "0"],
         ["info", b"{world}/no-such-\xff"],
     ],
-    ids=["dump-topic", "query-key-key", "query-key-topic", "offset-for-time-topic", "print-queue-topic", "info-missing-path"],
+    ids=["dump-topic", "query-key-key", "query-key-topic", "offset-for-time-topic", "print-queue-topic",
+         "info-missing-path"],
 )
 def test_non_utf8_argv(world, argv):
     def fill(a):

@@ -22,8 +22,8 @@ import time
 import traceback
 
 import pytest
-from conftest import no_hang
 
+from conftest import no_hang
 from rmqstore import GetMessageStatus, Message, MessageStore, StoreClosedError, StoreConfig
 from rmqstore.message import offset_msg_id
 

@@ -10,12 +10,11 @@ import random
 
 import numpy as np
 import pytest
-from conftest import golden_store
-from test_kernels import k  # noqa: F401 - the fixture: each implementation in turn
 
-from rmqstore import MessageStore
+from conftest import golden_store
+from rmqstore import MessageStore, _pure
 from rmqstore import _layout as L
-from rmqstore import _pure
+from test_kernels import k  # noqa: F401 - the fixture: each implementation in turn
 
 try:
     from rmqstore import _core
@@ -182,7 +181,7 @@ def test_core_matches_pure_on_damaged_files(seed):
 def test_scan_records_walks_what_decode_columns_decodes(k, golden_set):
     for path in _files(golden_set):
         buf = path.read_bytes()
-        next_pos, stop, cols = k.decode_columns(buf, 0, len(buf), int(path.name), 1 << 30, False, False)
+        next_pos, _stop, cols = k.decode_columns(buf, 0, len(buf), int(path.name), 1 << 30, False, False)
         end, status, count = k.scan_records(buf, 0, len(buf), int(path.name), True, 2, 1 << 22)
         assert (end, count) == (next_pos, len(cols["queue_id"]))
         # a blank record, or zeros (which are no magic code: the recovery judges them)

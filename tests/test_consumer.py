@@ -22,6 +22,7 @@ import signal
 import threading
 import time
 import traceback
+from pathlib import Path
 
 import pytest
 
@@ -138,7 +139,7 @@ def test_commit_writes_rocketmq_offset_table_round_trip(tmp_path):
     assert all(type(v) is int for v in doc["dataVersion"].values())
     assert doc["groupTopicMap"] == {"G1": ["TopicA", "TopicB"], "G2": ["TopicA"], "%RETRY%G1": ["%RETRY%G1"]}
     assert list(doc) == sorted(doc)  # fastjson's member order
-    text = open(offsets_path(root), encoding="utf-8").read()
+    text = Path(offsets_path(root)).read_text(encoding="utf-8")
     assert text.startswith('{\n\t"dataVersion":{\n\t\t"counter":') and "\t\t" in text  # fastjson's pretty layout
     # what a broker's decode keeps: keys split at '@' into (topic, group)
     assert {split_offset_key(k) for k in doc["offsetTable"]} == {
@@ -251,9 +252,9 @@ def test_falls_back_to_bak(tmp_path, damage):
         s.commit_offset("G", "T", 0, 10)
         s.commit_offset("G", "T", 0, 20)  # .bak now holds offset 10
     path = offsets_path(root)
-    good_bak = open(path + ".bak", "rb").read()
+    good_bak = Path(path + ".bak").read_bytes()
     assert parse_offset_json(good_bak.decode())["offsetTable"] == {"T@G": {0: 10}}
-    good = open(path, "rb").read()
+    good = Path(path).read_bytes()
     if BAD_MAIN[damage] is None:
         os.unlink(path)
     else:
@@ -266,7 +267,7 @@ def test_falls_back_to_bak(tmp_path, damage):
         assert s.get_committed_offset("G", "T", 0) == 10
         s.commit_offset("G", "T", 1, 1)
         # the damaged file is never kept as .bak: the good one stays
-        assert open(path + ".bak", "rb").read() == good_bak
+        assert Path(path + ".bak").read_bytes() == good_bak
         s.commit_offset("G", "T", 1, 2)
     assert read_json(path)["offsetTable"] == {"T@G": {"0": 10, "1": 2}}
     assert read_json(path + ".bak")["offsetTable"] == {"T@G": {"0": 10, "1": 1}}
@@ -330,7 +331,7 @@ def test_a_failed_persist_leaves_the_old_file(tmp_path, monkeypatch, fail):
     with open_store(root) as s:
         s.commit_offset("G", "T", 0, 10)
         path = offsets_path(root)
-        old = open(path, "rb").read()
+        old = Path(path).read_bytes()
         real_replace, real_rename, real_fsync, real_write = os.replace, os.rename, os.fsync, os.write
 
         def boom(*a, **k):
@@ -355,7 +356,7 @@ def test_a_failed_persist_leaves_the_old_file(tmp_path, monkeypatch, fail):
             monkeypatch.setattr(os, "write", boom)
         with pytest.raises(OSError, match="injected"):
             s.commit_offset("G", "T", 0, 11)
-        assert open(path, "rb").read() == old
+        assert Path(path).read_bytes() == old
         fresh = ConsumerOffsetStore(path)
         fresh.load()
         assert fresh.get("G", "T", 0) == 10 and fresh.loaded_from == path
@@ -584,7 +585,8 @@ def test_consumer_commits_each_acknowledgement_once(tmp_path, monkeypatch, per_q
     commits: list = []
     real = ConsumerOffsetStore._commit_checked
     monkeypatch.setattr(ConsumerOffsetStore, "_commit_checked",
-                        lambda self, key, checked, sync: (commits.append(dict(checked)), real(self, key, checked, sync)))
+                        lambda self, key, checked, sync: (commits.append(dict(checked)),
+                                                          real(self, key, checked, sync)))
     with open_store(tmp_path / "s") as s:
         fill(s, per_queue=per_queue)
         c = s.consumer("G", "T", batch=2)

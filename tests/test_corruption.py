@@ -17,7 +17,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import (
-    scaled,
     STORE_HOST,
     copy_golden_store,
     dump_messages,
@@ -25,6 +24,7 @@ from conftest import (
     load_input,
     no_hang,
     read_bytes,
+    scaled,
 )
 from rmqstore import CorruptedFileError, GetMessageStatus, Message, MessageStore, StoreConfig
 
@@ -80,7 +80,8 @@ def _same_as_dump(m, r):
     assert m.body == base64.b64decode(r["body"])
     assert m.topic == r["topic"]
     assert (m.queue_id, m.queue_offset, m.flag, m.sys_flag) == (r["queueId"], r["queueOffset"], r["flag"], r["sysFlag"])
-    assert (m.born_timestamp, m.store_timestamp, m.born_host) == (r["bornTimestamp"], r["storeTimestamp"], r["bornHost"])
+    assert (m.born_timestamp, m.store_timestamp, m.born_host) == (
+        r["bornTimestamp"], r["storeTimestamp"], r["bornHost"])
     assert m.properties_blob.decode("utf-8") == r["propertiesString"]
     assert m.body_crc == r["bodyCRC"]
 
@@ -93,7 +94,8 @@ def assert_valid_prefix(store, cut):
     assert len(got) == len(want)
     for m, r in zip(got, want):
         _same_as_dump(m, r)
-    assert store.max_physical_offset == (want[-1]["physicalOffset"] + want[-1]["totalSize"] if cut == _data_end() else cut)
+    data_end = want[-1]["physicalOffset"] + want[-1]["totalSize"]
+    assert store.max_physical_offset == (data_end if cut == _data_end() else cut)
     for q in load_dump(GOLD)["consumeQueues"]:
         topic, qid = q["topic"], q["queueId"]
         units = [u for u in q["units"] if u["commitLogOffset"] < cut]
@@ -227,9 +229,8 @@ def test_bad_body_crc_in_the_first_file(root):
 def test_truncated_commitlog_file(root, name):
     path = root / "commitlog" / name
     os.truncate(path, 40000)
-    with pytest.raises(CorruptedFileError) as ei:
-        with no_hang():
-            MessageStore.open(root, read_only=True).close()
+    with pytest.raises(CorruptedFileError) as ei, no_hang():
+        MessageStore.open(root, read_only=True).close()
     assert os.path.samefile(ei.value.path, path)
 
 
@@ -335,7 +336,7 @@ def test_unit_pointing_past_the_commitlog_end(root, where):
 def test_unit_pointing_at_a_same_size_record_of_another_queue(root):
     dump = load_dump(GOLD)
     target = next(c for c in dump["consumeQueues"] if (c["topic"], c["queueId"]) == ("TopicTest", 0))
-    for q, u in enumerate(target["units"]):
+    for q, u in enumerate(target["units"]):  # noqa: B007 - q and u are the unit found, used after the break
         other = next((r for r in _records() if r["totalSize"] == u["size"] and r["topic"] != "TopicTest"), None)
         if other is not None:
             break
@@ -538,7 +539,8 @@ def _original_commitlog():
     return _ORIGINAL["data"]
 
 
-@settings(max_examples=scaled(25), deadline=None, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=scaled(25), deadline=None, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     flips=st.lists(
         st.tuples(
@@ -651,7 +653,8 @@ def test_writable_recovery_truncates_and_continues(root, crash):
             assert s.recovery_report["stopped_because"] is None
             got = list(s.iter_messages())
             old = [r for r in _records() if r["physicalOffset"] < cut]
-            assert [m.physical_offset for m in got] == [r["physicalOffset"] for r in old] + [r.wrote_offset for _, _, r in new]
+            assert [m.physical_offset for m in got] == (
+                [r["physicalOffset"] for r in old] + [r.wrote_offset for _, _, r in new])
             for q in dump["consumeQueues"]:
                 units = [u["commitLogOffset"] for u in q["units"] if u["commitLogOffset"] < cut]
                 units += [r.wrote_offset for t, qq, r in new if (t, qq) == (q["topic"], q["queueId"])]
@@ -911,7 +914,8 @@ def test_index_geometry_check_refuses_each_broken_rule(tmp_path, damage):
     assert _geometry_fits(p, 100, 300) is want
 
 
-@settings(max_examples=scaled(40), deadline=None, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=scaled(40), deadline=None, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(patches=st.lists(st.tuples(st.integers(32, 40 + 400 + 20 * 120), st.binary(min_size=1, max_size=4)),
                         min_size=1, max_size=4))
 def test_index_geometry_check_agrees_with_its_definition(tmp_path_factory, patches):

@@ -241,7 +241,8 @@ class History:
         self.t_child = self.t_open = self.t_verify = 0.0
 
     def cl_prefix_digest(self, end):
-        return _prefix_digest(_segments(os.path.join(self.root, "commitlog")), self.config.mapped_file_size_commit_log, end)
+        segments = _segments(os.path.join(self.root, "commitlog"))
+        return _prefix_digest(segments, self.config.mapped_file_size_commit_log, end)
 
     def cq_prefix_digest(self, topic, qid, units):
         d = os.path.join(self.root, "consumequeue", topic, str(qid))
@@ -260,7 +261,8 @@ def _check_found(store, topic, qid, qoff, phy, key, ts, msg_id, ctx, by_uniq=Tru
     assert by_id is not None and by_id.physical_offset == phy, (ctx, key, msg_id)
     assert [x.physical_offset for x in store.query_messages(topic, key)] == [phy], (ctx, "by key", key)
     if by_uniq:
-        assert [x.physical_offset for x in store.query_messages(topic, cc.unique_key_of(key))] == [phy], (ctx, "by uniq", key)
+        by_key = store.query_messages(topic, cc.unique_key_of(key))
+        assert [x.physical_offset for x in by_key] == [phy], (ctx, "by uniq", key)
     assert store.get_offset_in_queue_by_time(topic, qid, ts, "lower") <= qoff, (ctx, "by time", key, ts)
     return m
 
@@ -324,7 +326,8 @@ def verify(store: MessageStore, hist: History, run: ChildRun, rnd: random.Random
         end = m.physical_offset + m.store_size
     assert len(iterated) == len(set(iterated)) and set(iterated) == set(pulled), (
         f"{ctx}: CommitLog has {len(iterated)} records, queues {len(pulled)}; "
-        f"only in CommitLog {sorted(set(iterated) - set(pulled))[:5]}, only in queues {sorted(set(pulled) - set(iterated))[:5]}"
+        f"only in CommitLog {sorted(set(iterated) - set(pulled))[:5]}, "
+        f"only in queues {sorted(set(pulled) - set(iterated))[:5]}"
     )
     mpo = store.max_physical_offset
     assert end <= mpo and (mpo - end < cfg.mapped_file_size_commit_log), (ctx, end, mpo)
@@ -344,7 +347,8 @@ def verify(store: MessageStore, hist: History, run: ChildRun, rnd: random.Random
         by_pos[(m.topic, m.queue_id, m.queue_offset)] = m
     for a in run.acks:
         m = by_pos.get((a.topic, a.queue_id, a.queue_offset))
-        assert m is not None, f"{ctx}: acknowledged {a} lost (queue max {store.get_max_offset_in_queue(a.topic, a.queue_id)})"
+        assert m is not None, (
+            f"{ctx}: acknowledged {a} lost (queue max {store.get_max_offset_in_queue(a.topic, a.queue_id)})")
         assert (m.physical_offset, m.store_size, m.store_timestamp, m.keys, m.msg_id) == (
             a.physical_offset, a.size, a.store_timestamp, a.key, a.msg_id
         ), (ctx, a, m)
@@ -363,7 +367,8 @@ def verify(store: MessageStore, hist: History, run: ChildRun, rnd: random.Random
             continue  # already checked
         assert [x.physical_offset for x in store.query_messages(m.topic, m.keys)] == [m.physical_offset], (ctx, m)
         if rnd.random() < 0.25:
-            assert [x.physical_offset for x in store.query_messages(m.topic, m.unique_key)] == [m.physical_offset], (ctx, m)
+            by_key = store.query_messages(m.topic, m.unique_key)
+            assert [x.physical_offset for x in by_key] == [m.physical_offset], (ctx, m)
         assert store.look_message_by_msg_id(m.msg_id).physical_offset == m.physical_offset
     # ... and still answers for a sample of older ones (a larger one in full rounds)
     old_ones = rnd.sample(sorted(hist.known), min(300 if full else 20, len(hist.known)))

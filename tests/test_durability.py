@@ -151,7 +151,8 @@ def test_async_flusher_flushes_without_being_asked(tmp_path):
         rs = s.put_messages([msg(i) for i in range(40)])
         end = rs[-1].wrote_offset + rs[-1].wrote_bytes
         deadline = time.monotonic() + 30
-        while (s._flushed_where < end or checkpoint_fields(root)[1] != rs[-1].store_timestamp) and time.monotonic() < deadline:
+        while (s._flushed_where < end or checkpoint_fields(root)[1] != rs[-1].store_timestamp) \
+                and time.monotonic() < deadline:
             time.sleep(0.01)
         assert s._flushed_where >= end
         physic, logics, *_ = checkpoint_fields(root)

@@ -26,8 +26,8 @@ import struct
 import time
 
 import pytest
-from conftest import StepClock, no_hang
 
+from conftest import StepClock, no_hang
 from rmqstore import (
     ConsumerOffsetStore,
     CorruptedFileError,
@@ -128,7 +128,9 @@ LIES = ["count-negative", "count-past-entries", "slot-count-negative", "slot-cou
 
 
 # lies about what the geometry is inferred from: slot and entry counts, slots
-GEOMETRY_EVIDENCE = {"count-negative", "count-past-entries", "slot-count-negative", "slot-count-huge", "slot-past-count"}
+GEOMETRY_EVIDENCE = {
+    "count-negative", "count-past-entries", "slot-count-negative", "slot-count-huge", "slot-past-count",
+}
 
 
 def _found(s, key: str, phy: int, ts: int) -> bool:

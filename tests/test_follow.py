@@ -273,7 +273,7 @@ def test_cli_tail_ctrl_c_exits_cleanly(tmp_path):
         line = p.stdout.readline()
         assert json.loads(line)["body"] == body_of(0).decode()
         p.send_signal(signal.SIGINT)
-        out, err = p.communicate(timeout=30)
+        _out, err = p.communicate(timeout=30)
         assert p.returncode == 0 and "Traceback" not in err
     finally:
         if p.poll() is None:

@@ -22,8 +22,8 @@ import subprocess
 import sys
 
 import pytest
-from conftest import env_pure_python, no_hang
 
+from conftest import env_pure_python, no_hang
 from rmqstore import Message, MessageStore, StoreConfig
 
 REPO = pathlib.Path(__file__).resolve().parent.parent

@@ -11,11 +11,11 @@ import random
 import struct
 
 import pytest
-from conftest import scaled
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import rmqstore
+from conftest import scaled
 from rmqstore import _layout as L
 from rmqstore import _pure
 
@@ -1013,7 +1013,7 @@ def test_parity_hostile_buffers(core):
         b = bytes(rnd.getrandbits(8) for _ in range(rnd.randrange(0, 120)))
         pos = rnd.randrange(-10, 130)
         assert outcome(core.decode_record, b, pos, True) == outcome(_pure.decode_record, b, pos, True)
-    for fn, args in ((lambda m: m.check_record(None, 0, 10, True, False, 10), ()),
+    for fn, _args in ((lambda m: m.check_record(None, 0, 10, True, False, 10), ()),
                      (lambda m: m.decode_record("x" * 100, 0, True), ()),
                      (lambda m: m.masked_crc32(None), ()),
                      (lambda m: m.parse_properties("a\x01b"), ()),

@@ -16,13 +16,13 @@ import threading
 from types import SimpleNamespace
 
 import pytest
-from conftest import ListClock
-from test_kernels import _need_core
 
+from conftest import ListClock
 from rmqstore import Message, MessageStore, StoreConfig, _pure
 from rmqstore._layout import MESSAGE_MAGIC_CODE_V2
 from rmqstore.mapped_file import ReferenceResource
 from rmqstore.message import MessageExt
+from test_kernels import _need_core
 
 T0 = 1_700_000_000_000
 TINY = StoreConfig(  # 4 KiB CommitLog files, 10 units per ConsumeQueue file, 32-entry index files
@@ -342,7 +342,8 @@ def test_read_ext_checks_the_body_and_decodes_the_topic_as_decode_record(tmp_pat
             assert fh.read(1) == b"b"
             fh.seek(-1, os.SEEK_CUR)
             fh.write(b"B")  # the first byte of the body
-            topic_at = rs[1].wrote_offset + rs[1].wrote_bytes - len(s.get_message(rs[1].wrote_offset).properties_blob) - 2 - 1
+            props_len = len(s.get_message(rs[1].wrote_offset).properties_blob)
+            topic_at = rs[1].wrote_offset + rs[1].wrote_bytes - props_len - 2 - 1
             fh.seek(topic_at)
             assert fh.read(1) == b"y"
             fh.seek(topic_at)

@@ -21,9 +21,9 @@ import threading
 import time
 
 import pytest
-from conftest import no_hang
 
 import rmqstore
+from conftest import no_hang
 from rmqstore import (
     ArgumentError,
     ConfigError,
@@ -139,7 +139,7 @@ def test_values_that_cannot_work_are_refused(name, bad):
 
 def test_index_geometry_is_checked_as_a_whole():
     # each field in range, the file they make is not: 40 + 4 * slots + 20 * entries > int32
-    with pytest.raises(ConfigError, match="max_hash_slot_num.*max_index_num"):
+    with pytest.raises(ConfigError, match=r"max_hash_slot_num.*max_index_num"):
         StoreConfig(max_hash_slot_num=100_000_000, max_index_num=100_000_000)
 
 
@@ -344,7 +344,7 @@ def test_key_queries(store, method):
     for name, args in (("begin", (True, I64)), ("begin", (0.0, I64)), ("end", (0, INF)), ("end", (0, NAN))):
         with pytest.raises((MessageTypeError, ArgumentError), match=name):
             q("T", "k3", 4, *args)
-    with pytest.raises(ArgumentError, match="begin.*end"):
+    with pytest.raises(ArgumentError, match=r"begin.*end"):
         q("T", "k3", 4, 10, 5)
     assert len(q("T", "k3", 4, -(1 << 63), I64)) == 1  # the whole long range
     assert q("T", "k3", 4, 5, 5) == []

@@ -19,6 +19,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -52,7 +53,7 @@ def files_of(root) -> dict:
             out[os.path.relpath(os.path.join(d, n), root)] = "dir"
         for n in names:
             p = os.path.join(d, n)
-            out[os.path.relpath(p, root)] = ("link", os.readlink(p)) if os.path.islink(p) else open(p, "rb").read()
+            out[os.path.relpath(p, root)] = ("link", os.readlink(p)) if os.path.islink(p) else Path(p).read_bytes()
     return out
 
 
@@ -247,5 +248,5 @@ def test_a_failure_after_the_first_write_is_a_crash_the_next_open_recovers(tmp_p
     assert (root / "abort").exists()
     with MessageStore.open(root, CFG) as s:
         assert not s.last_exit_ok and s.recovery_report["truncated_bytes"] == 0
-        for phy, _qid, _qoff, key, body in msgs:
+        for _phy, _qid, _qoff, key, body in msgs:
             assert [m.body for m in s.query_messages("T", key)] == [body]

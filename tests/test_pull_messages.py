@@ -11,13 +11,13 @@ so that the careful path raises for it.
 from __future__ import annotations
 
 import pytest
-from conftest import ListClock
-from test_kernels import _need_core
-from test_views import T0, TINY, N, _fill, cleaned_queues
 
+from conftest import ListClock
 from rmqstore import ArgumentError, CorruptedFileError, GetMessageStatus, MessageStore, MessageTypeError, _pure
 from rmqstore.mapped_file import ReferenceResource
 from rmqstore.message import MessageExt
+from test_kernels import _need_core
+from test_views import T0, TINY, N, _fill, cleaned_queues
 
 
 @pytest.fixture
@@ -84,7 +84,8 @@ def test_core_pull_messages_declines_while_clean_up_holds_the_references(store):
     assert core.pull_messages(store._cqs[("V", 0)], store.commitlog, 0, 32, 800, MessageExt, out, None, refs) is None
     assert out == []
     refs.release_exclusive()
-    assert core.pull_messages(store._cqs[("V", 0)], store.commitlog, 0, 32, 800, MessageExt, out, None, refs)[0] is GetMessageStatus.FOUND
+    got = core.pull_messages(store._cqs[("V", 0)], store.commitlog, 0, 32, 800, MessageExt, out, None, refs)
+    assert got[0] is GetMessageStatus.FOUND
     assert len(out) == N // 2
 
 

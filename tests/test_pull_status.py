@@ -12,9 +12,9 @@ import enum
 import os
 
 import pytest
-from conftest import ListClock
 
 import rmqstore
+from conftest import ListClock
 from rmqstore import (
     GetMessageStatus,
     Message,

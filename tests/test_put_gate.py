@@ -19,8 +19,8 @@ import time
 import weakref
 
 import pytest
-from conftest import ListClock
 
+from conftest import ListClock
 from rmqstore import Message, MessageStore, StoreConfig, _kernels
 from rmqstore.exceptions import (
     DiskFullError,

@@ -21,7 +21,6 @@ from types import SimpleNamespace
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from test_kernels import FAST, _need_core
 
 from rmqstore import _pure
 from rmqstore._pure_message import MESSAGE_FIELDS
@@ -33,6 +32,7 @@ from rmqstore.message import (
     PutMessageStatus,
     encode_host,
 )
+from test_kernels import FAST, _need_core
 
 HOST = bytes([10, 0, 0, 1]) + struct.pack(">i", 10911)
 HOST6 = bytes(range(16)) + struct.pack(">i", 10911)
@@ -441,7 +441,8 @@ def test_put_batch_writes_unbound_queues_messages_once_bound(k):
 
 
 @pytest.mark.parametrize("case", [
-    "not a message", "subclass", "unset slot", "unbound queue", "born host", "store host", "prepared", "rollback", "tags twice",
+    "not a message", "subclass", "unset slot", "unbound queue", "born host", "store host", "prepared", "rollback",
+    "tags twice",
     "non-str property", "property dict subclass", "too large", "properties too long", "int field", "body type",
     "int subclass field", "str subclass tags",
 ])
@@ -659,7 +660,7 @@ def pull_fixture(k, n=6, base=4096):
 def expected(k, view, cq, count):
     segs, fs, base = view[0], view[1], view[2]
     out = []
-    for phy, size, _ in k.cq_units(cq, 0, 20 * count):
+    for phy, _size, _ in k.cq_units(cq, 0, 20 * count):
         seg = (phy - base) // fs
         out.append(MessageExt(k.decode_record(segs[seg], phy - base - seg * fs, True)))
     return out
@@ -673,7 +674,7 @@ def pull(k, cq, view, start=0, end=None, max_count=100, cl_min=0, out=None, topi
 
 
 def test_pull_units_builds_what_decode_record_builds(k):
-    segs, cq, view = pull_fixture(k)
+    _segs, cq, view = pull_fixture(k)
     (done, event, stopped), out = pull(k, cq, view)
     assert (done, event, stopped) == (6, GetMessageStatus.FOUND, False)
     want = expected(k, view, cq, 6)
@@ -710,7 +711,7 @@ def test_pull_units_fields_that_repeat_and_change(k):
 
 
 def test_pull_units_stops_at_max_count_and_appends(k):
-    segs, cq, view = pull_fixture(k)
+    _segs, cq, view = pull_fixture(k)
     first = [object()]
     (done, event, stopped), out = pull(k, cq, view, max_count=3, out=first)
     assert (done, event, stopped) == (2, GetMessageStatus.FOUND, False) and len(out) == 3
@@ -720,7 +721,7 @@ def test_pull_units_stops_at_max_count_and_appends(k):
 
 
 def test_pull_units_skips_placeholders_and_cleaned_records(k):
-    segs, cq, view = pull_fixture(k)
+    _segs, cq, view = pull_fixture(k)
     second_seg = view[2] + FS
     units = k.cq_units(cq, 0, 120)
     k.cq_put(cq, 20, 0, 0x7FFFFFFF, 0)  # a pre-blank placeholder at queue offset 11

@@ -19,8 +19,8 @@ import itertools
 import threading
 
 import pytest
-from conftest import ListClock
 
+from conftest import ListClock
 from rmqstore import Message, MessageExt, MessageStore, StoreConfig, _kernels
 from rmqstore.exceptions import ArgumentError, MessageTypeError, StoreClosedError
 from rmqstore.message import GetMessageResult, GetMessageStatus, GetViewsResult

@@ -37,7 +37,14 @@ from types import SimpleNamespace
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule, run_state_machine_as_test
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
 
 from conftest import StepClock, no_hang, read_bytes, scaled
 from rmqstore import CorruptedFileError, GetMessageStatus, Message, MessageStore, StoreConfig
@@ -232,7 +239,8 @@ def assert_same_files(a: dict, b: dict, what: str):
 
 def same(m, r):
     assert m is not None, r
-    assert (m.physical_offset, m.store_size, m.topic, m.queue_id, m.queue_offset) == (r.phy, r.size, r.topic, r.qid, r.qoff), (m, r)
+    assert (m.physical_offset, m.store_size, m.topic, m.queue_id, m.queue_offset) == (
+        r.phy, r.size, r.topic, r.qid, r.qoff), (m, r)
     assert (m.keys, m.unique_key, m.store_timestamp, m.msg_id) == (r.key, r.uniq, r.ts, r.msg_id), (m, r)
     assert m.body == r.body, r
 
@@ -268,7 +276,8 @@ def check_store(s, recs, cut=None, extra=(), queues=QUEUES):
     for topic, qid in sorted(all_queues):
         want = sorted((r for r in every if (r.topic, r.qid) == (topic, qid)), key=lambda r: r.qoff)
         assert [r.qoff for r in want] == list(range(len(want))), (topic, qid)
-        assert s.get_max_offset_in_queue(topic, qid) == len(want), (topic, qid, s.get_max_offset_in_queue(topic, qid), len(want))
+        got_max = s.get_max_offset_in_queue(topic, qid)
+        assert got_max == len(want), (topic, qid, got_max, len(want))
         assert s.get_min_offset_in_queue(topic, qid) == 0
         pulled, off = [], 0
         while off < len(want):
@@ -509,7 +518,7 @@ def test_stale_records_are_not_resurrected(root):
     not just forget them: repairing k's byte afterwards and crashing again
     must not bring k..n back (their bytes were valid records)."""
     recs = build(root, crash=True)
-    k = [r for r in recs if r.phy // FS == _last_file_index(recs) - 1 and r.phy % FS and r.body][0]
+    k = next(r for r in recs if r.phy // FS == _last_file_index(recs) - 1 and r.phy % FS and r.body)
     path = cl_path(root, k.phy)
     flip_at = k.phy % FS + OFF_BODYCRC
     xor(path, flip_at)
@@ -697,9 +706,11 @@ KILL_STATES = {
     "zeroed-next-commitlog-segment": lambda root: _make_file(_next_name(os.path.join(root, "commitlog"), FS), FS),
     "empty-next-cq-file": lambda root: _make_file(_next_name(cq_dir(root, *QUEUES[0]), CQ_FS), 0),
     "zeroed-next-cq-file": lambda root: _make_file(_next_name(cq_dir(root, *QUEUES[0]), CQ_FS), CQ_FS),
-    "empty-new-queue-file": lambda root: (os.makedirs(cq_dir(root, "RC", 0)), _make_file(os.path.join(cq_dir(root, "RC", 0), "0" * 20), 0)),
+    "empty-new-queue-file": lambda root: (os.makedirs(cq_dir(root, "RC", 0)),
+                                          _make_file(os.path.join(cq_dir(root, "RC", 0), "0" * 20), 0)),
     "empty-new-index-file": lambda root: _make_file(os.path.join(root, "index", "99991231235959999"), 0),
-    "zeroed-new-index-file": lambda root: _make_file(os.path.join(root, "index", "99991231235959999"), CFG.index_file_size),
+    "zeroed-new-index-file":
+        lambda root: _make_file(os.path.join(root, "index", "99991231235959999"), CFG.index_file_size),
     "empty-checkpoint": lambda root: _make_file(os.path.join(root, "checkpoint"), 0),
 }
 KILL_STATE_BUGS: dict = {}  # none left: each state below must recover
@@ -745,8 +756,9 @@ def test_kill_between_index_entries_of_one_record(root):
     with open_store(root) as s:
         (m,) = s.query_messages("RA", "VICTIMUNIQ")
         assert [x.physical_offset for x in s.query_messages("RA", "victim")] == [m.physical_offset]
-        check_store(s, recs + [], cut=None, extra=[Rec("victim", "VICTIMUNIQ", "RA", 0, m.queue_offset, m.physical_offset,
-                                                       m.store_size, m.store_timestamp, b"v", m.msg_id, 0)])
+        victim = Rec("victim", "VICTIMUNIQ", "RA", 0, m.queue_offset, m.physical_offset,
+                     m.store_size, m.store_timestamp, b"v", m.msg_id, 0)
+        check_store(s, recs + [], cut=None, extra=[victim])
 
 
 @pytest.mark.parametrize("k", [1, 3, 10])
@@ -1116,7 +1128,8 @@ def _target(root, kind):
 damage_strategy = st.one_of(
     st.tuples(st.just("replace"), st.binary(max_size=6000)),
     st.tuples(st.just("random-same-size"), st.integers(0, 2**32 - 1)),
-    st.tuples(st.just("patch"), st.lists(st.tuples(st.integers(0, 8191), st.binary(min_size=1, max_size=16)), min_size=1, max_size=6)),
+    st.tuples(st.just("patch"),
+              st.lists(st.tuples(st.integers(0, 8191), st.binary(min_size=1, max_size=16)), min_size=1, max_size=6)),
 )
 
 

@@ -278,7 +278,8 @@ def test_consume_queues_and_index_follow_the_commitlog_minimum(tmp_path):
             assert gone and all(int(os.path.basename(p)) // 20 + 10 <= live[0] for p in gone)
         # index: files whose entries all lie below the minimum are gone, the rest stay
         index_after = sorted(os.listdir(tmp_path / "index"))
-        assert rep.index_files and set(index_after) | {os.path.basename(p) for p in rep.index_files} == set(index_before)
+        assert rep.index_files
+        assert set(index_after) | {os.path.basename(p) for p in rep.index_files} == set(index_before)
         for f in s.index.files[:-1]:
             assert f.end_phy_offset >= cl_min
         # keys: gone below the minimum, found above it
@@ -314,7 +315,7 @@ def test_reads_of_deleted_offsets_give_clean_statuses(tmp_path):
         gone = results[0]
         assert s.get_message(gone.wrote_offset) is None
         assert s.look_message_by_msg_id(gone.msg_id) is None
-        assert [m.body for m in s.iter_messages(0)][0] == body_of(
+        assert next(m.body for m in s.iter_messages(0)) == body_of(
             next(i for i, r in enumerate(results) if r.wrote_offset >= cl_min)
         )
 
@@ -366,7 +367,8 @@ def test_config_names_defaults_and_clamps():
     assert (c.file_reserved_time, c.delete_when, c.disk_max_used_space_ratio) == (72, "04", 75)
     assert (c.disk_space_warning_level_ratio, c.disk_space_clean_forcibly_ratio) == (90, 85)
     assert (c.delete_physic_files_interval, c.destroy_mapped_file_interval_forcibly) == (100, 120_000)
-    assert (c.clean_resource_interval, c.delete_consume_queue_files_interval, c.delete_file_batch_max) == (10_000, 100, 10)
+    assert (c.clean_resource_interval, c.delete_consume_queue_files_interval, c.delete_file_batch_max) == (
+        10_000, 100, 10)
     c = StoreConfig.from_dict({"diskSpaceWarningLevelRatio": "99", "diskSpaceCleanForciblyRatio": "10",
                                "diskMaxUsedSpaceRatio": "5", "deleteWhen": "03;04",
                                "deletePhysicFilesInterval": "7", "destroyMapedFileIntervalForcibly": "9"})

@@ -18,8 +18,8 @@ import time
 import pytest
 
 from conftest import no_hang
-from soak_reader import body_of
 from rmqstore import GetMessageStatus, Message, MessageStore, StoreConfig
+from soak_reader import body_of
 
 HERE = pathlib.Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -62,8 +62,8 @@ def test_soak_writer_readers_reader_process_and_cleanup(tmp_path):
     errors: list = []
     counts = {"written": 0, "read": 0, "polls": 0}
     store = MessageStore.open(tmp_path, config=CFG, disk_usage=HalfFullDisk())
-    proc = subprocess.Popen([sys.executable, str(HERE / "soak_reader.py"), str(tmp_path), str(SOAK_SECONDS), str(QUEUES)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
+    argv = [sys.executable, str(HERE / "soak_reader.py"), str(tmp_path), str(SOAK_SECONDS), str(QUEUES)]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
 
     def writer():
         i = 0

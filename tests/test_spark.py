@@ -40,8 +40,8 @@ if _WHY is not None:
 
 from conftest import StepClock, copy_golden_store, golden_store, load_dump  # noqa: E402
 from rmqstore import Message, MessageStore, StoreConfig  # noqa: E402
-from rmqstore.spark.cli import session  # noqa: E402
 from rmqstore.exceptions import StoreLockedError  # noqa: E402
+from rmqstore.spark.cli import session  # noqa: E402
 from rmqstore.tools import recover_store  # noqa: E402
 from test_arrow import SMALL, make_store, plain_rows  # noqa: E402
 

@@ -3,6 +3,7 @@ recovery after a clean or unclean shutdown, lifecycle and configuration."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import struct
@@ -13,11 +14,17 @@ import zlib
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule, run_state_machine_as_test
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
 
 import rmqstore
 from conftest import (
-    scaled,
     BLANK_MAGIC,
     DELAY_LEVEL_MS,
     V1_MAGIC,
@@ -27,6 +34,7 @@ from conftest import (
     env_pure_python,
     java_hash,
     read_bytes,
+    scaled,
 )
 from rmqstore import (
     ConfigError,
@@ -52,7 +60,8 @@ T0 = 1_700_000_000_000
 
 def rec_size(body_len, topic_len, props_len, born_v6=False, store_v6=False, v2=False):
     """Independent CommitLog record length formula (docs/format.md#record-length)."""
-    return 84 + (12 if born_v6 else 0) + (12 if store_v6 else 0) + 4 + body_len + (2 if v2 else 1) + topic_len + 2 + props_len
+    hosts = (12 if born_v6 else 0) + (12 if store_v6 else 0)
+    return 84 + hosts + 4 + body_len + (2 if v2 else 1) + topic_len + 2 + props_len
 
 
 def cl_files(root):
@@ -91,7 +100,8 @@ def _check_all(store, written):
     for msg, res in written:
         m = store.get_message(res.wrote_offset)
         assert m is not None
-        assert (m.topic, m.queue_id, m.queue_offset, m.body) == (msg.topic, msg.queue_id, res.queue_offset, bytes(msg.body))
+        assert (m.topic, m.queue_id, m.queue_offset, m.body) == (
+            msg.topic, msg.queue_id, res.queue_offset, bytes(msg.body))
         assert (m.tags, m.keys, m.unique_key) == (msg.tags, msg.keys, msg.unique_key)
         assert m.store_size == res.wrote_bytes
         assert m.store_timestamp == res.store_timestamp
@@ -139,7 +149,7 @@ def test_round_trip_with_rolling_and_reopen(tmp_path):
 
     # every full file ends with a blank record right after its last record
     ends = {}
-    for msg, res in written:
+    for _msg, res in written:
         f = res.wrote_offset // 4096
         ends[f] = max(ends.get(f, 0), res.wrote_offset % 4096 + res.wrote_bytes)
     for f, end_pos in ends.items():
@@ -495,7 +505,7 @@ def test_put_messages_batch(tmp_path):
             assert got.body == m.body and got.queue_id == m.queue_id
         offs = [r.wrote_offset for r in results]
         assert offs == sorted(offs)
-        for a, b in zip(results, results[1:]):
+        for a, b in itertools.pairwise(results):
             assert b.wrote_offset == a.wrote_offset + a.wrote_bytes or b.wrote_offset % 4096 == 0
         assert s.put_messages([]) == []
 
@@ -635,8 +645,10 @@ def test_offset_by_time_spec_vectors(tmp_path):
         assert g("Time", 0, 2**62, "lower") == s.get_max_offset_in_queue("Time", 0)
 
 
-@settings(max_examples=scaled(20), deadline=None, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(groups=st.lists(st.integers(1, 4), min_size=1, max_size=12), gaps=st.lists(st.integers(1, 3000), min_size=12, max_size=12))
+@settings(max_examples=scaled(20), deadline=None, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(groups=st.lists(st.integers(1, 4), min_size=1, max_size=12),
+       gaps=st.lists(st.integers(1, 3000), min_size=12, max_size=12))
 def test_offset_by_time_equal_timestamps(tmp_path_factory, groups, gaps):
     """Several messages per store time, over several ConsumeQueue files (10
     units each): LOWER gives the first message of a time, UPPER the last."""
@@ -690,7 +702,7 @@ def test_query_messages_topic_with_hash_sign(tmp_path):
 def test_query_time_range_and_keys_with_spaces(tmp_path):
     clock = StepClock(T0, step=2000)
     with MessageStore.open(tmp_path, SMALL, clock=clock) as s:
-        rs = [s.put_message(Message("K", b"%d" % i, keys="  shared   k%d " % i)) for i in range(10)]
+        rs = [s.put_message(Message("K", b"%d" % i, keys=f"  shared   k{i} ")) for i in range(10)]
         assert [m.physical_offset for m in s.query_messages("K", "shared")] == [r.wrote_offset for r in rs][::-1]
         assert [m.physical_offset for m in s.query_messages("K", "k4")] == [rs[4].wrote_offset]
         assert s.query_offsets("K", "") == []
@@ -832,7 +844,8 @@ def test_lock_excludes_other_process(tmp_path):
             "sys.exit(0)\n"
         )
         env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(os.path.dirname(rmqstore.__file__)), env.get("PYTHONPATH", "")])
+        src = os.path.dirname(os.path.dirname(rmqstore.__file__))
+        env["PYTHONPATH"] = os.pathsep.join([src, env.get("PYTHONPATH", "")])
         res = subprocess.run([sys.executable, "-c", code, str(tmp_path)], env=env, capture_output=True, timeout=60)
         assert res.returncode == 7, res.stderr.decode()
 
@@ -847,7 +860,7 @@ def test_unclean_shutdown_recovers(tmp_path):
         assert s.last_exit_ok is False
         assert s.recovery_report["stopped_because"] is None
         _check_all(s, written)
-        for msg, res in written[::5]:
+        for msg, _res in written[::5]:
             assert len(s.query_messages(msg.topic, msg.keys.split()[0])) == 1
     assert not (tmp_path / "abort").exists()
 
@@ -965,7 +978,8 @@ def test_crash_with_lost_consume_queue_pages(tmp_path):
 
 def test_config_from_dict_and_properties(tmp_path):
     a = StoreConfig.from_dict({"mappedFileSizeCommitLog": 65536, "maxHashSlotNum": 100, "flushDiskType": "SYNC_FLUSH"})
-    b = StoreConfig.from_dict({"mapped_file_size_commit_log": 65536, "max_hash_slot_num": 100, "flush_disk_type": "SYNC_FLUSH"})
+    b = StoreConfig.from_dict(
+        {"mapped_file_size_commit_log": 65536, "max_hash_slot_num": 100, "flush_disk_type": "SYNC_FLUSH"})
     assert a == b
     assert a.mapped_file_size_commit_log == 65536 and a.max_hash_slot_num == 100
     assert a.flush_disk_type == rmqstore.SYNC_FLUSH
@@ -1014,7 +1028,8 @@ def test_config_from_dict_and_properties(tmp_path):
     assert c.message_index_enable is False
     assert c.to_dict()["max_hash_slot_num"] == 100
     # open() accepts a dict with camelCase names
-    with MessageStore.open(tmp_path / "s", {"mappedFileSizeCommitLog": 4096, "maxIndexNum": 32, "maxHashSlotNum": 16}) as s:
+    camel = {"mappedFileSizeCommitLog": 4096, "maxIndexNum": 32, "maxHashSlotNum": 16}
+    with MessageStore.open(tmp_path / "s", camel) as s:
         assert s.config.mapped_file_size_commit_log == 4096
         s.put_message(Message("C", b"x"))
     assert os.path.getsize(tmp_path / "s" / "commitlog" / ("0" * 20)) == 4096

@@ -14,7 +14,11 @@ careful path a filter that is not sets of exact ints and strs.
 from __future__ import annotations
 
 import pytest
+
 from conftest import ListClock, java_hash
+from rmqstore import CorruptedFileError, GetMessageStatus, Message, MessageStore, _pure
+from rmqstore.message import MessageExt
+from rmqstore.store import _tag_filter
 from test_kernels import _need_core
 from test_pull_messages import (
     _careful,
@@ -22,10 +26,6 @@ from test_pull_messages import (
     assert_pulls_as_careful,
 )
 from test_views import T0, TINY
-
-from rmqstore import CorruptedFileError, GetMessageStatus, Message, MessageStore, _pure
-from rmqstore.message import MessageExt
-from rmqstore.store import _tag_filter
 
 N = 90
 #: each message's tags: three plain ones, a Java hash collision, none (tags code 0)
@@ -155,7 +155,8 @@ def test_names_are_matched_as_message_tags_reads_them(tmp_path):
         # (message 3's own TAGS "ab" comes after the renamed entry: the later one counts)
         assert got_tags == ["ab", "\ufffd\ufffd", "标签", "ab", "zz", "ab"]
         assert [m.tags for m in s.get_messages("V", 0, 0, 32, "zz").messages] == ["zz"]
-        for tags in (["ab"], ["ab", "\ufffd\ufffd"], ["\ufffd\ufffd"], ["标签"], ["zz"], ["ab", "zz"], ["ab", "a\udcff"],
+        for tags in (["ab"], ["ab", "\ufffd\ufffd"], ["\ufffd\ufffd"], ["标签"], ["zz"], ["ab", "zz"],
+                     ["ab", "a\udcff"],
                      ["zz", "\ufffd"], "ab || 标签 || zz"):
             got, want = s.get_messages("V", 0, 0, 32, tags), _careful(s, 0, 0, 32, tags)
             assert tuple(got) == tuple(want), tags

@@ -93,7 +93,8 @@ def errors(problems):
 
 def find(problems, file, offset, text, severity="error"):
     """The problems at *file*@*offset* of *severity* whose text contains *text*."""
-    hits = [p for p in problems if p.file == file and p.offset == offset and p.severity == severity and text in p.problem]
+    hits = [p for p in problems
+            if p.file == file and p.offset == offset and p.severity == severity and text in p.problem]
     assert hits, f"no {severity} '{text}' at {file}@{offset} in:\n" + "\n".join(map(str, problems))
     return hits
 
@@ -190,7 +191,8 @@ def test_salvage_keeps_crc_properties_record_by_record(tmp_path):
     xor_byte(src / "commitlog" / CL[0], second.physical_offset + 16, 0x01)
     report = salvage_store(src, tmp_path / "out2")
     assert report["messages_copied"] == 8
-    assert [tuple(r) for r in report["bad_regions"]] == [(f"commitlog/{CL[0]}", second.physical_offset, second.store_size)]
+    assert [tuple(r) for r in report["bad_regions"]] == [
+        (f"commitlog/{CL[0]}", second.physical_offset, second.store_size)]
 
 
 # --- verify: CommitLog damage ----------------------------------------------------------------------
@@ -492,7 +494,8 @@ def test_cli_salvage(root, tmp_path, capsys):
     xor_byte(root / "commitlog" / CL[0], victim["filePosition"] + 88, 0x01)
     code, out, _ = run(capsys, "salvage", root, tmp_path / "out")
     assert code == 1
-    assert json.loads(out.splitlines()[0])["bad_regions"] == [[f"commitlog/{CL[0]}", victim["filePosition"], victim["totalSize"]]]
+    assert json.loads(out.splitlines()[0])["bad_regions"] == [
+        [f"commitlog/{CL[0]}", victim["filePosition"], victim["totalSize"]]]
 
 
 # --- recover ---------------------------------------------------------------------------------------

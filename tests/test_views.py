@@ -9,11 +9,11 @@ import gc
 import os
 
 import pytest
-from conftest import ListClock
-from test_kernels import _need_core
 
+from conftest import ListClock
 from rmqstore import CorruptedFileError, GetMessageStatus, Message, MessageStore, StoreConfig, _pure
 from rmqstore.mapped_file import ReferenceResource
+from test_kernels import _need_core
 
 T0 = 1_700_000_000_000
 TINY = StoreConfig(
@@ -88,7 +88,7 @@ def test_views_are_read_only_and_pin_the_mapping(store):
         r.buffer[0] = 1
     report = s.delete_expired(force=True)  # deletes every segment but the last, the viewed one too
     assert report.deleted > 0 and s.get_messages("V", 0, 0).status is GetMessageStatus.OFFSET_TOO_SMALL
-    assert not os.path.exists(os.path.join(s.root_dir, "commitlog", "%020d" % 0))
+    assert not os.path.exists(os.path.join(s.root_dir, "commitlog", "0" * 20))
     assert _as_messages(r) == first  # still mapped: the view pinned it
     s.close()
     assert _as_messages(r) == first

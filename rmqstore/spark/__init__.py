@@ -22,7 +22,7 @@ try:
 except ImportError as e:  # pragma: no cover - depends on the environment
     raise ImportError(f"rmqstore.spark needs PySpark: pip install 'rmqstore[spark]' ({e})") from e
 
-from .rebuild import rebuild_consume_queues, rebuild_index  # noqa: E402
-from .source import RmqStoreDataSource, register, spark_schema  # noqa: E402
+from .rebuild import rebuild_consume_queues, rebuild_index
+from .source import RmqStoreDataSource, register, spark_schema
 
 __all__ = ["RmqStoreDataSource", "register", "spark_schema", "rebuild_consume_queues", "rebuild_index"]

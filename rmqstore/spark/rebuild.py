@@ -22,7 +22,7 @@ import os
 import shutil
 import time
 import uuid
-from typing import Iterator, Optional
+from collections.abc import Iterator
 
 from .. import _kernels as k
 from .. import arrow
@@ -175,7 +175,7 @@ def _write_queues(batches, staging: str, file_size: int) -> Iterator:
         )
 
 
-def rebuild_consume_queues(spark, store_dir, config=None, partitions: Optional[int] = None) -> dict:
+def rebuild_consume_queues(spark, store_dir, config=None, partitions: int | None = None) -> dict:
     """Rebuild every ConsumeQueue of the store in *store_dir* from its CommitLog.
 
     Args:
@@ -347,7 +347,7 @@ def _index_names(count: int) -> list:
     return [str(int(first) + i) for i in range(count)]
 
 
-def rebuild_index(spark, store_dir, config=None, partitions: Optional[int] = None) -> dict:
+def rebuild_index(spark, store_dir, config=None, partitions: int | None = None) -> dict:
     """Rebuild the IndexFiles of the store in *store_dir* from its CommitLog.
 
     Entries are numbered in CommitLog order; entry *g* goes to file

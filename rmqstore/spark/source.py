@@ -41,7 +41,8 @@ import shutil
 import sys
 import time
 import uuid
-from typing import Any, Iterator, Optional
+from collections.abc import Iterator
+from typing import Any
 
 from pyspark.sql.datasource import (
     DataSource,
@@ -180,7 +181,7 @@ class RmqStoreDataSource(DataSource):
             return _PushdownReader(self.options, schema)
         return RmqStoreReader(self.options, schema)
 
-    def writer(self, schema: StructType, overwrite: bool) -> "RmqStoreWriter":
+    def writer(self, schema: StructType, overwrite: bool) -> RmqStoreWriter:
         return RmqStoreWriter(self.options, schema, overwrite)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
@@ -258,7 +259,7 @@ def _ms_bounds(value) -> tuple:
     return int(value), int(value)
 
 
-def _to_scan_filter(f) -> Optional[arrow.ScanFilter]:
+def _to_scan_filter(f) -> arrow.ScanFilter | None:
     """The pruning a Spark filter allows (None: none)."""
     col = f.attribute[0] if len(f.attribute) == 1 else None
     if col == "topic":
@@ -317,7 +318,7 @@ class RmqStoreStreamReader(DataSourceStreamReader):
             out[broker] = arrow.scan_end(path, start) if self.starting == "latest" else start
         return out
 
-    def latestOffset(self, start: Optional[dict] = None, limit: Any = None) -> dict:
+    def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict:
         # Spark >= 4.2 passes the batch's start and a read limit (always
         # ReadAllAvailable here: no option limits a batch); older Spark passes nothing
         prev = start or getattr(self, "_last", None) or self.initialOffset()
