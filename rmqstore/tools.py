@@ -921,7 +921,9 @@ class _Found:
         return len(self.pos)
 
 
-def _salvage_segment(si, seg: Segment, is_last: bool, fs: int, max_size: int, records: _Found, bad_regions: list) -> None:
+def _salvage_segment(
+    si, seg: Segment, is_last: bool, fs: int, max_size: int, records: _Found, bad_regions: list
+) -> None:
     buf, n = seg.buf, seg.size
     data_end = _nonzero_end(buf, 0, n)
     pos = 0
