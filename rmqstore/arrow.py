@@ -40,10 +40,10 @@ from ._layout import (
     PRE_BLANK_SIZE,
     REC_BLANK,
     REC_STATUS_TEXT,
-    is_offset_name,
 )
 from .consumequeue import queue_dirs
 from .exceptions import CorruptedFileError
+from .walker import list_segments, map_readonly
 
 __all__ = [
     "COLUMNS",
@@ -189,27 +189,19 @@ class _Segment:
 
 
 def _segments(store_dir: str) -> list:
-    d = os.path.join(store_dir, "commitlog")
-    try:
-        names = sorted(n for n in os.listdir(d) if is_offset_name(n))
-    except FileNotFoundError:
-        return []
+    """The non-empty CommitLog segments of a store (:func:`walker.list_segments`), by offset."""
+    files, _strays = list_segments(os.path.join(store_dir, "commitlog"))
     out = []
-    for n in names:
-        p = os.path.join(d, n)
-        size = os.path.getsize(p) if os.path.isfile(p) else 0
+    for start, _name, path in files:
+        size = os.path.getsize(path)
         if size > 0:
-            out.append(_Segment(p, int(n), size))
+            out.append(_Segment(path, start, size))
     return out
 
 
 def _map(path: str):
-    """The file mapped read-only (b"" when empty)."""
-    with open(path, "rb") as fh:
-        size = os.fstat(fh.fileno()).st_size
-        if size == 0:
-            return b""
-        return mmap.mmap(fh.fileno(), size, access=mmap.ACCESS_READ)
+    """The file mapped read-only (b"" when empty): :func:`walker.map_readonly`."""
+    return map_readonly(path, follow_links=True)
 
 
 def _starts_record(buf, pos: int, phy: int, max_size: int) -> bool:
@@ -304,8 +296,7 @@ def _queues(store_dir: str) -> dict:
     """``{(topic, queue_id): _QueueFiles}`` of the store's ConsumeQueues."""
     out: dict = {}
     for topic, qid, qdir in queue_dirs(store_dir):
-        paths = [os.path.join(qdir, n) for n in sorted(os.listdir(qdir)) if is_offset_name(n)]
-        paths = [p for p in paths if os.path.getsize(p) >= CQ_STORE_UNIT_SIZE]
+        paths = [p for _, _, p in list_segments(qdir)[0] if os.path.getsize(p) >= CQ_STORE_UNIT_SIZE]
         if paths:
             out[(topic, qid)] = _QueueFiles(paths)
     return out

@@ -15,14 +15,13 @@ from . import _kernels as k
 from ._layout import (
     BLANK_MAGIC_CODE,
     END_FILE_MIN_BLANK_LENGTH,
-    MESSAGE_MAGIC_CODE,
-    MESSAGE_MAGIC_CODE_V2,
     POS_PHYSICALOFFSET,
     REC_STATUS_TEXT,
     RECORD_SIZE_SLACK,
 )
 from .exceptions import CorruptedFileError
 from .mapped_file import MappedFileQueue
+from .walker import find_valid_record
 
 __all__ = ["CommitLog"]
 
@@ -50,7 +49,6 @@ def _data_after(mf, pos: int, last: bool = False):
         p = q
     return found
 _I64 = struct.Struct(">q")
-_MAGICS = (struct.pack(">i", MESSAGE_MAGIC_CODE), struct.pack(">i", MESSAGE_MAGIC_CODE_V2))
 
 
 class CommitLog:
@@ -371,32 +369,16 @@ class CommitLog:
         i = files.index(mf)
         pos = offset - mf.file_from_offset + 1
         while True:
-            found = self._find_in(mf, pos, check_crc, verify_prop_crc)
+            found = find_valid_record(
+                mf.mm, pos, mf.file_size, mf.file_from_offset, self.max_record_size,
+                check_crc=check_crc, verify_prop_crc=verify_prop_crc, ranges=mf.data_ranges(pos),
+            )
             if found is not None:
-                return mf.file_from_offset + found
+                return mf.file_from_offset + found[0]
             i += 1
             if i >= len(files):
                 return None
             mf, pos = files[i], 0
-
-    def _find_in(self, mf, pos: int, check_crc: bool, verify_prop_crc: int):
-        mm, base, size = mf.mm, mf.file_from_offset, mf.file_size
-        for lo, hi in mf.data_ranges(pos):
-            lo = max(lo, pos)
-            # the next v1 and v2 magic codes (4 bytes into a record), nearest first
-            found = [mm.find(m, lo + 4, hi + 4) for m in _MAGICS]
-            while True:
-                live = [c for c in found if c >= 0]
-                if not live:
-                    break
-                c = min(live)
-                q = c - 4
-                if k.check_record(mm, q, size, check_crc, verify_prop_crc, self.max_record_size) > 0 and \
-                        _I64.unpack_from(mm, q + POS_PHYSICALOFFSET)[0] == base + q:
-                    return q
-                j = found.index(c)
-                found[j] = mm.find(_MAGICS[j], c + 1, hi + 4)
-        return None
 
     def data_end_estimate(self, offset: int) -> int:
         """Physical offset past the last non-zero byte at or after *offset*:

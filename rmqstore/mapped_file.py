@@ -17,6 +17,7 @@ import time
 
 from ._layout import is_offset_name
 from .exceptions import ConfigError, CorruptedFileError, DiskFullError, StoreClosedError
+from .walker import data_ranges
 
 __all__ = ["MappedFile", "MappedFileQueue", "ReferenceResource", "offset_to_file_name", "fsync_dir"]
 
@@ -162,24 +163,7 @@ class MappedFile:
         holes and unwritten preallocated blocks hold none), or the whole
         rest where it cannot say. For searches that must not read (and
         fault in) a preallocated, never written tail."""
-        size = self.file_size
-        pos = start
-        while pos < size:
-            try:
-                lo = os.lseek(self._fd, pos, os.SEEK_DATA)
-                hi = os.lseek(self._fd, lo, os.SEEK_HOLE)
-            except OSError as e:
-                if e.errno == errno.ENXIO:  # no data from pos on
-                    return
-                yield pos, size  # the file system cannot tell: all of it
-                return
-            except AttributeError:  # pragma: no cover - no SEEK_DATA on this system
-                yield pos, size
-                return
-            if lo >= size:
-                return
-            yield lo, min(hi, size)
-            pos = hi
+        return data_ranges(self._fd, start, self.file_size)
 
     def close(self) -> None:
         """Unmap and close; idempotent.

@@ -17,7 +17,6 @@ File sizes and the index geometry of the store are inferred from its files
 from __future__ import annotations
 
 import bisect
-import mmap
 import os
 import struct
 from array import array
@@ -25,23 +24,17 @@ from typing import NamedTuple
 
 from . import _kernels as k
 from ._layout import (
-    BLANK_MAGIC_CODE,
     BORNHOST_V6_FLAG,
     CHECKPOINT_FILE_SIZE,
     CQ_STORE_UNIT_SIZE,
-    CRC32_RESERVED_LEN,
     INDEX_ENTRY_SIZE,
     INDEX_HASH_SLOT_SIZE,
     INDEX_HEADER_SIZE,
     KEY_SEPARATOR,
-    MESSAGE_MAGIC_CODE,
-    MESSAGE_MAGIC_CODE_V2,
     POS_PHYSICALOFFSET,
     PRE_BLANK_SIZE,
-    PROPERTY_CRC32,
     PROPERTY_KEYS,
     PROPERTY_UNIQ_KEY,
-    REC_BAD_SIZE,
     REC_PROP_CRC,
     REC_STATUS_TEXT,
     RECORD_SIZE_SLACK,
@@ -49,7 +42,6 @@ from ._layout import (
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_MASK,
     TRANSACTION_NOT_TYPE,
-    is_offset_name,
 )
 from .checkpoint import field_problems as checkpoint_field_problems
 from .config import StoreConfig
@@ -58,6 +50,7 @@ from .exceptions import CorruptedFileError, RmqStoreError
 from .index import header_problem, index_file_size, infer_index_geometry
 from .message import Message, decode_host
 from .offsets import CONSUMER_OFFSET_FILE, _read_offset_file
+from .walker import PHY_MISMATCH, Segment, find_valid_record, list_segments, prop_crc, validate_record
 
 __all__ = [
     "Problem",
@@ -71,19 +64,9 @@ _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
 _INDEX_HEADER = struct.Struct(">qqqqii")
 _INDEX_ENTRY = struct.Struct(">iqii")
-_CRC_PREFIX = PROPERTY_CRC32.encode("ascii") + b"\x01"
 
-#: check status (beside the REC_* codes) for a record whose PHYSICALOFFSET
-#: field disagrees with its position (docs/recovery.md#pitfall-stored-offsets-trusted)
-_PHY_MISMATCH = -100
 _STATUS_TEXT = dict(REC_STATUS_TEXT)
-_STATUS_TEXT[_PHY_MISMATCH] = "PHYSICALOFFSET field disagrees with the record's position"
-
-_MAGICS = (
-    _I32.pack(MESSAGE_MAGIC_CODE),
-    _I32.pack(MESSAGE_MAGIC_CODE_V2),
-    _I32.pack(BLANK_MAGIC_CODE),
-)
+_STATUS_TEXT[PHY_MISMATCH] = "PHYSICALOFFSET field disagrees with the record's position"
 
 _ZCHUNK = 1 << 20
 _ZEROS = bytes(_ZCHUNK)
@@ -111,30 +94,6 @@ class Problem(NamedTuple):
 
 
 # --- small helpers --------------------------------------------------------------------------------
-
-
-class _RO:
-    """A file mapped read-only (``buf`` is ``b""`` for an empty file)."""
-
-    __slots__ = ("path", "rel", "start", "size", "buf", "_mm")
-
-    def __init__(self, path: str, rel: str, start: int = 0):
-        self.path = path
-        self.rel = rel
-        self.start = start
-        self._mm: mmap.mmap | None = None
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-        try:
-            self.size = os.fstat(fd).st_size
-            if self.size:
-                self._mm = mmap.mmap(fd, self.size, access=mmap.ACCESS_READ)
-        finally:
-            os.close(fd)
-        self.buf = self._mm if self._mm is not None else b""
-
-    def close(self) -> None:
-        if self._mm is not None and not self._mm.closed:
-            self._mm.close()
 
 
 def _first_nonzero(buf, start: int, end: int) -> int:
@@ -166,24 +125,6 @@ def _common_size(sizes) -> int:
     return max(set(sizes), key=lambda n: (sizes.count(n), n))
 
 
-def _numeric_files(directory: str):
-    """``[(number, name, path)]`` of the regular files with a decimal name, by
-    number, and the names of other (non-directory) entries."""
-    try:
-        names = os.listdir(directory)
-    except (FileNotFoundError, NotADirectoryError):
-        return [], []
-    files, other = [], []
-    for name in names:
-        path = os.path.join(directory, name)
-        if is_offset_name(name) and os.path.isfile(path):
-            files.append((int(name), name, path))
-        elif not os.path.isdir(path):
-            other.append(name)
-    files.sort()
-    return files, sorted(other)
-
-
 def _key_hashes(topic: str, props: dict) -> frozenset:
     """Key hashes of a record: ``topic#UNIQ_KEY``, ``topic#k`` per KEYS piece (docs/format.md#building-the-index)."""
     keys = []
@@ -194,65 +135,6 @@ def _key_hashes(topic: str, props: dict) -> frozenset:
     if ks:
         keys.extend(x for x in ks.split(KEY_SEPARATOR) if x)
     return frozenset(k.index_key_hash(f"{topic}#{x}") for x in keys)
-
-
-def _prop_crc(buf, pos: int, size: int, props: bytes):
-    """``None`` when the record's properties do not end with a ``__CRC32#``
-    entry (docs/format.md#crc32-property), else ``(stored, computed)``."""
-    n = len(props)
-    if n < CRC32_RESERVED_LEN:
-        return None
-    tail = props[n - CRC32_RESERVED_LEN :]
-    digits = tail[9:19]
-    if tail[:9] != _CRC_PREFIX or tail[19] != 2 or not digits.isdigit():
-        return None
-    if n > CRC32_RESERVED_LEN and props[n - CRC32_RESERVED_LEN - 1] != 2:
-        return None
-    return int(digits[::-1]), k.masked_crc32(buf, pos, pos + size - CRC32_RESERVED_LEN)
-
-
-def _validate(buf, pos: int, limit: int, phys: int, max_size: int):
-    """Validate the record at *pos* as recovery with CRC does, plus the stored
-    physical offset (docs/recovery.md#pitfall-stored-offsets-trusted) and a trailing ``__CRC32#``.
-
-    Returns ``(status, fields)``: the size and the ``decode_record`` tuple of a
-    valid record, ``(0, None)`` for a blank record, or a negative code."""
-    st = k.check_record(buf, pos, limit, True, False, max_size)
-    if st <= 0:
-        return st, None
-    if _I64.unpack_from(buf, pos + POS_PHYSICALOFFSET)[0] != phys:
-        return _PHY_MISMATCH, None
-    try:
-        fields = k.decode_record(buf, pos, False)
-    except ValueError:
-        return REC_BAD_SIZE, None  # cannot happen after check_record accepted it
-    crc = _prop_crc(buf, pos, st, fields[16])
-    if crc is not None and crc[0] != crc[1]:
-        return REC_PROP_CRC, None
-    return st, fields
-
-
-def _resync(buf, start: int, limit: int, file_from: int, file_size: int, max_size: int):
-    """The first position >= *start* where a valid record starts (as
-    :func:`_validate` says) or a blank record that fills the segment exactly.
-    Returns ``(position, status)`` or None. Candidates are found by searching
-    the magic codes (at record offset +4) with ``find``."""
-    cands = [buf.find(m, start + 4, limit) for m in _MAGICS]
-    while True:
-        live = [c for c in cands if c >= 0]
-        if not live:
-            return None
-        c = min(live)
-        i = cands.index(c)
-        q = c - 4
-        if i == 2:
-            if _I32.unpack_from(buf, q)[0] == file_size - q:
-                return q, 0
-        else:
-            st, _ = _validate(buf, q, limit, file_from + q, max_size)
-            if st > 0:
-                return q, st
-        cands[i] = buf.find(_MAGICS[i], c + 1, limit)
 
 
 def _rel(root: str, path: str) -> str:
@@ -272,7 +154,7 @@ def infer_config(root, base: StoreConfig | None = None):
     cfg = base if base is not None else StoreConfig()
     notes: list = []
     changes: dict = {}
-    segs, _ = _numeric_files(os.path.join(root, "commitlog"))
+    segs, _ = list_segments(os.path.join(root, "commitlog"))
     sizes = [os.path.getsize(p) for _, _, p in segs]
     sizes = [s for s in sizes if s > 0]
     if sizes:
@@ -284,7 +166,7 @@ def infer_config(root, base: StoreConfig | None = None):
                          f"using {cfg.mapped_file_size_commit_log}")
     cq_sizes = []
     for _topic, _qid, qdir in _queue_dirs(root):
-        for _, _, p in _numeric_files(qdir)[0]:
+        for _, _, p in list_segments(qdir)[0]:
             n = os.path.getsize(p)
             if n > 0:
                 cq_sizes.append(n)
@@ -295,7 +177,7 @@ def infer_config(root, base: StoreConfig | None = None):
         else:
             notes.append(f"ConsumeQueue files of {cs} bytes are not whole units; "
                          f"using {cfg.mapped_file_size_consume_queue}")
-    idx, _ = _numeric_files(os.path.join(root, "index"))
+    idx, _ = list_segments(os.path.join(root, "index"))
     if idx:
         paths = [p for _, _, p in idx]
         try:
@@ -402,14 +284,14 @@ class _Verifier:
         self.cfg = config if config is not None else StoreConfig()
         self.explicit_max = None if config is None else config.max_message_size + RECORD_SIZE_SLACK
         self.problems: list = []
-        self.segments: list = []  # _RO per CommitLog segment, by start offset
+        self.segments: list = []  # Segment per CommitLog segment, by start offset
         self.fs = 0
         self.cl_min = 0
         self.cl_end = 0
         self.records = _RecordTable()  # the records reached by the walk
         self.seg_by_start: dict = {}
         self._lookup_cache: dict = {}
-        self.queues: dict = {}  # (topic, qid) -> (file size, {file start: _RO})
+        self.queues: dict = {}  # (topic, qid) -> (file size, {file start: Segment})
         self.abort = os.path.exists(os.path.join(root, "abort"))
         self._open: list = []
 
@@ -422,7 +304,7 @@ class _Verifier:
         self.problems.append(Problem(file, int(offset), text, "warning"))
 
     def _map(self, path, start=0):
-        ro = _RO(path, _rel(self.root, path), start)
+        ro = Segment(path, _rel(self.root, path), start, follow_links=True)
         self._open.append(ro)
         return ro
 
@@ -440,7 +322,7 @@ class _Verifier:
         """The numbered files of a segment directory, their sizes and the size
         most of them have; reports foreign names, an empty last file and empty
         files. None when there is nothing to check."""
-        files, other = _numeric_files(directory)
+        files, other = list_segments(directory)
         for name in other:
             self.warning(_rel(self.root, os.path.join(directory, name)), 0,
                          f"not a {kind} (name is not a number); ignored")
@@ -494,7 +376,7 @@ class _Verifier:
                 # after damage, records further on are still looked up one by one
                 self.cl_end = seg.start + (end if clean else _nonzero_end(seg.buf, end, seg.size))
 
-    def _walk(self, seg: _RO, is_last: bool):
+    def _walk(self, seg: Segment, is_last: bool):
         """Walk the records of one segment. Returns ``(end, clean)``: where its
         data ends (the segment size after a blank record) and whether it ended
         normally (blank record, or zeros in the last segment)."""
@@ -506,7 +388,7 @@ class _Verifier:
                 if not is_last and n == fs:
                     self.error(rel, pos, "segment ends without a blank (END_OF_FILE) record")
                 return pos, True
-            st, fields = _validate(buf, pos, n, seg.start + pos, max_size)
+            st, fields = validate_record(buf, pos, n, seg.start + pos, max_size)
             if st > 0:
                 self._add_record(seg, pos, st, fields)
                 pos += st
@@ -525,7 +407,8 @@ class _Verifier:
                     return pos, False
                 q = _first_nonzero(buf, pos, n)
                 if q >= 0:
-                    found = _resync(buf, pos, n, seg.start, fs, max_size)
+                    found = find_valid_record(buf, pos, n, seg.start, max_size, prop_crc_tail=True, blank_end=fs,
+                                              ranges=seg.data_ranges(pos))
                     if found is not None and found[1] > 0:
                         self.error(rel, pos, f"zeros at physical offset {phys}, but valid records follow at "
                                              f"position {found[0]}: a hole (recovery would discard everything "
@@ -536,7 +419,7 @@ class _Verifier:
                                              f"{seg.start + q}): stale or garbage data")
                 return pos, True
             why = _STATUS_TEXT.get(st, f"invalid record (status {st})")
-            if st == _PHY_MISMATCH:
+            if st == PHY_MISMATCH:
                 stored = _I64.unpack_from(buf, pos + POS_PHYSICALOFFSET)[0]
                 why = f"PHYSICALOFFSET field holds {stored}, but the record is at {phys}"
             elif st == REC_PROP_CRC:
@@ -544,7 +427,7 @@ class _Verifier:
             self.error(rel, pos, f"invalid record at physical offset {phys}: {why}")
             return pos, False
 
-    def _make_rec(self, seg: _RO, pos: int, size: int, fields) -> _Rec:
+    def _make_rec(self, seg: Segment, pos: int, size: int, fields) -> _Rec:
         props = k.parse_properties(fields[16])
         topic = fields[15]
         return _Rec(
@@ -568,7 +451,7 @@ class _Verifier:
         if seg is not None:
             pos = phys - seg.start
             if pos < seg.size:
-                st, fields = _validate(seg.buf, pos, seg.size, phys, self.max_size())
+                st, fields = validate_record(seg.buf, pos, seg.size, phys, self.max_size())
                 if st > 0:
                     rec = self._make_rec(seg, pos, st, fields)
         self._lookup_cache[phys] = rec
@@ -686,7 +569,7 @@ class _Verifier:
 
     def index(self) -> None:
         d = os.path.join(self.root, "index")
-        files, _other = _numeric_files(d)
+        files, _other = list_segments(d)
         if not files:
             return
         sizes = [os.path.getsize(p) for _, _, p in files]
@@ -716,7 +599,7 @@ class _Verifier:
                 continue
             self._index_file(f, s, n)
 
-    def _index_file(self, f: _RO, s: int, n: int) -> None:
+    def _index_file(self, f: Segment, s: int, n: int) -> None:
         buf, rel = f.buf, f.rel
         if f.size != index_file_size(s, n):
             self.error(rel, 0,
@@ -977,13 +860,13 @@ def salvage_store(src, out, config: StoreConfig | None = None) -> dict:
         raise ValueError(f"the output {out} must not be inside the source store {src}")
 
     cfg, notes = infer_config(src, config)
-    files, _ = _numeric_files(os.path.join(src, "commitlog"))
+    files, _ = list_segments(os.path.join(src, "commitlog"))
     segs: list = []
     bad_regions: list = []
     records = _Found()
     try:
         for start, _name, path in files:
-            ro = _RO(path, _rel(src, path), start)
+            ro = Segment(path, _rel(src, path), start, follow_links=True)
             if ro.size == 0:
                 ro.close()
                 continue
@@ -1052,20 +935,23 @@ class _Found:
         return len(self.pos)
 
 
-def _salvage_segment(si, seg: _RO, is_last: bool, fs: int, max_size: int, records: _Found, bad_regions: list) -> None:
+def _salvage_segment(
+    si, seg: Segment, is_last: bool, fs: int, max_size: int, records: _Found, bad_regions: list
+) -> None:
     buf, n = seg.buf, seg.size
     data_end = _nonzero_end(buf, 0, n)
     pos = 0
     while pos < data_end:
-        st, fields = _validate(buf, pos, n, seg.start + pos, max_size)
+        st, fields = validate_record(buf, pos, n, seg.start + pos, max_size)
         if st > 0:
-            crc = _prop_crc(buf, pos, st, fields[16])
+            crc = prop_crc(buf, pos, st, fields[16])
             records.add(si, pos, crc is not None, _body_len(buf, pos, fields), fields[13])
             pos += st
             continue
         if st == 0:
             return  # blank record: the rest of the segment is filler
-        found = _resync(buf, pos + 1, n, seg.start, fs, max_size)
+        found = find_valid_record(buf, pos + 1, n, seg.start, max_size, prop_crc_tail=True, blank_end=fs,
+                                  ranges=seg.data_ranges(pos + 1))
         if found is None:
             end = data_end if is_last else n
             bad_regions.append((seg.rel, pos, end - pos))
@@ -1126,11 +1012,11 @@ def _copy_records(store, segs, records: _Found, now, report) -> None:
 
 def _commitlog_data_end(root: str) -> int:
     """Physical offset just past the last non-zero byte of the CommitLog (0 if none)."""
-    files, _ = _numeric_files(os.path.join(root, "commitlog"))
+    files, _ = list_segments(os.path.join(root, "commitlog"))
     for start, _name, path in reversed(files):
         if os.path.getsize(path) == 0:
             continue
-        ro = _RO(path, path, start)
+        ro = Segment(path, path, start, follow_links=True)
         try:
             end = _nonzero_end(ro.buf, 0, ro.size)
         finally:
@@ -1145,12 +1031,12 @@ def _queue_ends(root: str) -> dict:
     (the recovery scan of its last file, docs/recovery.md#consumequeue-recovery)."""
     out = {}
     for topic, qid, qdir in _queue_dirs(root):
-        files, _ = _numeric_files(qdir)
+        files, _ = list_segments(qdir)
         end = 0
         for start, _name, path in files:
             if os.path.getsize(path) == 0:
                 continue
-            ro = _RO(path, path, start)
+            ro = Segment(path, path, start, follow_links=True)
             try:
                 valid_end, _ = k.cq_scan(ro.buf, 0, ro.size)
             finally:
