@@ -28,3 +28,12 @@ cdef class StoreState:
     cdef public bint closed, disk_full
     cdef public object pending, write_error
     cdef public long long waiting, written_end, last_store_ts, last_logics_ts
+
+
+cdef class MappedRegion:
+    # A mapped segment as the kernels use it: the mapping, where the file
+    # starts in its log, its size and the write position (bytes appended).
+    # MappedFile (mapped_file.py) adds the file's lifecycle on top.
+    cdef public object mm
+    cdef public long long file_from_offset
+    cdef public Py_ssize_t file_size, wrote_position

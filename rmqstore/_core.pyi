@@ -23,6 +23,7 @@ from ._status import GetMessageStatus
 __all__ = [
     "Message",
     "MessageExt",
+    "MappedRegion",
     "StoreState",
     "java_hash",
     "index_key_hash",
@@ -60,6 +61,18 @@ __all__ = [
     "pull_views",
     "pull_messages",
 ]
+
+@disjoint_base
+class MappedRegion:
+    """A mapped segment as the kernels read and write it; see rmqstore._pure.MappedRegion."""
+
+    mm: Any
+    file_from_offset: int
+    file_size: int
+    wrote_position: int
+    def __init__(
+        self, mm: Any = None, file_from_offset: int = 0, file_size: int = 0, wrote_position: int = 0
+    ) -> None: ...
 
 @disjoint_base
 class StoreState:

@@ -357,6 +357,7 @@ _LAYOUT = {
 __all__ = [
     "Message",
     "MessageExt",
+    "MappedRegion",
     "StoreState",
     "java_hash",
     "index_key_hash",
@@ -1791,9 +1792,21 @@ def cq_scan(buf, start, end, phy_limit=None):
 
 # an attribute cache (rmq_getattr, rmq_setattr) per store attribute the kernels use
 cdef rmq_attr_cache _AC_EXCL, _AC_CL_QUEUE, _AC_CL_MAXREC, _AC_Q_FILES, _AC_Q_SIZE
-cdef rmq_attr_cache _AC_MF_FROM, _AC_MF_WROTE, _AC_MF_MM
 cdef rmq_attr_cache _AC_CQ_QUEUE, _AC_CQ_MIN, _AC_CQ_TOPIC, _AC_CQ_QID, _AC_CQ_MAX
 cdef rmq_attr_cache _AC_IX_FILES, _AC_IX_BATCH, _AC_IF_MM, _AC_IF_HSN, _AC_IF_INUM
+
+
+@cython.auto_pickle(False)  # (a mapping is not data)
+cdef class MappedRegion:
+    """A mapped segment as the kernels read and write it: ``mm`` (the
+    mapping, any buffer), ``file_from_offset`` (offset of its byte 0 in its
+    log), ``file_size`` (bytes) and ``wrote_position`` (bytes appended,
+    relative to the file). ``MappedFile`` is a MappedRegion with the file's
+    lifecycle; the pure twin has the same class."""
+
+    def __init__(self, mm=None, file_from_offset=0, file_size=0, wrote_position=0):
+        self.mm = mm
+        self.file_from_offset, self.file_size, self.wrote_position = file_from_offset, file_size, wrote_position
 
 
 cdef struct _View:
@@ -1805,7 +1818,7 @@ cdef struct _View:
 
 
 cdef inline object _segment(object bufs, Py_ssize_t i, bint files):
-    return rmq_getattr(bufs[i], "mm", &_AC_MF_MM) if files else bufs[i]
+    return (<MappedRegion?>bufs[i]).mm if files else bufs[i]
 
 
 cdef object _view_open(_View *v, object view):
@@ -1832,9 +1845,8 @@ cdef object _view_of(_View *v, object commitlog):
     else:
         v.fs = _i64(rmq_getattr(queue, "file_size", &_AC_Q_SIZE))
         last = files[v.n - 1]
-        v.base = v.lo = _i64(rmq_getattr(files[0], "file_from_offset", &_AC_MF_FROM))
-        v.hi = _i64(rmq_getattr(last, "file_from_offset", &_AC_MF_FROM)) + \
-            _i64(rmq_getattr(last, "wrote_position", &_AC_MF_WROTE))
+        v.base = v.lo = (<MappedRegion?>files[0]).file_from_offset
+        v.hi = (<MappedRegion?>last).file_from_offset + (<MappedRegion?>last).wrote_position
     _view_ready(v, True)
     return files
 
@@ -2105,9 +2117,9 @@ cdef int64_t _unit_time(_Search *s, object bufs, object mf, Py_ssize_t pos) exce
     cdef Py_buffer v
     cdef int64_t phy
     cdef int32_t size
-    if pos < 0 or pos + CQ_STORE_UNIT_SIZE > _idx(rmq_getattr(mf, "wrote_position", &_AC_MF_WROTE)):
+    if pos < 0 or pos + CQ_STORE_UNIT_SIZE > (<MappedRegion?>mf).wrote_position:
         return -1
-    PyObject_GetBuffer(rmq_getattr(mf, "mm", &_AC_MF_MM), &v, PyBUF_SIMPLE)
+    PyObject_GetBuffer((<MappedRegion?>mf).mm, &v, PyBUF_SIMPLE)
     try:
         if pos + CQ_STORE_UNIT_SIZE > v.len:
             raise ValueError(f"unit at {pos} is outside a {v.len}-byte buffer")
@@ -2156,8 +2168,7 @@ cdef object _time_lookup(cq, commitlog, timestamp, bint upper, refs):
     min_logic = rmq_getattr(cq, "min_logic_offset", &_AC_CQ_MIN)
     mn = jdiv(_i64(min_logic), 0, CQ_STORE_UNIT_SIZE)
     last = files[n - 1]
-    mx = jdiv(_i64(rmq_getattr(last, "file_from_offset", &_AC_MF_FROM)),
-              _i64(rmq_getattr(last, "wrote_position", &_AC_MF_WROTE)), CQ_STORE_UNIT_SIZE)
+    mx = jdiv((<MappedRegion?>last).file_from_offset, (<MappedRegion?>last).wrote_position, CQ_STORE_UNIT_SIZE)
     # the CommitLog as segment_view() gives it, probed in C
     bufs = _view_of(&cl, commitlog)
     s.tv.direct = s.tv.files = s.c_mode = True
@@ -2182,13 +2193,13 @@ cdef object _time_lookup(cq, commitlog, timestamp, bint upper, refs):
         if mf is None:
             res = 0
         else:
-            start = _i64(rmq_getattr(mf, "file_from_offset", &_AC_MF_FROM))
-            wrote = _idx(rmq_getattr(mf, "wrote_position", &_AC_MF_WROTE))
+            start = (<MappedRegion?>mf).file_from_offset
+            wrote = (<MappedRegion?>mf).wrote_position
             if wrote <= 0:
                 res = jdiv(start, 0, CQ_STORE_UNIT_SIZE)
             else:
                 low = _idx(min_logic - start)  # as Python ints: min_logic_offset may lag far behind
-                PyObject_GetBuffer(rmq_getattr(mf, "mm", &_AC_MF_MM), &v, PyBUF_SIMPLE)
+                PyObject_GetBuffer((<MappedRegion?>mf).mm, &v, PyBUF_SIMPLE)
                 res = _search_time(&s, <const unsigned char *>v.buf, v.len, start, low if low > 0 else 0,
                                    wrote if wrote < fsz else fsz, timestamp, upper, cl.lo, 0, None, bufs, low)
     finally:
@@ -3032,9 +3043,10 @@ cdef class Appender:
         if mapped_file is None:
             self.commit_file = self.commit_mm = None
             return
-        self.commit_from = _i64(mapped_file.file_from_offset)
-        self.commit_size = _idx(mapped_file.file_size)
-        self.commit_mm = mapped_file.mm
+        cdef MappedRegion r = mapped_file
+        self.commit_from = r.file_from_offset
+        self.commit_size = r.file_size
+        self.commit_mm = r.mm
         self.commit_file = mapped_file
 
     def bind_index(self, index_file):
@@ -3064,6 +3076,8 @@ cdef class Appender:
         cdef _Queue q
         if not PyBytes_CheckExact(topic_bytes):
             raise TypeError("topic_bytes must be bytes")
+        if mapped_file is not None and not isinstance(mapped_file, MappedRegion):  # (before anything changes)
+            raise TypeError("mapped_file must be a MappedRegion (a MappedFile) or None")
         by_id = self.queues.setdefault(topic, {})
         old = by_id.pop(queue_id, None)
         if old is not None:
@@ -3071,9 +3085,10 @@ cdef class Appender:
         if mapped_file is None:
             return
         q = _Queue()
-        q.cq, q.mf, q.mm, q.topic_b = consume_queue, mapped_file, mapped_file.mm, topic_bytes
-        q.file_from = _i64(mapped_file.file_from_offset)
-        q.file_size = _idx(mapped_file.file_size)
+        cdef MappedRegion r = <MappedRegion>mapped_file
+        q.cq, q.mf, q.mm, q.topic_b = consume_queue, r, r.mm, topic_bytes
+        q.file_from = r.file_from_offset
+        q.file_size = r.file_size
         q.key_h0 = _java_hash_from(0, topic + "#")
         q.key = (topic, queue_id)
         by_id[queue_id] = q
@@ -3547,13 +3562,13 @@ cdef class Appender:
         while planned is not None:
             q = planned
             if fits:
-                pos = _idx(rmq_getattr(q.mf, "wrote_position", &_AC_MF_WROTE))
+                pos = (<MappedRegion?>q.mf).wrote_position
                 room = (q.file_size - pos) // CQ_STORE_UNIT_SIZE if 0 < pos <= q.file_size else 0
                 fits = q.planned <= room
             counts[q.key] = counts.get(q.key, 0) + q.planned
             planned, q.next_planned, q.planned = q.next_planned, None, 0
         if fits:
-            pos = _idx(rmq_getattr(self.commit_file, "wrote_position", &_AC_MF_WROTE))
+            pos = (<MappedRegion?>self.commit_file).wrote_position
             fits = total + 8 <= self.commit_size - pos  # END_FILE_MIN_BLANK_LENGTH
         if fits and self.index_enable and n_keys:
             if self.index_mm is None:
@@ -3587,7 +3602,7 @@ cdef class Appender:
         self.gen += 1
         self._untouch()  # (an _end that raised left its queues)
         b.ts = store_timestamp
-        b.cl_pos = b.cl_pos0 = _idx(rmq_getattr(self.commit_file, "wrote_position", &_AC_MF_WROTE))
+        b.cl_pos = b.cl_pos0 = (<MappedRegion?>self.commit_file).wrote_position
         try:
             if not _get_rw(self.commit_mm, &b.cl):
                 raise TypeError("a bound file is not writable")
@@ -3617,11 +3632,11 @@ cdef class Appender:
             PyBuffer_Release(&q.buf)
             q = q.next_touched
         if b.cl_pos != b.cl_pos0:
-            rmq_setattr(self.commit_file, "wrote_position", b.cl_pos, &_AC_MF_WROTE)
+            (<MappedRegion?>self.commit_file).wrote_position = b.cl_pos
         q = self.touched
         while q is not None:
             if q.pos != q.pos0:  # (what the call did not write stays as it was)
-                rmq_setattr(q.mf, "wrote_position", q.pos, &_AC_MF_WROTE)
+                (<MappedRegion?>q.mf).wrote_position = q.pos
                 rmq_setattr(q.cq, "max_physic_offset", q.max_phy, &_AC_CQ_MAX)
                 self.queue_offsets[q.key] = (q.file_from + q.pos) // CQ_STORE_UNIT_SIZE
             q = q.next_touched
@@ -3645,7 +3660,7 @@ cdef class Appender:
         if self.born_default:
             r.born_timestamp = b.ts
         if q.gen != self.gen:  # the queue's first row in this call (_end releases its bytes)
-            qpos = _idx(rmq_getattr(q.mf, "wrote_position", &_AC_MF_WROTE))
+            qpos = (<MappedRegion?>q.mf).wrote_position
             qmax = _i64(rmq_getattr(q.cq, "max_physic_offset", &_AC_CQ_MAX))
             if not _get_rw(q.mm, &q.buf):
                 PyBuffer_Release(&q.buf)
@@ -5011,8 +5026,7 @@ cdef tuple _pull_units_of(cq, commitlog, queue_offset, max_count, max_units, obj
     mx = 0
     if nfiles:
         last = files[nfiles - 1]
-        mx = _i64((rmq_getattr(last, "file_from_offset", &_AC_MF_FROM) +
-                   rmq_getattr(last, "wrote_position", &_AC_MF_WROTE)) // CQ_STORE_UNIT_SIZE)
+        mx = ((<MappedRegion?>last).file_from_offset + (<MappedRegion?>last).wrote_position) // CQ_STORE_UNIT_SIZE
     status = _bounds(q, mn, mx, &off)
     if status >= 0:
         return _status(status), off, mn, mx, None, b""
@@ -5021,7 +5035,7 @@ cdef tuple _pull_units_of(cq, commitlog, queue_offset, max_count, max_units, obj
     qid = _i32(rmq_getattr(cq, "queue_id", &_AC_CQ_QID))
     msize = _idx(rmq_getattr(commitlog, "max_record_size", &_AC_CL_MAXREC))
     cq_fs = _i64(rmq_getattr(queue, "file_size", &_AC_Q_SIZE))
-    first = _i64(rmq_getattr(files[0], "file_from_offset", &_AC_MF_FROM))
+    first = (<MappedRegion?>files[0]).file_from_offset
     status = _NO_MATCHED_MESSAGE
     bufs = _view_of(&v, commitlog)
     memset(&units, 0, sizeof(units))
@@ -5036,12 +5050,12 @@ cdef tuple _pull_units_of(cq, commitlog, queue_offset, max_count, max_units, obj
             if fi < 0 or fi >= nfiles:
                 break
             mf = files[fi]
-            pos = <Py_ssize_t>(off - _i64(rmq_getattr(mf, "file_from_offset", &_AC_MF_FROM)))
-            end = min(_idx(rmq_getattr(mf, "wrote_position", &_AC_MF_WROTE)),
+            pos = <Py_ssize_t>(off - (<MappedRegion?>mf).file_from_offset)
+            end = min((<MappedRegion?>mf).wrote_position,
                       pos + min(mc if f.ncodes >= 0 else mc - n, mx - q) * CQ_STORE_UNIT_SIZE)
             if end <= pos:
                 break
-            PyObject_GetBuffer(rmq_getattr(mf, "mm", &_AC_MF_MM), &cv, PyBUF_SIMPLE)
+            PyObject_GetBuffer((<MappedRegion?>mf).mm, &cv, PyBUF_SIMPLE)
             if pos < 0 or end > cv.len:
                 raise ValueError(f"units [{pos}, {end}) are not whole units of a {cv.len}-byte buffer")
             for k in range((end - pos) // CQ_STORE_UNIT_SIZE):  # a C loop (an enum step would make a Python range)

@@ -40,7 +40,7 @@ else:
         IMPLEMENTATION = "python"
 
 KERNELS = (
-    "Message", "MessageExt", "StoreState",
+    "Message", "MessageExt", "MappedRegion", "StoreState",
     "java_hash", "index_key_hash", "masked_crc32", "parse_properties", "record_size", "write_record",
     "append_dispatch", "encode_record", "check_record", "decode_record", "decode_columns", "decode_columns_at",
     "scan_records", "read_record", "read_store_timestamp", "cq_put", "cq_get", "cq_units", "cq_scan",
@@ -56,6 +56,7 @@ if TYPE_CHECKING:
     from ._core import (
         Appender,
         AppendLock,
+        MappedRegion,
         Message,
         MessageExt,
         PutGate,

@@ -54,6 +54,7 @@ from ._status import GetMessageStatus
 __all__ = [
     "Message",
     "MessageExt",
+    "MappedRegion",
     "StoreState",
     "java_hash",
     "index_key_hash",
@@ -1679,6 +1680,22 @@ class AppendLock:
 
     def __exit__(self, *exc) -> None:
         self._lock.release()
+
+
+class MappedRegion:
+    """A mapped segment as the kernels read and write it: ``mm`` (the
+    mapping, any buffer), ``file_from_offset`` (offset of its byte 0 in its
+    log), ``file_size`` (bytes) and ``wrote_position`` (bytes appended,
+    relative to the file). ``MappedFile`` is a MappedRegion with the file's
+    lifecycle; the core has the same class, with C fields."""
+
+    __slots__ = ("mm", "file_from_offset", "file_size", "wrote_position")
+
+    def __init__(self, mm=None, file_from_offset=0, file_size=0, wrote_position=0) -> None:
+        self.mm: Any = mm
+        self.file_from_offset: int = operator.index(file_from_offset)
+        self.file_size: int = operator.index(file_size)
+        self.wrote_position: int = operator.index(wrote_position)
 
 
 class StoreState:

@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 
+from ._kernels import MappedRegion
 from ._layout import is_offset_name
 from .exceptions import ConfigError, CorruptedFileError, DiskFullError, StoreClosedError
 from .walker import data_ranges
@@ -42,8 +43,10 @@ def fsync_dir(path) -> None:
         os.close(fd)
 
 
-class MappedFile:
-    """One segment file mapped whole into memory.
+class MappedFile(MappedRegion):
+    """One segment file mapped whole into memory: a ``MappedRegion`` (the
+    fields the kernels read and write: ``mm``, ``file_from_offset``,
+    ``file_size``, ``wrote_position``) with the file's lifecycle.
 
     Attributes:
         path (str): file path.
@@ -56,8 +59,7 @@ class MappedFile:
     """
 
     __slots__ = (
-        "path", "file_from_offset", "file_size", "mm", "read_only", "_fd",
-        "wrote_position", "flushed_position", "first_created_in_queue",
+        "path", "read_only", "_fd", "flushed_position", "first_created_in_queue",
         "available", "first_shutdown_ms", "_rewinds",
     )
 

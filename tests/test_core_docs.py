@@ -14,8 +14,8 @@ import pytest
 from rmqstore._kernels import KERNELS
 from test_kernels import _need_core
 
-CLASSES = ("Appender", "AppendLock", "PutGate", "ReadGate", "Message", "MessageExt", "StoreState")
-DATA_CLASSES = ("StoreState",)  # (fields only, no methods)
+CLASSES = ("Appender", "AppendLock", "PutGate", "ReadGate", "Message", "MessageExt", "StoreState", "MappedRegion")
+DATA_CLASSES = ("StoreState", "MappedRegion")  # (fields only, no methods)
 FUNCTIONS = tuple(name for name in KERNELS if name not in CLASSES)
 
 

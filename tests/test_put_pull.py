@@ -47,15 +47,21 @@ def k(request):
     return _pure if request.param == "pure" else _need_core()
 
 
+def _region(k, **fields):
+    """A mapped file as the kernels of *k* take it (their MappedRegion)."""
+    return k.MappedRegion(**fields)
+
+
 class Files:
     """A CommitLog file at offset 8192, one queue at queue offset 3, an index
     file: bytearrays behind the attributes the Appender reads and writes."""
 
     def __init__(self, k, host=HOST, append_crc=False, index=True, max_message_size=1024, cq_pos=60,
                  host_bytes=None):
-        self.commit = SimpleNamespace(mm=bytearray(CL_SIZE), file_from_offset=8192, file_size=CL_SIZE,
+        self.k = k
+        self.commit = _region(k, mm=bytearray(CL_SIZE), file_from_offset=8192, file_size=CL_SIZE,
                                       wrote_position=100)
-        self.cq_file = SimpleNamespace(mm=bytearray(CQ_SIZE), file_from_offset=0, file_size=CQ_SIZE,
+        self.cq_file = _region(k, mm=bytearray(CQ_SIZE), file_from_offset=0, file_size=CQ_SIZE,
                                        wrote_position=cq_pos)
         self.cq = SimpleNamespace(max_physic_offset=8000)
         self.index = SimpleNamespace(mm=bytearray(INDEX_SIZE), hash_slot_num=HSN, index_num=INUM)
@@ -277,7 +283,7 @@ def _rebind(f, change):
     queue file (f.last, at queue offset 11), "queue unbound" and "index
     unbound" unbind; anything else changes nothing."""
     if change == "queue rebound":
-        f.last = SimpleNamespace(mm=bytearray(CQ_SIZE), file_from_offset=CQ_SIZE, file_size=CQ_SIZE, wrote_position=20)
+        f.last = _region(f.k, mm=bytearray(CQ_SIZE), file_from_offset=CQ_SIZE, file_size=CQ_SIZE, wrote_position=20)
         f.ap.bind_queue(TOPIC, 1, TOPIC.encode(), f.cq, f.last)
     elif change == "queue unbound":
         f.ap.bind_queue(TOPIC, 1, TOPIC.encode(), f.cq, None)
@@ -432,7 +438,7 @@ def test_put_batch_writes_unbound_queues_messages_once_bound(k):
     assert fast.ap.put_batch(msgs, 0, lambda: TS, results, enc) == (1, TS)
     assert len(results) == 1 and fast.state() != before
     for g in (fast, slow):  # what the step-by-step path does for msgs[1] (here: bind the queue)
-        g.cq2 = SimpleNamespace(mm=bytearray(CQ_SIZE), file_from_offset=0, file_size=CQ_SIZE, wrote_position=20)
+        g.cq2 = _region(g.k, mm=bytearray(CQ_SIZE), file_from_offset=0, file_size=CQ_SIZE, wrote_position=20)
         g.ap.bind_queue(TOPIC, 2, TOPIC.encode(), SimpleNamespace(max_physic_offset=0), g.cq2)
         g.offsets[(TOPIC, 2)] = 1
     assert fast.ap.put_batch(msgs, 2, lambda: TS, results, enc) == (4, None)
@@ -546,7 +552,7 @@ def test_puts_find_each_queue_as_bound(k):
 
     def bind(topic, qid):
         # (a file's first unit goes step by step: start at its second)
-        cq_file = SimpleNamespace(mm=bytearray(CQ_SIZE), file_from_offset=0, file_size=CQ_SIZE, wrote_position=20)
+        cq_file = _region(k, mm=bytearray(CQ_SIZE), file_from_offset=0, file_size=CQ_SIZE, wrote_position=20)
         cq = SimpleNamespace(max_physic_offset=0)
         f.ap.bind_queue(topic, qid, topic.encode(), cq, cq_file)
         f.offsets[(topic, qid)] = 1
@@ -586,6 +592,10 @@ def test_puts_find_each_queue_as_bound(k):
 
 def test_bad_bindings_raise(k):
     f = Files(k)
+    if k is not _pure:  # the core takes its own MappedRegion (MappedFile is one), nothing else
+        for bind in (f.ap.bind_commit_log, lambda mf: f.ap.bind_queue(TOPIC, 1, TOPIC.encode(), f.cq, mf)):
+            with pytest.raises(TypeError):
+                bind(SimpleNamespace(mm=bytearray(CQ_SIZE), file_from_offset=0, file_size=CQ_SIZE, wrote_position=0))
     with pytest.raises(ValueError):
         f.ap.bind_index(SimpleNamespace(mm=bytearray(INDEX_SIZE - 1), hash_slot_num=HSN, index_num=INUM))
     with pytest.raises(TypeError):
@@ -908,7 +918,7 @@ def test_columns_of_unbound_queues_are_checked_given_their_topic(k):
     outs = [np.zeros(4, np.int64) for _ in range(3)]
     assert fast.ap.put_columns(TOPIC, bodies, qids, None, ["k"] * 4, None, 0, TS, *outs, enc) == 1
     for g in (fast, slow):  # what the step-by-step path does for row 1 (here: bind the queue)
-        g.cq2 = SimpleNamespace(mm=bytearray(CQ_SIZE), file_from_offset=0, file_size=CQ_SIZE, wrote_position=20)
+        g.cq2 = _region(g.k, mm=bytearray(CQ_SIZE), file_from_offset=0, file_size=CQ_SIZE, wrote_position=20)
         g.ap.bind_queue(TOPIC, 2, TOPIC.encode(), SimpleNamespace(max_physic_offset=0), g.cq2)
         g.offsets[(TOPIC, 2)] = 1
     assert fast.ap.put_columns(TOPIC, bodies, qids, None, ["k"] * 4, None, 2, TS, *outs, enc) == 4
@@ -1048,30 +1058,3 @@ def test_columns_of_a_topic_with_no_bound_queue_go_step_by_step(k, topic):
     assert f.ap.check_columns(topic, [b"x", b"y"], [1, 1], None, None, None, 0)[0] == 0
     assert f.ap.put_columns(topic, [b"x", b"y"], [1, 1], None, None, None, 0, TS, *out) == 0
     assert f.state() == before
-
-
-def test_put_follows_a_file_type_changed_under_it(k):
-    """The core reads and writes the files' positions at slot offsets it
-    caches per type; a property put over the slot afterwards must take over
-    both, as the attribute protocol does."""
-
-    class Slotted:
-        __slots__ = ("file_from_offset", "file_size", "mm", "wrote_position")
-
-        def __init__(self, ns):
-            for name in self.__slots__:
-                setattr(self, name, getattr(ns, name))
-
-    f, ref = Files(k), Files(k)
-    f.commit, f.cq_file = Slotted(f.commit), Slotted(f.cq_file)
-    f.ap.bind_commit_log(f.commit)
-    f.ap.bind_queue(TOPIC, 1, TOPIC.encode(), f.cq, f.cq_file)
-    msgs = [Message(TOPIC, b"m%d" % i, queue_id=1) for i in range(3)]
-    want = [ref.ap.put(m, TS + i) for i, m in enumerate(msgs)]  # (first: puts on other types reset the cache)
-    assert f.ap.put(msgs[0], TS) == want[0]  # the offsets are cached now
-    kept = {id(x): x.wrote_position for x in (f.commit, f.cq_file)}
-    Slotted.wrote_position = property(lambda self: kept[id(self)], lambda self, v: kept.__setitem__(id(self), v))
-    for i, m in enumerate(msgs[1:], 1):
-        assert f.ap.put(m, TS + i) == want[i]
-    assert [kept[id(f.commit)], kept[id(f.cq_file)]] == [ref.commit.wrote_position, ref.cq_file.wrote_position]
-    assert bytes(f.commit.mm) == bytes(ref.commit.mm) and bytes(f.cq_file.mm) == bytes(ref.cq_file.mm)
