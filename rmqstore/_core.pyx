@@ -2716,20 +2716,22 @@ cdef inline bint _gets_consume_queue_unit(uint32_t sys_flag) noexcept:
     return tran == TRANSACTION_NOT_TYPE or tran == TRANSACTION_COMMIT_TYPE
 
 
-cdef inline int64_t _tags_hash(object tags) except? -1:
+cdef inline int64_t _tags_hash(object tags) noexcept:
     """The tags code outside SCHEDULE_TOPIC_XXXX (docs/format.md#tags-code): Java's
-    hash of *tags* (None or a str), 0 for None or ""."""
+    hash of *tags* (None or a str: nothing to fail on), 0 for None or ""."""
     if _nonempty(tags):
-        return _java_hash(tags)
+        return <int32_t>_java_hash_from(0, tags)
     return 0
 
 
 cdef inline Py_ssize_t _index_keys(object uniq, object keys, uint32_t h0, unsigned char *ib, Py_ssize_t hsn,
-                                   Py_ssize_t idx, long long phy, long long ts) except -1:
+                                   Py_ssize_t idx, long long phy, long long ts) noexcept:
     """The keys a record is indexed under (docs/format.md#building-the-index): its
     unique key *uniq*, then each non-empty space-separated piece of *keys*
-    (None or exact str each); counted, and when *ib* is set, each put into
-    the index (hashes continued from *h0*, the ``topic#`` prefix's)."""
+    (None or exact str each: nothing to fail on); counted, and when *ib* is
+    set, each put into the index (hashes continued from *h0*, the ``topic#``
+    prefix's). noexcept, as _tags_hash: an error check per put costs
+    instructions the put path does not need."""
     cdef Py_ssize_t n = 0
     if _nonempty(uniq):
         n = 1
