@@ -27,6 +27,8 @@ __all__ = [
     "StoreState",
     "java_hash",
     "index_key_hash",
+    "gets_consume_queue_unit",
+    "tags_hash",
     "masked_crc32",
     "parse_properties",
     "record_size",
@@ -185,6 +187,8 @@ _DecodedRecord = tuple[
 # --- hashing and checksums ---
 def java_hash(s: str) -> int: ...
 def index_key_hash(key: str) -> int: ...
+def gets_consume_queue_unit(sys_flag: int) -> bool: ...
+def tags_hash(tags: str | None) -> int: ...
 def masked_crc32(data: ReadableBuffer, start: int = 0, end: int = -1) -> int: ...
 
 # --- properties ---

@@ -305,6 +305,9 @@ cdef enum:
     MAX_PROPERTIES_LENGTH = 32767
     MAX_TOPIC_LENGTH_V1 = 127
     MAX_TOPIC_LENGTH_V2 = 32767
+    TRANSACTION_MASK = 0xC
+    TRANSACTION_NOT_TYPE = 0x0
+    TRANSACTION_COMMIT_TYPE = 0x8
     BORNHOST_V6_FLAG = 0x10
     STOREHOSTADDRESS_V6_FLAG = 0x20
     CRC32_RESERVED_LEN = 20
@@ -333,6 +336,9 @@ _LAYOUT = {
     "MAX_PROPERTIES_LENGTH": MAX_PROPERTIES_LENGTH,
     "MAX_TOPIC_LENGTH_V1": MAX_TOPIC_LENGTH_V1,
     "MAX_TOPIC_LENGTH_V2": MAX_TOPIC_LENGTH_V2,
+    "TRANSACTION_MASK": TRANSACTION_MASK,
+    "TRANSACTION_NOT_TYPE": TRANSACTION_NOT_TYPE,
+    "TRANSACTION_COMMIT_TYPE": TRANSACTION_COMMIT_TYPE,
     "BORNHOST_V6_FLAG": BORNHOST_V6_FLAG,
     "STOREHOSTADDRESS_V6_FLAG": STOREHOSTADDRESS_V6_FLAG,
     "CRC32_RESERVED_LEN": CRC32_RESERVED_LEN,
@@ -361,6 +367,8 @@ __all__ = [
     "StoreState",
     "java_hash",
     "index_key_hash",
+    "gets_consume_queue_unit",
+    "tags_hash",
     "masked_crc32",
     "parse_properties",
     "record_size",
@@ -2892,6 +2900,59 @@ cdef Py_ssize_t _each_key(object keys, uint32_t h0, unsigned char *ib, Py_ssize_
     return count
 
 
+# --- dispatch rules (the put path's; rmqstore/dispatch.py has the same for the layers above) ---
+
+
+cdef inline bint _gets_consume_queue_unit(uint32_t sys_flag) noexcept:
+    """Whether a record gets a ConsumeQueue unit (docs/recovery.md#dispatch): its
+    transaction type (bits 2-3) is "not a transaction" or "commit"; prepared
+    and rollback records get none (RocketMQ CommitLogDispatcherBuildConsumeQueue)."""
+    cdef uint32_t tran = sys_flag & TRANSACTION_MASK
+    return tran == TRANSACTION_NOT_TYPE or tran == TRANSACTION_COMMIT_TYPE
+
+
+cdef inline int64_t _tags_hash(object tags) noexcept:
+    """The tags code outside SCHEDULE_TOPIC_XXXX (docs/format.md#tags-code): Java's
+    hash of *tags* (None or a str: nothing to fail on), 0 for None or ""."""
+    if _nonempty(tags):
+        return <int32_t>_java_hash_from(0, tags)
+    return 0
+
+
+cdef inline Py_ssize_t _index_keys(object uniq, object keys, uint32_t h0, unsigned char *ib, Py_ssize_t hsn,
+                                   Py_ssize_t idx, long long phy, long long ts) noexcept:
+    """The keys a record is indexed under (docs/format.md#building-the-index): its
+    unique key *uniq*, then each non-empty space-separated piece of *keys*
+    (None or exact str each: nothing to fail on); counted, and when *ib* is
+    set, each put into the index (hashes continued from *h0*, the ``topic#``
+    prefix's). noexcept, as _tags_hash: an error check per put costs
+    instructions the put path does not need."""
+    cdef Py_ssize_t n = 0
+    if _nonempty(uniq):
+        n = 1
+        if ib != NULL:
+            _index_put(ib, hsn, idx, _abs_hash(_java_hash_from(h0, uniq)), phy, ts)
+    if _nonempty(keys):
+        n += _each_key(keys, h0, ib, hsn, idx, phy, ts)
+    return n
+
+
+def gets_consume_queue_unit(sys_flag):
+    """Whether a record with SYSFLAG *sys_flag* (an int) gets a ConsumeQueue
+    unit: its transaction type is "not a transaction" or "commit" (RocketMQ
+    ``CommitLogDispatcherBuildConsumeQueue``). TypeError unless an int."""
+    return _gets_consume_queue_unit(<uint32_t>(PyNumber_Index(sys_flag) & 0xFFFFFFFF))
+
+
+def tags_hash(tags):
+    """The tags code of a unit outside ``SCHEDULE_TOPIC_XXXX``:
+    ``java_hash(tags)`` for a non-empty str, 0 for None or "" (RocketMQ
+    ``MessageExtBrokerInner.tagsString2tagsCode``). TypeError otherwise."""
+    if tags is not None and not isinstance(tags, str):
+        raise TypeError(f"java_hash expects str, got {type(tags).__name__}")
+    return _tags_hash(tags)
+
+
 cdef object _hex_id(const unsigned char *h, Py_ssize_t hn, long long phy):
     """Offset msgId: upper-case hex of the raw store host (*hn*: 8 or 20
     bytes at *h*) + big-endian offset."""
@@ -3206,8 +3267,8 @@ cdef class Appender:
             r.born_timestamp = 0 if born is None else _i64(born)
         except (TypeError, OverflowError):
             return None  # the step-by-step path raises the message's error
-        if r.sys_flag & 0xC == 0x4 or r.sys_flag & 0xC == 0xC:
-            return None  # transactional prepared / rollback: no queue unit
+        if not _gets_consume_queue_unit(<uint32_t>r.sys_flag):
+            return None  # transactional prepared / rollback: no queue unit, step by step
         if PyBytes_GET_SIZE(born_raw) == 20:
             r.sys_flag |= BORNHOST_V6_FLAG
         if PyBytes_GET_SIZE(store_raw) == 20:
@@ -3670,13 +3731,9 @@ cdef class Appender:
                 raise ValueError("a bound file is smaller than its file size")
             q.pos, q.pos0, q.max_phy, q.gen = qpos, qpos, qmax, self.gen
             q.next_touched, self.touched = self.touched, q
-        if _nonempty(tags):
-            tags_code = _java_hash(tags)
+        tags_code = _tags_hash(tags)
         if self.index_enable:
-            if _nonempty(uniq):
-                n_keys = 1
-            if _nonempty(keys):
-                n_keys += _each_key(keys, 0, NULL, 0, 0, 0, 0)
+            n_keys = _index_keys(uniq, keys, 0, NULL, 0, 0, 0, 0)
         _init_view(&bv)
         try:
             try:
@@ -3716,12 +3773,8 @@ cdef class Appender:
             st64(u + 12, <uint64_t>tags_code)
             st32(u + 8, <uint32_t>r.size)  # size last: a torn unit is invalid
             if self.index_enable:
-                u = <unsigned char *>b.ix.buf
-                if _nonempty(uniq):
-                    _index_put(u, self.hsn, self.inum, _abs_hash(_java_hash_from(q.key_h0, uniq)),
-                               phy, r.store_timestamp)
-                if _nonempty(keys):
-                    _each_key(keys, q.key_h0, u, self.hsn, self.inum, phy, r.store_timestamp)
+                _index_keys(uniq, keys, q.key_h0, <unsigned char *>b.ix.buf, self.hsn, self.inum, phy,
+                            r.store_timestamp)
         finally:
             PyBuffer_Release(&bv)
         b.cl_pos = pos + r.size

@@ -41,7 +41,8 @@ else:
 
 KERNELS = (
     "Message", "MessageExt", "MappedRegion", "StoreState",
-    "java_hash", "index_key_hash", "masked_crc32", "parse_properties", "record_size", "write_record",
+    "java_hash", "index_key_hash", "gets_consume_queue_unit", "tags_hash", "masked_crc32", "parse_properties",
+    "record_size", "write_record",
     "append_dispatch", "encode_record", "check_record", "decode_record", "decode_columns", "decode_columns_at",
     "scan_records", "read_record", "read_store_timestamp", "cq_put", "cq_get", "cq_units", "cq_scan",
     "cq_search_time", "index_put", "index_put_keys", "index_select", "Appender", "AppendLock", "PutGate", "ReadGate",
@@ -73,6 +74,7 @@ if TYPE_CHECKING:
         decode_columns_at,
         decode_record,
         encode_record,
+        gets_consume_queue_unit,
         index_key_hash,
         index_put,
         index_put_keys,
@@ -91,6 +93,7 @@ if TYPE_CHECKING:
         read_store_timestamp,
         record_size,
         scan_records,
+        tags_hash,
         time_lookup,
         write_record,
     )

@@ -28,6 +28,7 @@ from ._layout import (
     INDEX_ENTRY_SIZE,
     INDEX_HASH_SLOT_SIZE,
     INDEX_HEADER_SIZE,
+    KEY_SEPARATOR,
     MAX_PROPERTIES_LENGTH,
     MAX_TOPIC_LENGTH_V1,
     MAX_TOPIC_LENGTH_V2,
@@ -47,6 +48,9 @@ from ._layout import (
     STOP_END,
     STOP_LIMIT,
     STOREHOSTADDRESS_V6_FLAG,
+    TRANSACTION_COMMIT_TYPE,
+    TRANSACTION_MASK,
+    TRANSACTION_NOT_TYPE,
 )
 from ._pure_message import MESSAGE_FIELDS, Message, MessageExt
 from ._status import GetMessageStatus
@@ -58,6 +62,8 @@ __all__ = [
     "StoreState",
     "java_hash",
     "index_key_hash",
+    "gets_consume_queue_unit",
+    "tags_hash",
     "masked_crc32",
     "parse_properties",
     "record_size",
@@ -159,6 +165,40 @@ def index_key_hash(key: str) -> int:
     with 0 for ``Integer.MIN_VALUE`` (Java's ``Math.abs`` overflow). Always >= 0."""
     h = java_hash(key)
     return 0 if h == _INT_MIN else abs(h)
+
+
+# --- dispatch rules (the put path's; rmqstore/dispatch.py has the same for the layers above) ---
+
+
+def gets_consume_queue_unit(sys_flag: int) -> bool:
+    """Whether a record with SYSFLAG *sys_flag* (an int) gets a ConsumeQueue
+    unit (docs/recovery.md#dispatch): its transaction type (bits 2-3) is
+    "not a transaction" or "commit"; prepared and rollback records get none.
+    RocketMQ ``CommitLogDispatcherBuildConsumeQueue``. Raises TypeError
+    unless *sys_flag* is an int."""
+    tran = operator.index(sys_flag) & TRANSACTION_MASK
+    return tran == TRANSACTION_NOT_TYPE or tran == TRANSACTION_COMMIT_TYPE
+
+
+def tags_hash(tags) -> int:
+    """The tags code of a unit outside ``SCHEDULE_TOPIC_XXXX`` (docs/format.md#tags-code):
+    ``java_hash(tags)`` for a non-empty str, 0 for None or "". RocketMQ
+    ``MessageExtBrokerInner.tagsString2tagsCode``. Raises TypeError for
+    anything else."""
+    if tags is None:
+        return 0
+    if not isinstance(tags, str):
+        raise TypeError(f"java_hash expects str, got {type(tags).__name__}")
+    return java_hash(tags) if tags else 0
+
+
+def _index_keys(uniq, keys) -> list:
+    """The keys a record is indexed under, in order (docs/format.md#building-the-index):
+    its unique key, then each non-empty space-separated piece of its keys (str or None each)."""
+    out = [uniq] if uniq else []
+    if keys:
+        out += [x for x in keys.split(KEY_SEPARATOR) if x]
+    return out
 
 
 def masked_crc32(data, start: int = 0, end: int = -1) -> int:
@@ -1329,8 +1369,8 @@ class Appender:
             )
         except (TypeError, OverflowError):
             return None
-        if sys_flag & 0xC in (0x4, 0xC):
-            return None
+        if not gets_consume_queue_unit(sys_flag):
+            return None  # transactional prepared / rollback: no queue unit, step by step
         if len(born) == 20:
             sys_flag |= BORNHOST_V6_FLAG
         if len(store) == 20:
@@ -1346,10 +1386,7 @@ class Appender:
         if self._index_enable:
             if self._index is None and unbound is None:
                 return None
-            if uniq:
-                index_keys.append(uniq)
-            if keys:
-                index_keys += [x for x in keys.split(" ") if x]
+            index_keys = _index_keys(uniq, keys)
         body = msg.body
         try:
             if type(body) is not bytes:  # one snapshot of a mutable body: its size and bytes agree
@@ -1556,7 +1593,7 @@ class Appender:
         wrote = append_dispatch(
             mf.mm, pos, queue_id, flag, qo, phy, sys_flag, born_ts, born_host, store_ts, store_host, reconsume,
             prepared,
-            body, topic_b, blob, self._append_crc, cmf.mm, cq_pos, java_hash(tags) if tags else 0,
+            body, topic_b, blob, self._append_crc, cmf.mm, cq_pos, tags_hash(tags),
             None if index is None else index.mm, 0 if index is None else index.hash_slot_num,
             0 if index is None else index.index_num, key[0] + "#", index_keys,
         )

@@ -7,7 +7,8 @@ import os
 
 from . import _kernels as k
 from ._layout import CQ_STORE_UNIT_SIZE as UNIT
-from ._layout import PRE_BLANK_SIZE, PROPERTY_DELAY, PROPERTY_TAGS, SCHEDULE_TOPIC, queue_id_of
+from ._layout import PRE_BLANK_SIZE, queue_id_of
+from .dispatch import java_parse_int, tags_code  # noqa: F401 (the old home of the tags code rule)
 from .exceptions import CorruptedFileError
 from .mapped_file import MappedFileQueue
 
@@ -84,35 +85,6 @@ def _rmdirs(dirs) -> None:
             os.rmdir(d)
         except OSError:
             break
-
-
-def tags_code(topic: str, props: dict, store_timestamp: int, config) -> int:
-    """The tags code of a record's unit (docs/format.md#tags-code): Java hash of TAGS, or for
-    ``SCHEDULE_TOPIC_XXXX`` with a DELAY level the delivery time (store time
-    + the level's delay from ``config``). A DELAY Java's ``Integer.parseInt``
-    rejects keeps the tags hash (docs/recovery.md#pitfall-bad-record-in-dispatch: not fatal)."""
-    tags = props.get(PROPERTY_TAGS)
-    code = k.java_hash(tags) if tags else 0
-    if topic == SCHEDULE_TOPIC:
-        delay = props.get(PROPERTY_DELAY)
-        if delay:
-            level = java_parse_int(delay)
-            if level is None:
-                log.warning("record in %s has a non-numeric DELAY %r; tags code kept", topic, delay)
-                return code
-            level = min(level, config.max_delay_level)
-            if level > 0:
-                code = store_timestamp + config.delay_millis(level)
-    return code
-
-
-def java_parse_int(text: str):
-    """Java ``Integer.parseInt``: optional sign, ASCII digits, i32 range; else None."""
-    body = text[1:] if text[:1] in "+-" else text
-    if not body or not body.isascii() or not body.isdigit():
-        return None
-    v = int(text)
-    return v if -(1 << 31) <= v < (1 << 31) else None
 
 
 def is_pre_blank(unit) -> bool:

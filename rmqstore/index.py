@@ -18,10 +18,9 @@ from ._layout import (
     INDEX_ENTRY_SIZE,
     INDEX_HASH_SLOT_SIZE,
     INDEX_HEADER_SIZE,
-    KEY_SEPARATOR,
-    TRANSACTION_ROLLBACK_TYPE,
     is_offset_name,
 )
+from .dispatch import gets_index_entries, index_keys
 from .exceptions import ConfigError, CorruptedFileError
 from .mapped_file import _NOFOLLOW, allocate_file, fsync_dir, open_no_follow
 
@@ -254,13 +253,7 @@ class IndexFile:
             pass
 
 
-def keys_of(uniq_key, keys) -> list:
-    """The keys a record is indexed under, in order: its UNIQ_KEY, then each
-    non-empty space-separated piece of its KEYS (both str or None)."""
-    todo = [uniq_key] if uniq_key else []
-    if keys:
-        todo += [key for key in keys.split(KEY_SEPARATOR) if key]
-    return todo
+keys_of = index_keys  # the old name of dispatch.index_keys
 
 
 class IndexService:
@@ -451,9 +444,9 @@ class IndexService:
         Keys the index already holds for this record are skipped, so dispatching
         a record again (recovery) neither duplicates (docs/recovery.md#pitfall-index-duplicate-entries) nor misses the
         keys a crash kept it from writing."""
-        if sys_flag & 0xC == TRANSACTION_ROLLBACK_TYPE:
+        if not gets_index_entries(sys_flag):
             return
-        todo = keys_of(uniq_key, keys)
+        todo = index_keys(uniq_key, keys)
         last = self.files[-1] if self.files else None
         if last is not None and todo:
             # fast path: the kernel checks the file's end offset and puts all keys

@@ -34,15 +34,12 @@ from ._layout import (
     REC_STATUS_TEXT,
     SCHEDULE_TOPIC,
     STOREHOSTADDRESS_V6_FLAG,
-    TRANSACTION_COMMIT_TYPE,
-    TRANSACTION_MASK,
-    TRANSACTION_NOT_TYPE,
-    TRANSACTION_ROLLBACK_TYPE,
 )
 from .checkpoint import StoreCheckpoint
 from .commitlog import CommitLog
 from .config import SYNC_FLUSH, StoreConfig
-from .consumequeue import ConsumeQueue, queue_dirs, tags_code
+from .consumequeue import ConsumeQueue, queue_dirs
+from .dispatch import consume_queue_mask, gets_consume_queue_unit, gets_index_entries, index_keys, tags_code
 from .exceptions import (
     ArgumentError,
     ConfigError,
@@ -57,7 +54,7 @@ from .exceptions import (
     StoreLockedError,
     StoreReadOnlyError,
 )
-from .index import IndexService, keys_of
+from .index import IndexService
 from .mapped_file import _NOFOLLOW, ReferenceResource, open_no_follow
 from .message import (
     _INT64,
@@ -763,8 +760,7 @@ class MessageStore:
             cq = self._cqs.get((topic, qid))
             if cq is not None:
                 have[qids == qid] = cq.max_physic_offset
-        tran = c["sys_flag"] & TRANSACTION_MASK
-        done = ((tran == TRANSACTION_NOT_TYPE) | (tran == TRANSACTION_COMMIT_TYPE)) & (end <= have)
+        done = consume_queue_mask(c["sys_flag"]) & (end <= have)
         if index_end is not None:
             done &= phy < index_end
         return np.flatnonzero((end > dispatch_from) & ~done).tolist()
@@ -791,8 +787,7 @@ class MessageStore:
             if topic is None:
                 topic = topics[tb] = tb.decode("utf-8", "replace")
             sys_flag = flags[i]
-            tran = sys_flag & TRANSACTION_MASK
-            if tran == TRANSACTION_NOT_TYPE or tran == TRANSACTION_COMMIT_TYPE:
+            if gets_consume_queue_unit(sys_flag):
                 cq = cqs.get((topic, qids[i]))
                 if cq is not None and phy + size <= cq.max_physic_offset and (index is None or phy < index_end):
                     continue  # in its queue and in the index already
@@ -1410,9 +1405,9 @@ class MessageStore:
     def _index_keys(self, sys_flag: int, props: dict) -> int:
         """How many index entries a record takes: none with the index off or
         for a transaction rollback record."""
-        if not self.config.message_index_enable or sys_flag & TRANSACTION_MASK == TRANSACTION_ROLLBACK_TYPE:
+        if not self.config.message_index_enable or not gets_index_entries(sys_flag):
             return 0
-        return len(keys_of(props.get(PROPERTY_UNIQ_KEY), props.get(PROPERTY_KEYS)))
+        return len(index_keys(props.get(PROPERTY_UNIQ_KEY), props.get(PROPERTY_KEYS)))
 
     def _plan_prepared(self, prepared, plan=None) -> list:
         """What prepared messages (:meth:`_prepare`'s tuples) need of the
@@ -1428,8 +1423,7 @@ class MessageStore:
             if size > plan[1]:
                 plan[1] = size
             plan[2] += 1
-            tran = sys_flag & TRANSACTION_MASK
-            if tran == TRANSACTION_NOT_TYPE or tran == TRANSACTION_COMMIT_TYPE:
+            if gets_consume_queue_unit(sys_flag):
                 key = (topic, fields[0])
                 counts[key] = counts.get(key, 0) + 1
             plan[4] += self._index_keys(sys_flag, props)
@@ -1487,8 +1481,7 @@ class MessageStore:
                     f = cl.read(phy, with_body=False)
                     if f is None:
                         break
-                    tran = f[7] & TRANSACTION_MASK
-                    if tran == TRANSACTION_NOT_TYPE or tran == TRANSACTION_COMMIT_TYPE:
+                    if gets_consume_queue_unit(f[7]):
                         firsts.setdefault((f[15], f[3]), f[5])
             except CorruptedFileError:  # (a record torn by the failure itself: nothing after it is ours)
                 pass
@@ -1527,8 +1520,7 @@ class MessageStore:
             store_ts = self._clock()
         topic, topic_b, (qid, flag, born_ts, reconsume, prepared_off), sys_flag, born_raw, store_raw, body, props_b, \
             props, size = prepared
-        tran = sys_flag & TRANSACTION_MASK
-        consumed = tran == TRANSACTION_NOT_TYPE or tran == TRANSACTION_COMMIT_TYPE
+        consumed = gets_consume_queue_unit(sys_flag)
         key = (topic, qid)
         queue_offset = self._queue_offsets.get(key, 0) if consumed else 0
         if born_ts is None:
@@ -1854,17 +1846,11 @@ class MessageStore:
 
     def _dispatch(self, topic, queue_id, queue_offset, phy, size, sys_flag, store_ts, props) -> None:
         """Build the ConsumeQueue unit and the index entries of one record (docs/recovery.md#dispatch)."""
-        tran = sys_flag & TRANSACTION_MASK
-        if tran == TRANSACTION_NOT_TYPE or tran == TRANSACTION_COMMIT_TYPE:
+        if gets_consume_queue_unit(sys_flag):
             cq = self._cqs.get((topic, queue_id))
             if cq is None:  # (recovery's re-dispatch: puts reserve their queues first)
                 cq = self._cqs[(topic, queue_id)] = self._new_consume_queue(topic, queue_id)
-            if topic == SCHEDULE_TOPIC:
-                code = tags_code(topic, props, store_ts, self.config)
-            else:  # tags_code without the delay rule
-                tags = props.get(PROPERTY_TAGS)
-                code = k.java_hash(tags) if tags else 0
-            cq.put(phy, size, code, queue_offset)
+            cq.put(phy, size, tags_code(topic, props, store_ts, self.config), queue_offset)
             self._last_logics_ts = store_ts
         if self.config.message_index_enable:
             self.index.build_index(

@@ -30,7 +30,6 @@ from ._layout import (
     INDEX_ENTRY_SIZE,
     INDEX_HASH_SLOT_SIZE,
     INDEX_HEADER_SIZE,
-    KEY_SEPARATOR,
     POS_PHYSICALOFFSET,
     PRE_BLANK_SIZE,
     PROPERTY_KEYS,
@@ -39,13 +38,12 @@ from ._layout import (
     REC_STATUS_TEXT,
     RECORD_SIZE_SLACK,
     STOREHOSTADDRESS_V6_FLAG,
-    TRANSACTION_COMMIT_TYPE,
     TRANSACTION_MASK,
-    TRANSACTION_NOT_TYPE,
 )
 from .checkpoint import field_problems as checkpoint_field_problems
 from .config import StoreConfig
-from .consumequeue import queue_dirs, tags_code
+from .consumequeue import queue_dirs
+from .dispatch import gets_consume_queue_unit, index_keys, tags_code
 from .exceptions import CorruptedFileError, RmqStoreError
 from .index import header_problem, index_file_size, infer_index_geometry
 from .message import Message, decode_host
@@ -127,13 +125,7 @@ def _common_size(sizes) -> int:
 
 def _key_hashes(topic: str, props: dict) -> frozenset:
     """Key hashes of a record: ``topic#UNIQ_KEY``, ``topic#k`` per KEYS piece (docs/format.md#building-the-index)."""
-    keys = []
-    uniq = props.get(PROPERTY_UNIQ_KEY)
-    if uniq:
-        keys.append(uniq)
-    ks = props.get(PROPERTY_KEYS)
-    if ks:
-        keys.extend(x for x in ks.split(KEY_SEPARATOR) if x)
+    keys = index_keys(props.get(PROPERTY_UNIQ_KEY), props.get(PROPERTY_KEYS))
     return frozenset(k.index_key_hash(f"{topic}#{x}") for x in keys)
 
 
@@ -529,7 +521,7 @@ class _Verifier:
             return
         tran = rec.sys_flag & TRANSACTION_MASK
         if (rec.size != size or rec.topic != topic or rec.queue_id != qid or rec.queue_offset != q
-                or tran not in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE)):
+                or not gets_consume_queue_unit(rec.sys_flag)):
             self.error(f.rel, upos, f"{where} points at a record of {rec.size} bytes for {rec.topic}/{rec.queue_id} "
                                     f"queue offset {rec.queue_offset} (transaction type {tran})")
             return
@@ -541,7 +533,7 @@ class _Verifier:
         U = CQ_STORE_UNIT_SIZE
         hint = " (the store was not shut down cleanly: recovery dispatches it again)" if self.abort else ""
         for rec in self.records:
-            if rec.sys_flag & TRANSACTION_MASK not in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE):
+            if not gets_consume_queue_unit(rec.sys_flag):
                 continue
             what = (f"message missing from ConsumeQueue: {rec.topic}/{rec.queue_id} queue offset {rec.queue_offset} "
                     f"(record at physical offset {rec.phys}, {rec.file}@{rec.pos})")
@@ -1002,8 +994,7 @@ def _copy_records(store, segs, records: _Found, now, report) -> None:
         if old_phys in records.referenced:
             remap[old_phys] = r.wrote_offset
         report["messages_copied"] += 1
-        tran = f[7] & TRANSACTION_MASK
-        if tran in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE) and r.queue_offset != f[5]:
+        if gets_consume_queue_unit(f[7]) and r.queue_offset != f[5]:
             report["queue_offsets_renumbered"] += 1
 
 

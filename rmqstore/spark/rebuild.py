@@ -26,13 +26,8 @@ from collections.abc import Iterator
 
 from .. import _kernels as k
 from .. import arrow
-from .._layout import (
-    SCHEDULE_TOPIC,
-    TRANSACTION_COMMIT_TYPE,
-    TRANSACTION_MASK,
-    TRANSACTION_NOT_TYPE,
-    TRANSACTION_ROLLBACK_TYPE,
-)
+from .._layout import SCHEDULE_TOPIC
+from ..dispatch import consume_queue_mask, index_key_rows, index_mask, tags_code, tags_hash
 from .source import _exchange, _held_lock
 
 __all__ = ["rebuild_consume_queues", "rebuild_index"]
@@ -92,12 +87,10 @@ def _tags_codes(split: arrow.Split, phys, topics, tags, config, cache: dict):
     import numpy as np
     import pyarrow.compute as pc
 
-    from ..consumequeue import tags_code
-
     codes = np.zeros(len(tags), dtype=np.int64)
     enc = pc.dictionary_encode(tags)
     values = enc.dictionary.to_pylist()
-    hashes = np.array([cache.setdefault(v, k.java_hash(v) if v else 0) for v in values] or [0], dtype=np.int64)
+    hashes = np.array([cache.setdefault(v, tags_hash(v)) for v in values] or [0], dtype=np.int64)
     idx = enc.indices.to_numpy(zero_copy_only=False)
     valid = ~np.asarray(enc.indices.is_null().to_numpy(zero_copy_only=False))
     codes[valid] = hashes[idx[valid].astype(np.int64)]
@@ -123,8 +116,7 @@ def _scan_units(batches, config) -> Iterator:
     cache: dict = {}
     for _i, split in _split_rows(batches):
         for b in arrow.read_split(split, _SCAN_COLUMNS + ("tags",), check_crc=True):
-            tran = b.column("sys_flag").to_numpy() & TRANSACTION_MASK
-            keep = (tran == TRANSACTION_NOT_TYPE) | (tran == TRANSACTION_COMMIT_TYPE)
+            keep = consume_queue_mask(b.column("sys_flag").to_numpy())
             if not keep.all():
                 b = b.filter(pa.array(keep))
             if b.num_rows == 0:
@@ -237,43 +229,25 @@ def _scan_entries(batches) -> Iterator:
     with a null key and seq -1, so the driver knows the store has records."""
     import numpy as np
     import pyarrow as pa
-    import pyarrow.compute as pc
 
     cols = ("physical_offset", "store_timestamp", "topic", "sys_flag", "keys", "unique_key")
     for i, split in _split_rows(batches):
         seq = 0
         records = 0
         for b in arrow.read_split(split, cols, check_crc=True):
-            tran = b.column("sys_flag").to_numpy() & TRANSACTION_MASK
-            if (tran == TRANSACTION_ROLLBACK_TYPE).any():
-                b = b.filter(pa.array(tran != TRANSACTION_ROLLBACK_TYPE))
+            keep = index_mask(b.column("sys_flag").to_numpy())
+            if not keep.all():
+                b = b.filter(pa.array(keep))
             n = b.num_rows
             records += n
             if n == 0:
                 continue
             phy = b.column("physical_offset").to_numpy()
             ts = b.column("store_timestamp").cast(pa.int64()).to_numpy() // 1000
-            # UNIQ_KEY entries: position 0 of their record
-            uniq = b.column("unique_key")
-            has_uniq = pc.fill_null(pc.greater(pc.binary_length(uniq), 0), False).to_numpy(zero_copy_only=False)
-            u_owner = np.flatnonzero(has_uniq)
-            u_keys = uniq.filter(pa.array(has_uniq))
-            # KEYS entries: positions 1.. in the order written
-            lists = pc.split_pattern(b.column("keys"), " ")
-            flat = pc.list_flatten(lists)
-            k_owner = pc.list_parent_indices(lists).to_numpy().astype(np.int64)
-            offsets = lists.offsets.to_numpy().astype(np.int64)
-            k_pos = np.arange(len(flat), dtype=np.int64) - offsets[k_owner] + 1
-            nonempty = pc.greater(pc.binary_length(flat), 0).to_numpy(zero_copy_only=False)
-            owner = np.concatenate([u_owner, k_owner[nonempty]])
-            pos = np.concatenate([np.zeros(u_owner.size, np.int64), k_pos[nonempty]])
-            keys = pa.concat_arrays([u_keys, flat.filter(pa.array(nonempty))])
-            order = np.lexsort((pos, owner))
-            m = order.size
+            owner, full = index_key_rows(b.column("topic"), b.column("unique_key"), b.column("keys"))
+            m = owner.size
             if m == 0:
                 continue
-            owner = owner[order]
-            full = pc.binary_join_element_wise(b.column("topic").take(pa.array(owner)), keys.take(pa.array(order)), "#")
             yield pa.RecordBatch.from_arrays(
                 [pa.array(np.full(m, i, dtype=np.int32)), pa.array(np.arange(seq, seq + m, dtype=np.int64)),
                  pa.array(phy[owner]), pa.array(ts[owner]), full],
