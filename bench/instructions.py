@@ -65,8 +65,8 @@ def workload(kind: str, n: int) -> None:
         elif kind == "put-batch":
             for i in range(0, n, 1000):
                 s.put_messages(msgs[i : i + 1000])
-        elif kind == "put-columns":  # the same messages as columns, 1000 per call
-            cols = [(m.body, m.queue_id, m.tags, m.keys, m.unique_key) for m in msgs[:n]]
+        elif kind == "put-columns":  # the same messages as columns (from the caller's fields), 1000 per call
+            cols = [(body, qid, tags, keys, uniq) for body, qid, tags, keys, uniq, _ in fields[:n]]
             for i in range(0, n, 1000):
                 bodies, qids, tags, keys, uniq = (list(c) for c in zip(*cols[i : i + 1000]))
                 s.put_message_columns(TOPIC, bodies, qids, tags=tags, keys=keys, unique_keys=uniq)
