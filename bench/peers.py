@@ -622,11 +622,12 @@ def summary_lines(benchmarks) -> list:
         return []
     stores = [s for s in STORES + APPEND_ONLY if any(k[0] == s for k in rates)]
     width = max(len(s) for s in stores) + 2
-    head = f"{'store':<{width}}" + "".join(f"{w:>14}" for w in WORKLOADS)
+    cols = [max(14, len(w) + 2) for w in WORKLOADS]
+    head = f"{'store':<{width}}" + "".join(f"{w:>{c}}" for w, c in zip(WORKLOADS, cols))
     lines = [f"N = {n:,} messages of 256 B, 8 queues (median ops per second)", head]
     for s in stores:
         cells = [rates.get((s, w)) for w in WORKLOADS]
-        lines.append(f"{s:<{width}}" + "".join(f"{c:>14,.0f}" if c else f"{'-':>14}" for c in cells))
+        lines.append(f"{s:<{width}}" + "".join(f"{v:>{c},.0f}" if v else f"{'-':>{c}}" for v, c in zip(cells, cols)))
     base = "rmqstore-cython"
     if any(k[0] == base for k in rates):
         lines.append("")
@@ -635,8 +636,8 @@ def summary_lines(benchmarks) -> list:
             if s == base:
                 continue
             cells = []
-            for w in WORKLOADS:
+            for w, width_w in zip(WORKLOADS, cols):
                 c, p = rates.get((base, w)), rates.get((s, w))
-                cells.append(f"{c / p:>13.2f}x" if c and p else f"{'-':>14}")
+                cells.append(f"{c / p:>{width_w - 1}.2f}x" if c and p else f"{'-':>{width_w}}")
             lines.append(f"{'vs ' + s:<{width}}" + "".join(cells))
     return lines
