@@ -3042,7 +3042,7 @@ cdef class Appender:
         queue_offsets (dict): shared with the caller, see above.
     """
     # The docstrings are the twin's (_pure.Appender), as for every kernel: keep them alike.
-    cdef object message_type, result_type, ok_status, store_host, queue_offsets
+    cdef object result_type, ok_status, store_host, queue_offsets
     cdef dict queues
     cdef bint append_crc, index_enable, untrack_results
     cdef Py_ssize_t max_message_size
@@ -3079,7 +3079,7 @@ cdef class Appender:
             raise ValueError("store_host must be the raw 8- or 20-byte host field")
         if not isinstance(queue_offsets, dict):
             raise TypeError("queue_offsets must be a dict")
-        self.message_type = message_type  # (only the core's Message goes the fast way)
+        # (message_type: only the core's own Message goes the fast way, whatever is given)
         self.result_type = result_type
         # results of a type without __dict__ hold ints, the msgId and the one
         # shared status: nothing a cycle can pass through (see rmq_tuple6)
