@@ -1,6 +1,9 @@
 # The core's classes whose state other kernels read directly (C fields, no
 # attribute lookups). Their docstrings and methods are in _core.pyx; the
-# pure-Python twins are in _pure_message.py.
+# pure-Python twins are in _pure_message.py (Message, MessageExt) and
+# _pure.py (the rest). The store's Python classes (MappedFile,
+# MappedFileQueue, CommitLog, ConsumeQueue, IndexFile, IndexService)
+# subclass the ones they share state through.
 
 
 cdef class Message:
@@ -37,3 +40,54 @@ cdef class MappedRegion:
     cdef public object mm
     cdef public long long file_from_offset
     cdef public Py_ssize_t file_size, wrote_position
+
+
+cdef class MappedQueue:
+    # A log's segments as the kernels walk them: MappedRegion objects in
+    # offset order and their common size in bytes (None: a read-only queue
+    # not yet sized). MappedFileQueue (mapped_file.py) adds the directory.
+    cdef public list files
+    cdef public object file_size
+
+
+cdef class CommitLogBase:
+    # What the read kernels need of a CommitLog: its segments and the
+    # largest record size a check accepts (bytes).
+    cdef public MappedQueue queue
+    cdef public long long max_record_size
+
+
+cdef class ConsumeQueueBase:
+    # A ConsumeQueue as the kernels see it: its files, the first valid
+    # unit's byte offset, the physical offset past its last unit's record
+    # (-1: none) and the queue it indexes.
+    cdef public MappedQueue queue
+    cdef public long long min_logic_offset, max_physic_offset
+    cdef public str topic
+    cdef public int queue_id
+
+
+cdef class IndexRegion:
+    # An index file's mapping and geometry (slots, entries).
+    cdef public object mm
+    cdef public Py_ssize_t hash_slot_num, index_num
+
+
+cdef class IndexServiceBase:
+    # The index files, oldest first, and the most offsets one lookup reads.
+    cdef public list files
+    cdef public Py_ssize_t max_msgs_num_batch
+
+
+cdef class ReferenceResource:
+    # Reader references over a store's files: one word changed by atomic
+    # operations (the count, and the exclusive bit a clean-up or close
+    # sets), so a hold never rests on the GIL; waits happen on cond (a
+    # threading.Condition), under which the flags change.
+    cdef Py_ssize_t word
+    cdef bint cleaning, shut
+    cdef object cond
+    cdef bint try_hold(self) noexcept
+    cdef int drop(self) except -1
+    cdef Py_ssize_t _count(self) noexcept
+    cdef int _end_cleaning(self) except -1

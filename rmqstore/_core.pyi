@@ -24,6 +24,12 @@ __all__ = [
     "Message",
     "MessageExt",
     "MappedRegion",
+    "MappedQueue",
+    "CommitLogBase",
+    "ConsumeQueueBase",
+    "IndexRegion",
+    "IndexServiceBase",
+    "ReferenceResource",
     "StoreState",
     "java_hash",
     "index_key_hash",
@@ -75,6 +81,61 @@ class MappedRegion:
     def __init__(
         self, mm: Any = None, file_from_offset: int = 0, file_size: int = 0, wrote_position: int = 0
     ) -> None: ...
+
+@disjoint_base
+class MappedQueue:
+    """A log's segments as the kernels walk them; see rmqstore._pure.MappedQueue."""
+
+    files: list[Any]
+    file_size: Any
+
+@disjoint_base
+class CommitLogBase:
+    """A CommitLog as the read kernels use it; see rmqstore._pure.CommitLogBase."""
+
+    queue: MappedQueue
+    max_record_size: int
+
+@disjoint_base
+class ConsumeQueueBase:
+    """A ConsumeQueue as the kernels use it; see rmqstore._pure.ConsumeQueueBase."""
+
+    queue: MappedQueue
+    min_logic_offset: int
+    max_physic_offset: int
+    topic: str
+    queue_id: int
+
+@disjoint_base
+class IndexRegion:
+    """An IndexFile as the kernels use it; see rmqstore._pure.IndexRegion."""
+
+    mm: Any
+    hash_slot_num: int
+    index_num: int
+
+@disjoint_base
+class IndexServiceBase:
+    """The index as a lookup uses it; see rmqstore._pure.IndexServiceBase."""
+
+    files: list[Any]
+    max_msgs_num_batch: int
+
+@final
+class ReferenceResource:
+    """Reader references over a store's files; see rmqstore._pure.ReferenceResource."""
+
+    @property
+    def ref_count(self) -> int: ...
+    @property
+    def closed(self) -> bool: ...
+    @property
+    def exclusive_held(self) -> bool: ...
+    def hold(self) -> None: ...
+    def release(self) -> None: ...
+    def acquire_exclusive(self, timeout: float) -> bool: ...
+    def release_exclusive(self) -> None: ...
+    def shutdown(self, timeout: float) -> bool: ...
 
 @disjoint_base
 class StoreState:

@@ -29,13 +29,15 @@ from cpython.bool cimport PyBool_Check
 from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_CheckExact
 from cpython.number cimport PyNumber_Index
 from cpython.dict cimport PyDict_CheckExact, PyDict_GetItem, PyDict_Next
-from cpython.exc cimport PyErr_CheckSignals, PyErr_Occurred
+from cpython.exc cimport PyErr_CheckSignals
 from cpython.ref cimport Py_INCREF, Py_XDECREF, PyObject
 from cpython.tuple cimport PyTuple_GET_ITEM
 from cpython.unicode cimport PyUnicode_AsUTF8AndSize, PyUnicode_CheckExact
 from cpython.set cimport PyAnySet_CheckExact, PySet_Contains
 from cpython.object cimport PyObject_Hash
 
+import threading
+import time
 import weakref
 
 from ._status import GetMessageStatus
@@ -54,8 +56,6 @@ cdef extern from "Python.h":
     unsigned char *PyUnicode_1BYTE_DATA(object o)
     bint PyUnicode_IS_COMPACT_ASCII(object o)
     bint PyUnicode_IS_ASCII(object o)
-    int PyGC_Disable()
-    int PyGC_Enable()
 
 cdef extern from "pythread.h":
     ctypedef void *rmq_lock_t "PyThread_type_lock"
@@ -133,31 +133,49 @@ cdef extern from *:
 
 cdef extern from *:
     """
-    #include <structmember.h>
-    #if PY_VERSION_HEX < 0x030B0000
-    #include <longintrepr.h>
-    #endif
-    /* An exact int of one 30-bit digit (3.12+: a compact int), or before
-       3.12 of two (ms timestamps, offsets below 2**60), into *v*: the ints
-       a store passes, read without a call into the C API. 0 for anything
-       else (the caller takes the API's path). */
+    /* An exact int that fits one machine word, into *v*, without a call:
+       3.12+ has public (unstable-tier) API for a "compact" int, the ints a
+       store passes (ms timestamps, offsets). 0 for anything else, and
+       always before 3.12: the caller takes PyLong_AsLongLongAndOverflow. */
     static inline int rmq_small_long(PyObject *o, long long *v) {
-        if (!PyLong_CheckExact(o)) return 0;
     #if PY_VERSION_HEX >= 0x030C0000
-        if (!PyUnstable_Long_IsCompact((PyLongObject *)o)) return 0;
+        if (!PyLong_CheckExact(o) || !PyUnstable_Long_IsCompact((PyLongObject *)o)) return 0;
         *v = (long long)PyUnstable_Long_CompactValue((PyLongObject *)o);
-    #else
-        const digit *d = ((PyLongObject *)o)->ob_digit;
-        switch (Py_SIZE(o)) {
-        case 0: *v = 0; break;
-        case 1: *v = (long long)d[0]; break;
-        case -1: *v = -(long long)d[0]; break;
-        case 2: *v = (long long)d[0] | (long long)d[1] << PyLong_SHIFT; break;
-        case -2: *v = -((long long)d[0] | (long long)d[1] << PyLong_SHIFT); break;
-        default: return 0;
-        }
-    #endif
         return 1;
+    #else
+        (void)o; (void)v;
+        return 0;
+    #endif
+    }
+    /* A ReferenceResource's word: bit 0 set while a clean-up or close holds
+       the references exclusively, the references held counted above it.
+       Atomic operations (GCC and Clang builtins), so a hold never rests on
+       the GIL: once a clean-up has set the bit, no hold can succeed, and
+       the count it then waits on only falls. */
+    #define RMQ_REF_EXCLUSIVE ((Py_ssize_t)1)
+    static inline Py_ssize_t rmq_ref_load(Py_ssize_t *w) {
+        return __atomic_load_n(w, __ATOMIC_ACQUIRE);
+    }
+    static inline int rmq_ref_try_hold(Py_ssize_t *w) {
+        Py_ssize_t v = __atomic_load_n(w, __ATOMIC_ACQUIRE);
+        while (!(v & RMQ_REF_EXCLUSIVE))
+            if (__atomic_compare_exchange_n(w, &v, v + 2, 1, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+                return 1;
+        return 0;
+    }
+    /* The word after the drop (unchanged when no reference is held). */
+    static inline Py_ssize_t rmq_ref_drop(Py_ssize_t *w) {
+        Py_ssize_t v = __atomic_load_n(w, __ATOMIC_ACQUIRE);
+        while (v >= 2)
+            if (__atomic_compare_exchange_n(w, &v, v - 2, 1, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+                return v - 2;
+        return v;
+    }
+    static inline void rmq_ref_set_exclusive(Py_ssize_t *w) {
+        __atomic_fetch_or(w, RMQ_REF_EXCLUSIVE, __ATOMIC_SEQ_CST);
+    }
+    static inline void rmq_ref_clear_exclusive(Py_ssize_t *w) {
+        __atomic_fetch_and(w, ~RMQ_REF_EXCLUSIVE, __ATOMIC_SEQ_CST);
     }
     /* The referent of a weak reference (a new reference), None once it is
        gone: PyWeakref_GetObject's borrowed reference is deprecated in 3.13. */
@@ -171,91 +189,6 @@ cdef extern from *:
         Py_XINCREF(o);
     #endif
         return o;
-    }
-    /* An attribute site's cache: obj.<name> read or written at the
-       __slots__ offset found for obj's type, while the type is unchanged
-       (its version tag, which any change to it or to a base clears). The
-       store objects the kernels use (MappedFile, MappedFileQueue,
-       ConsumeQueue, CommitLog, IndexService, IndexFile, ReferenceResource)
-       are slotted; anything else takes the attribute protocol, as does an
-       unset slot on a read. */
-    typedef struct { PyTypeObject *tp; unsigned int tag; Py_ssize_t off; } rmq_attr_cache;
-    /* Fill *c* for obj's type after the protocol read or wrote obj.<name>:
-       kept only for a writable object slot of a type with the generic
-       attribute protocol. -1 with an exception set on a lookup error. */
-    static int rmq_attr_learn(PyObject *obj, PyObject *name, rmq_attr_cache *c) {
-        PyTypeObject *tp = Py_TYPE(obj);
-        PyObject *mro = tp->tp_mro, *d = NULL;
-        PyMemberDef *m;
-        Py_ssize_t i;
-        c->tp = NULL;
-        if (tp->tp_getattro != PyObject_GenericGetAttr || tp->tp_setattro != PyObject_GenericSetAttr ||
-                mro == NULL || !PyType_HasFeature(tp, Py_TPFLAGS_VALID_VERSION_TAG))
-            return 0;
-        for (i = 0; i < PyTuple_GET_SIZE(mro) && d == NULL; i++) {  /* as type lookup finds it */
-            PyObject *dict = ((PyTypeObject *)PyTuple_GET_ITEM(mro, i))->tp_dict;
-            if (dict != NULL)
-                d = PyDict_GetItemWithError(dict, name);
-        }
-        if (d == NULL)
-            return PyErr_Occurred() ? -1 : 0;
-        if (!Py_IS_TYPE(d, &PyMemberDescr_Type))
-            return 0;
-        m = ((PyMemberDescrObject *)d)->d_member;
-        if (m->type == T_OBJECT_EX && !(m->flags & READONLY)) {
-            c->tp = tp;
-            c->tag = tp->tp_version_tag;
-            c->off = m->offset;
-        }
-        return 0;
-    }
-    static inline PyObject *rmq_getattr(PyObject *obj, PyObject *name, rmq_attr_cache *c) {
-        PyTypeObject *tp = Py_TYPE(obj);
-        PyObject *v;
-        if (tp == c->tp && tp->tp_version_tag == c->tag) {
-            v = *(PyObject **)((char *)obj + c->off);
-            if (v != NULL) {
-                Py_INCREF(v);
-                return v;
-            }
-        }
-        v = PyObject_GetAttr(obj, name);  /* (also gives the type a version tag) */
-        if (v != NULL && rmq_attr_learn(obj, name, c) < 0)
-            Py_CLEAR(v);
-        return v;
-    }
-    /* The truth of obj.<name> read as rmq_getattr does; 1 when obj has no
-       such attribute, -1 with an exception set on any other error. */
-    static int rmq_flag(PyObject *obj, PyObject *name, rmq_attr_cache *c) {
-        PyObject *v = rmq_getattr(obj, name, c);
-        int r;
-        if (v == Py_False || v == Py_True) {  /* (the store's flags: no call) */
-            Py_DECREF(v);
-            return v == Py_True;
-        }
-        if (v == NULL) {
-            if (!PyErr_ExceptionMatches(PyExc_AttributeError))
-                return -1;
-            PyErr_Clear();
-            return 1;
-        }
-        r = PyObject_IsTrue(v);
-        Py_DECREF(v);
-        return r;
-    }
-    static inline int rmq_setattr(PyObject *obj, PyObject *name, PyObject *v, rmq_attr_cache *c) {
-        PyTypeObject *tp = Py_TYPE(obj);
-        if (tp == c->tp && tp->tp_version_tag == c->tag) {
-            PyObject **p = (PyObject **)((char *)obj + c->off);
-            PyObject *old = *p;
-            Py_INCREF(v);
-            *p = v;
-            Py_XDECREF(old);  /* (dropped last, as the member descriptor does) */
-            return 0;
-        }
-        if (PyObject_SetAttr(obj, name, v) < 0)
-            return -1;
-        return rmq_attr_learn(obj, name, c);
     }
     /* An instance of the n-tuple subclass *tp* of *items*, without calling
        its Python-level __new__. With *untrack* the GC stops tracking it: a
@@ -285,16 +218,15 @@ cdef extern from *:
     }
     """
     bint rmq_small_long(object o, long long *v)
+    Py_ssize_t RMQ_REF_EXCLUSIVE
+    Py_ssize_t rmq_ref_load(Py_ssize_t *w) noexcept nogil
+    bint rmq_ref_try_hold(Py_ssize_t *w) noexcept nogil
+    Py_ssize_t rmq_ref_drop(Py_ssize_t *w) noexcept nogil
+    void rmq_ref_set_exclusive(Py_ssize_t *w) noexcept nogil
+    void rmq_ref_clear_exclusive(Py_ssize_t *w) noexcept nogil
     object rmq_deref(object ref)
     object rmq_tuple6(object tp, int untrack, object a, object b, object c, object d, object e, object f)
     object rmq_tuple5(object tp, object a, object b, object c, object d, object e)
-    ctypedef struct rmq_attr_cache:
-        void *tp
-        unsigned int tag
-        Py_ssize_t off
-    object rmq_getattr(object obj, object name, rmq_attr_cache *c)
-    int rmq_flag(object obj, object name, rmq_attr_cache *c) except -1
-    int rmq_setattr(object obj, object name, object value, rmq_attr_cache *c) except -1
 
 # Same values as rmqstore/_layout.py (checked by tests/test_kernels.py).
 cdef enum:
@@ -364,6 +296,12 @@ __all__ = [
     "Message",
     "MessageExt",
     "MappedRegion",
+    "MappedQueue",
+    "CommitLogBase",
+    "ConsumeQueueBase",
+    "IndexRegion",
+    "IndexServiceBase",
+    "ReferenceResource",
     "StoreState",
     "java_hash",
     "index_key_hash",
@@ -432,6 +370,20 @@ cdef inline long long _i64(object o) except? -1:
     if ovf:
         raise OverflowError(f"{o} does not fit in a 64-bit field")
     return v
+
+
+cdef inline bint _long_in(object v, long long lo, long long hi, long long *out) noexcept:
+    """Whether *v* is an exact int within [lo, hi] (then its value in *out*):
+    the gate's fast path takes no other number, the store's method checks
+    (and refuses) the rest."""
+    cdef int ovf = 0
+    if not rmq_small_long(v, out):  # (the usual values, read inline)
+        if not PyLong_CheckExact(v):
+            return False
+        out[0] = PyLong_AsLongLongAndOverflow(v, &ovf)  # (cannot fail for an exact int)
+        if ovf:
+            return False
+    return lo <= out[0] <= hi
 
 
 cdef inline int _i32(object o) except? -1:
@@ -886,7 +838,7 @@ def append_dispatch(
             n = PyList_GET_SIZE(keys)
             if not _get_rw(index_buf, &iv):
                 _not_writable(index_buf)
-            _check_index(&iv, hash_slot_num, index_num, &hsn, &idx)
+            _check_index(&iv, _idx(hash_slot_num), _idx(index_num), &hsn, &idx)
             u = <unsigned char *>iv.buf
             count = ld32(u + 36)
             if count <= 0:
@@ -1798,12 +1750,6 @@ def cq_scan(buf, start, end, phy_limit=None):
     return p, max_end
 
 
-# an attribute cache (rmq_getattr, rmq_setattr) per store attribute the kernels use
-cdef rmq_attr_cache _AC_EXCL, _AC_CL_QUEUE, _AC_CL_MAXREC, _AC_Q_FILES, _AC_Q_SIZE
-cdef rmq_attr_cache _AC_CQ_QUEUE, _AC_CQ_MIN, _AC_CQ_TOPIC, _AC_CQ_QID, _AC_CQ_MAX
-cdef rmq_attr_cache _AC_IX_FILES, _AC_IX_BATCH, _AC_IF_MM, _AC_IF_HSN, _AC_IF_INUM
-
-
 @cython.auto_pickle(False)  # (a mapping is not data)
 cdef class MappedRegion:
     """A mapped segment as the kernels read and write it: ``mm`` (the
@@ -1815,6 +1761,50 @@ cdef class MappedRegion:
     def __init__(self, mm=None, file_from_offset=0, file_size=0, wrote_position=0):
         self.mm = mm
         self.file_from_offset, self.file_size, self.wrote_position = file_from_offset, file_size, wrote_position
+
+
+@cython.auto_pickle(False)  # (a store's files are not data)
+cdef class MappedQueue:
+    """The segments of one log as the kernels walk them: ``files`` (a list
+    of :class:`MappedRegion`, in offset order) and ``file_size`` (bytes per
+    segment; None for a read-only queue not yet sized). ``MappedFileQueue``
+    (RocketMQ's ``MappedFileQueue``) is a MappedQueue with a directory; the
+    pure twin has the same class."""
+
+
+@cython.auto_pickle(False)
+cdef class CommitLogBase:
+    """A CommitLog as the read kernels use it: ``queue`` (its
+    :class:`MappedQueue`) and ``max_record_size`` (the largest record, in
+    bytes, a check accepts). ``CommitLog`` is a CommitLogBase with recovery
+    and the walks; the pure twin has the same class."""
+
+
+@cython.auto_pickle(False)
+cdef class ConsumeQueueBase:
+    """A ConsumeQueue as the kernels use it: ``queue`` (its
+    :class:`MappedQueue`), ``min_logic_offset`` (byte offset of the first
+    valid unit), ``max_physic_offset`` (physical offset past the last
+    unit's record, -1: none; the put kernel advances it), ``topic`` and
+    ``queue_id``. ``ConsumeQueue`` is a ConsumeQueueBase with recovery and
+    the searches; the pure twin has the same class."""
+
+
+@cython.auto_pickle(False)
+cdef class IndexRegion:
+    """An IndexFile as the kernels use it: ``mm`` (the mapping) and its
+    geometry, ``hash_slot_num`` and ``index_num``. ``IndexFile`` is an
+    IndexRegion with a path and a header; the pure twin has the same
+    class."""
+
+
+@cython.auto_pickle(False)
+cdef class IndexServiceBase:
+    """The index as a lookup uses it: ``files`` (:class:`IndexRegion`
+    objects, oldest first) and ``max_msgs_num_batch`` (the most offsets one
+    lookup reads, RocketMQ's ``maxMsgsNumBatch``). ``IndexService`` is an
+    IndexServiceBase with rolling and recovery; the pure twin has the same
+    class."""
 
 
 cdef struct _View:
@@ -1840,18 +1830,39 @@ cdef object _view_open(_View *v, object view):
     return bufs
 
 
+cdef inline MappedQueue _queue_of_log(object commitlog):
+    cdef MappedQueue queue = (<CommitLogBase?>commitlog).queue
+    if queue is None:
+        raise TypeError("a CommitLog without a queue")
+    return queue
+
+
+cdef inline Py_ssize_t _max_record(object commitlog) except -1:
+    cdef long long m = (<CommitLogBase?>commitlog).max_record_size
+    if m < 0 or m > PY_SSIZE_T_MAX:
+        raise ValueError(f"max_record_size {m} is out of range")
+    return <Py_ssize_t>m
+
+
+cdef inline MappedQueue _queue_of_cq(object cq):
+    cdef MappedQueue queue = (<ConsumeQueueBase?>cq).queue
+    if queue is None:
+        raise TypeError("a ConsumeQueue without a queue")
+    return queue
+
+
 cdef object _view_of(_View *v, object commitlog):
     """v over *commitlog*'s segments as ``CommitLog.segment_view()`` would
     see them now, read straight from its MappedFile objects; returns them."""
-    queue = rmq_getattr(commitlog, "queue", &_AC_CL_QUEUE)  # plain attributes only: no property runs Python code here
-    files = rmq_getattr(queue, "files", &_AC_Q_FILES)
-    if not PyList_CheckExact(files):
-        raise TypeError("a CommitLog's queue.files must be a list")
+    cdef MappedQueue queue = _queue_of_log(commitlog)
+    files = queue.files
+    if files is None:
+        raise TypeError("a CommitLog's queue has no files list")
     v.n = PyList_GET_SIZE(files)
     if v.n == 0:  # nothing stored (a read-only store may not know its file size): every read misses
         v.fs, v.base, v.lo, v.hi = 1, 0, 0, 0
     else:
-        v.fs = _i64(rmq_getattr(queue, "file_size", &_AC_Q_SIZE))
+        v.fs = _i64(queue.file_size)
         last = files[v.n - 1]
         v.base = v.lo = (<MappedRegion?>files[0]).file_from_offset
         v.hi = (<MappedRegion?>last).file_from_offset + (<MappedRegion?>last).wrote_position
@@ -2105,18 +2116,22 @@ cdef object _search_time(_Search *s, const unsigned char *b, Py_ssize_t blen, lo
     return jdiv(fs, result, CQ_STORE_UNIT_SIZE)
 
 
-cdef inline bint _may_read(object refs) except -1:
-    """Whether a kernel may read a store's files with no reader reference
-    (``ReferenceResource``): it runs no Python code while it reads, so the
-    GIL it holds keeps clean-up and the store's close() out (this module
-    does not declare itself free-threading compatible: a free-threaded
-    CPython imports it with the GIL on), unless one of them already holds
-    the references exclusively; close() keeps them so for good, and the
-    callers then go to ``refs.hold()``, which raises StoreClosedError.
-    *refs* None: the caller holds one. Every read goes through a buffer
-    export of a segment's mmap besides, which Python never unmaps while
-    exported (a close that got in would leave the mapping to the export)."""
-    return refs is None or not rmq_getattr(refs, "_exclusive", &_AC_EXCL)
+cdef inline bint _hold(object refs) except -1:
+    """Take a reader reference from *refs* (the store's
+    ``ReferenceResource``) for a read kernel, which then drops it with
+    :func:`_drop` when its last byte is copied out: clean-up and the store's
+    close() wait for it, so no file the kernel reads is unmapped or removed
+    meanwhile, whatever Python code (a finalizer, another thread) runs.
+    False when a clean-up or close holds the references exclusively: the
+    caller then goes to ``refs.hold()``, which waits or raises
+    StoreClosedError. *refs* None: the caller holds one (True)."""
+    return refs is None or (<ReferenceResource?>refs).try_hold()
+
+
+cdef inline int _drop(object refs) except -1:
+    if refs is not None:
+        (<ReferenceResource>refs).drop()
+    return 0
 
 
 cdef int64_t _unit_time(_Search *s, object bufs, object mf, Py_ssize_t pos) except? -2:
@@ -2146,13 +2161,22 @@ def time_lookup(cq, commitlog, timestamp, bint upper, refs):
 
     Returns None instead when the caller must hold a reference and call
     again with ``refs=None`` (the core's answer while clean-up holds the
-    references, or for a timestamp outside int64; never here)."""
+    references exclusively; never here)."""
     return _time_lookup(cq, commitlog, timestamp, upper, refs)
 
 
 cdef object _time_lookup(cq, commitlog, timestamp, bint upper, refs):
+    if not _hold(refs):
+        return None
+    try:
+        return _time_lookup_in(cq, commitlog, timestamp, upper)
+    finally:
+        _drop(refs)
+
+
+cdef object _time_lookup_in(cq, commitlog, timestamp, bint upper):
     # ConsumeQueue.offset_by_time(timestamp, upper, commitlog.segment_view())
-    # in one call: the file choice, the search and the clamp
+    # in one call (under a reference): the file choice, the search and the clamp
     cdef int ovf = 1
     cdef Py_ssize_t n, i, fsz, low, wrote
     cdef long long mn, mx, res, start
@@ -2161,20 +2185,17 @@ cdef object _time_lookup(cq, commitlog, timestamp, bint upper, refs):
     cdef _View cl
     if type(timestamp) is int:
         s.ts = PyLong_AsLongLongAndOverflow(timestamp, &ovf)
-    if not _may_read(refs) or (ovf and refs is not None):
-        return None
-    if ovf:  # compared as Python objects: the twin's path, under the caller's hold
+    if ovf:  # compared as Python objects: the twin's path
         return cq.offset_by_time(timestamp, upper, commitlog.segment_view())
-    queue = rmq_getattr(cq, "queue", &_AC_CQ_QUEUE)
-    files = rmq_getattr(queue, "files", &_AC_Q_FILES)
-    if not PyList_CheckExact(files):
-        raise TypeError("a ConsumeQueue's queue.files must be a list")
+    queue = _queue_of_cq(cq)
+    files = queue.files
+    if files is None:
+        raise TypeError("a ConsumeQueue's queue has no files list")
     n = PyList_GET_SIZE(files)
     if n == 0:
         return 0
-    fsz = _idx(rmq_getattr(queue, "file_size", &_AC_Q_SIZE))
-    min_logic = rmq_getattr(cq, "min_logic_offset", &_AC_CQ_MIN)
-    mn = jdiv(_i64(min_logic), 0, CQ_STORE_UNIT_SIZE)
+    fsz = _idx(queue.file_size)
+    mn = jdiv((<ConsumeQueueBase>cq).min_logic_offset, 0, CQ_STORE_UNIT_SIZE)
     last = files[n - 1]
     mx = jdiv((<MappedRegion?>last).file_from_offset, (<MappedRegion?>last).wrote_position, CQ_STORE_UNIT_SIZE)
     # the CommitLog as segment_view() gives it, probed in C
@@ -2206,7 +2227,8 @@ cdef object _time_lookup(cq, commitlog, timestamp, bint upper, refs):
             if wrote <= 0:
                 res = jdiv(start, 0, CQ_STORE_UNIT_SIZE)
             else:
-                low = _idx(min_logic - start)  # as Python ints: min_logic_offset may lag far behind
+                # as Python ints: min_logic_offset may lag far behind
+                low = _idx(<object>(<ConsumeQueueBase>cq).min_logic_offset - start)
                 PyObject_GetBuffer((<MappedRegion?>mf).mm, &v, PyBUF_SIMPLE)
                 res = _search_time(&s, <const unsigned char *>v.buf, v.len, start, low if low > 0 else 0,
                                    wrote if wrote < fsz else fsz, timestamp, upper, cl.lo, 0, None, bufs, low)
@@ -2220,15 +2242,15 @@ cdef object _time_lookup(cq, commitlog, timestamp, bint upper, refs):
 # --- IndexFile ------------------------------------------------------------
 
 
-cdef int _check_index(Py_buffer *v, object hash_slot_num, object index_num,
+cdef int _check_index(Py_buffer *v, Py_ssize_t hash_slot_num, Py_ssize_t index_num,
                       Py_ssize_t *hsn, Py_ssize_t *idx) except -1:
     """Validate that v holds header + slots + entries (overflow-safe)."""
     cdef Py_ssize_t rem = v.len - INDEX_HEADER_SIZE
-    hsn[0] = _idx(hash_slot_num)
-    idx[0] = _idx(index_num)
+    hsn[0] = hash_slot_num
+    idx[0] = index_num
     if hsn[0] <= 0 or idx[0] <= 0 or rem < 0 or hsn[0] > rem // INDEX_HASH_SLOT_SIZE or \
             idx[0] > (rem - hsn[0] * INDEX_HASH_SLOT_SIZE) // INDEX_ENTRY_SIZE:
-        need = INDEX_HEADER_SIZE + hash_slot_num * INDEX_HASH_SLOT_SIZE + index_num * INDEX_ENTRY_SIZE
+        need = INDEX_HEADER_SIZE + <object>hash_slot_num * INDEX_HASH_SLOT_SIZE + <object>index_num * INDEX_ENTRY_SIZE
         raise ValueError(f"index buffer of {v.len} bytes is smaller than {need}")
     return 0
 
@@ -2298,7 +2320,7 @@ def index_put(buf, hash_slot_num, index_num, key, physical_offset, store_timesta
     cdef Py_buffer v
     cdef bint writable = _get_rw(buf, &v)
     try:
-        _check_index(&v, hash_slot_num, index_num, &hsn, &idx)
+        _check_index(&v, _idx(hash_slot_num), _idx(index_num), &hsn, &idx)
         if _index_full(<const unsigned char *>v.buf, idx):
             return False
         key_hash = _key_hash(key)
@@ -2339,7 +2361,7 @@ def index_put_keys(buf, hash_slot_num, index_num, prefix, keys, physical_offset,
     cdef bint writable = _get_rw(buf, &v)
     cdef long long end_phy
     try:
-        _check_index(&v, hash_slot_num, index_num, &hsn, &idx)
+        _check_index(&v, _idx(hash_slot_num), _idx(index_num), &hsn, &idx)
         end_phy = ld64(<const unsigned char *>v.buf + 24)
         if phy < end_phy:
             return -1
@@ -2372,7 +2394,7 @@ def index_select(buf, hash_slot_num, index_num, key, max_num, begin, end, out):
     memset(&found, 0, sizeof(found))
     PyObject_GetBuffer(buf, &v, PyBUF_SIMPLE)
     try:
-        _check_index(&v, hash_slot_num, index_num, &hsn, &idx)
+        _check_index(&v, _idx(hash_slot_num), _idx(index_num), &hsn, &idx)
         _select(<const unsigned char *>v.buf, hsn, idx, _key_hash(key), limit - len(out), lo, hi, &found)
         for i in range(found.n // 8):
             out.append((<int64_t *>found.p)[i])
@@ -2438,15 +2460,8 @@ cdef extern from "Python.h":
 cdef inline bint _int_in(object v, long long lo, long long hi) noexcept:
     """Whether *v* is an exact int in [lo, hi] (the common case of
     Message's int checks; anything else goes to the pure checks)."""
-    cdef int ovf = 0
     cdef long long x
-    if not PyLong_CheckExact(v):
-        return False
-    x = PyLong_AsLongLongAndOverflow(v, &ovf)
-    if ovf != 0 or (x == -1 and PyErr_Occurred() != NULL):
-        PyErr_Clear()
-        return False
-    return lo <= x <= hi
+    return _long_in(v, lo, hi, &x)
 
 
 cdef inline bint _plain_str(object v) noexcept:
@@ -2708,7 +2723,8 @@ cdef inline object _slot_hit(list slots, Py_ssize_t i, object topic, object queu
 cdef class _Queue:
     """A ConsumeQueue bound to an Appender: the queue, its last file and
     what stays fixed while that file is the last one."""
-    cdef object cq, mf, mm, topic_b, key
+    cdef ConsumeQueueBase cq
+    cdef object mf, mm, topic_b, key
     cdef long long file_from
     cdef Py_ssize_t file_size
     cdef uint32_t key_h0
@@ -3045,6 +3061,7 @@ cdef class Appender:
     cdef object result_type, ok_status, store_host, queue_offsets
     cdef dict queues
     cdef bint append_crc, index_enable, untrack_results
+    cdef bint entered  # inside a call (see _enter)
     cdef Py_ssize_t max_message_size
     cdef object commit_file, commit_mm
     cdef long long commit_from
@@ -3059,7 +3076,6 @@ cdef class Appender:
     cdef dict hosts  # host str -> its raw bytes, learnt from host_bytes (see _learn_hosts)
     cdef bint born_default
     cdef long long gen  # put calls so far
-    cdef bint busy  # within a put call (_begin to _end)
     cdef _Queue touched  # the queues the current call wrote, linked by next_touched
     cdef list slots  # (topic, queue_id, _Queue) by queue id: see _bound
 
@@ -3111,34 +3127,39 @@ cdef class Appender:
         self.commit_file = mapped_file
 
     def bind_index(self, index_file):
-        """Bind the last ``IndexFile`` (its ``mm``, ``hash_slot_num``,
-        ``index_num``), or unbind it with None. Raises ValueError when the
-        mapping is smaller than the header, slots and entries of that
-        geometry (or a count is not positive). Returns None."""
+        """Bind the last ``IndexFile`` (an :class:`IndexRegion`: its ``mm``,
+        ``hash_slot_num``, ``index_num``), or unbind it with None. Raises
+        TypeError for another type, ValueError when the mapping is smaller
+        than the header, slots and entries of that geometry (or a count is
+        not positive). Returns None."""
         cdef Py_buffer v
         cdef Py_ssize_t hsn, idx
         if index_file is None:
             self.index_mm = None
             return
-        mm = index_file.mm
+        cdef IndexRegion r = <IndexRegion?>index_file
+        mm = r.mm
         PyObject_GetBuffer(mm, &v, PyBUF_SIMPLE)
         try:
-            _check_index(&v, index_file.hash_slot_num, index_file.index_num, &hsn, &idx)
+            _check_index(&v, r.hash_slot_num, r.index_num, &hsn, &idx)
         finally:
             PyBuffer_Release(&v)
         self.hsn, self.inum, self.index_mm = hsn, idx, mm
 
     def bind_queue(self, topic, queue_id, topic_bytes, consume_queue, mapped_file):
         """Bind the last ConsumeQueue file (*mapped_file*, a ``MappedFile``)
-        of queue (*topic* str, *queue_id* int) of *consume_queue*;
-        *topic_bytes* is the topic's validated UTF-8 (TypeError unless
-        bytes). None for *mapped_file* unbinds the queue: its puts go the
-        step-by-step path. Returns None."""
+        of queue (*topic* str, *queue_id* int) of *consume_queue* (a
+        :class:`ConsumeQueueBase`, whose ``max_physic_offset`` the puts
+        advance); *topic_bytes* is the topic's validated UTF-8 (TypeError
+        unless bytes). None for *mapped_file* unbinds the queue: its puts go
+        the step-by-step path. Returns None."""
         cdef _Queue q
         if not PyBytes_CheckExact(topic_bytes):
             raise TypeError("topic_bytes must be bytes")
         if mapped_file is not None and not isinstance(mapped_file, MappedRegion):  # (before anything changes)
             raise TypeError("mapped_file must be a MappedRegion (a MappedFile) or None")
+        if mapped_file is not None and not isinstance(consume_queue, ConsumeQueueBase):
+            raise TypeError("consume_queue must be a ConsumeQueueBase (a ConsumeQueue)")
         by_id = self.queues.setdefault(topic, {})
         old = by_id.pop(queue_id, None)
         if old is not None:
@@ -3147,7 +3168,7 @@ cdef class Appender:
             return
         q = _Queue()
         cdef MappedRegion r = <MappedRegion>mapped_file
-        q.cq, q.mf, q.mm, q.topic_b = consume_queue, r, r.mm, topic_bytes
+        q.cq, q.mf, q.mm, q.topic_b = <ConsumeQueueBase>consume_queue, r, r.mm, topic_bytes
         q.file_from = r.file_from_offset
         q.file_size = r.file_size
         q.key_h0 = _java_hash_from(0, topic + "#")
@@ -3655,9 +3676,6 @@ cdef class Appender:
     cdef int _begin(self, _Batch *b, long long store_timestamp) except -1:
         """Start a put call: the CommitLog and index bytes, the write
         position. _end must follow (it writes the positions back)."""
-        if self.busy:  # its positions are in C until _end: a nested call would write over them
-            raise RuntimeError("a put re-entered the Appender within a put call (a clock or attribute "
-                               "of the store's files that writes to the same store)")
         _init_view(&b.cl)
         _init_view(&b.ix)
         self.gen += 1
@@ -3678,14 +3696,12 @@ cdef class Appender:
             PyBuffer_Release(&b.ix)
             PyBuffer_Release(&b.cl)
             raise
-        self.busy = True
         return 0
 
     cdef int _end(self, _Batch *b) except -1:
         """End a put call: release the bytes, write every position back into
         the store's objects (the Python layer's view stays exact)."""
         cdef _Queue q
-        self.busy = False
         PyBuffer_Release(&b.ix)
         PyBuffer_Release(&b.cl)
         q = self.touched
@@ -3698,7 +3714,7 @@ cdef class Appender:
         while q is not None:
             if q.pos != q.pos0:  # (what the call did not write stays as it was)
                 (<MappedRegion?>q.mf).wrote_position = q.pos
-                rmq_setattr(q.cq, "max_physic_offset", q.max_phy, &_AC_CQ_MAX)
+                q.cq.max_physic_offset = q.max_phy
                 self.queue_offsets[q.key] = (q.file_from + q.pos) // CQ_STORE_UNIT_SIZE
             q = q.next_touched
         self._untouch()
@@ -3722,7 +3738,7 @@ cdef class Appender:
             r.born_timestamp = b.ts
         if q.gen != self.gen:  # the queue's first row in this call (_end releases its bytes)
             qpos = (<MappedRegion?>q.mf).wrote_position
-            qmax = _i64(rmq_getattr(q.cq, "max_physic_offset", &_AC_CQ_MAX))
+            qmax = q.cq.max_physic_offset
             if not _get_rw(q.mm, &q.buf):
                 PyBuffer_Release(&q.buf)
                 raise TypeError("a bound file is not writable")
@@ -3792,6 +3808,13 @@ cdef class Appender:
 
     cdef object _put(self, msg, store_timestamp, long long *end):
         """put; *end* (when not NULL) gets the physical offset past the record."""
+        self._enter()
+        try:
+            return self._put_in(msg, store_timestamp, end)
+        finally:
+            self.entered = False
+
+    cdef object _put_in(self, msg, store_timestamp, long long *end):
         cdef Rec r
         cdef _Batch b
         cdef _Queue q = self._encode(msg, &r)
@@ -3815,6 +3838,19 @@ cdef class Appender:
             end[0] = phy + r.size
         return self._result(&r, phy, store_timestamp)
 
+    cdef int _enter(self) except -1:
+        # A put call (put, put_batch, put_columns: the store makes them
+        # under its append lock) uses scratch fields (an encoding's tags and
+        # keys) and holds the files' bytes and write positions in C until it
+        # ends: a put that Python code inside one (a finalizer, the clock)
+        # starts on this Appender would write over them. The store's lock
+        # is reentrant (RocketMQ's), so that put gets here: refused.
+        if self.entered:
+            raise RuntimeError("a put started inside another put of this store (from a finalizer, "
+                               "a signal handler or the store's clock) is refused")
+        self.entered = True
+        return 0
+
     cdef object _result(self, Rec *r, long long phy, object ts):
         """The PutMessageResult of the record _row wrote at *phy*; *ts* the
         store timestamp as the int it was given as (r.store_timestamp)."""
@@ -3837,13 +3873,20 @@ cdef class Appender:
         list): a message still at its index whose queue is bound as it was
         when checked is written as it was encoded then; any other is
         encoded afresh. TypeError for anything else."""
+        self._enter()
+        try:
+            return self._put_batch_in(msgs, start, clock, results, encoded)
+        finally:
+            self.entered = False
+
+    cdef object _put_batch_in(self, msgs, start, clock, list results, encoded):
         cdef Rec r
         cdef _Batch b
         cdef _Queue q
         cdef _Encoded enc = None
         cdef Py_ssize_t i = _idx(start), n
         cdef long long phy, t
-        cdef bint began = False, gc_was
+        cdef bint began = False
         if not PyList_CheckExact(msgs):
             raise TypeError("msgs must be a list")
         if encoded is not None:
@@ -3854,9 +3897,6 @@ cdef class Appender:
         if self.commit_file is None or i >= n:
             return i, None
         ts = None
-        # the results are made within the call: no collection may run a
-        # finalizer there (it could put to this store), nor traverse them
-        gc_was = PyGC_Disable()
         try:
             while i < n:
                 msg = msgs[i]
@@ -3889,8 +3929,6 @@ cdef class Appender:
                 ts = None
                 i += 1
         finally:
-            if gc_was:
-                PyGC_Enable()
             self.tags = self.keys = self.uniq = None
             if began:
                 self._end(&b)
@@ -3954,6 +3992,15 @@ cdef class Appender:
         arrays shorter than the columns. *encoded*: check_columns' for these
         columns (rows it kept are written as encoded then, while their queue
         is bound as it was), or None."""
+        self._enter()
+        try:
+            return self._put_columns_in(topic, bodies, queue_ids, tags, keys, unique_keys, start, store_timestamp,
+                                        physical_offsets, sizes, queue_offsets, encoded)
+        finally:
+            self.entered = False
+
+    cdef object _put_columns_in(self, topic, bodies, queue_ids, tags, keys, unique_keys, start, store_timestamp,
+                                physical_offsets, sizes, queue_offsets, encoded):
         cdef Rec r
         cdef _Batch b
         cdef _Queue q
@@ -4019,6 +4066,147 @@ cdef inline long long _wall_ms() noexcept:
 
 @cython.final
 @cython.auto_pickle(False)  # (a lock is not data)
+@cython.auto_pickle(False)  # (references are not data)
+cdef class ReferenceResource:
+    """Reader references over a store's mapped files (RocketMQ's
+    ``ReferenceResource``, taken per read operation instead of per file).
+
+    A reader calls :meth:`hold` before it looks up files and :meth:`release`
+    after its last byte is copied out (one pair per pull or lookup, never per
+    message); the read kernels take and drop one themselves when given the
+    store's references. Clean-up calls :meth:`acquire_exclusive`: new holds
+    wait, and the clean-up proceeds once the references held drain to zero,
+    so no file is removed from a queue or unmapped while a reader may be
+    inside it. When they do not drain in time the clean-up gives up for this
+    round (RocketMQ's failed ``destroy``) and retries later. There is no
+    forced unmapping: Python refuses to unmap memory a view still exports
+    (BufferError), and a mapping closed between two reads of a pull would
+    make that pull fail; the forcible interval only unlinks the file early
+    (see ``retention``).
+
+    The store's ``close()`` calls :meth:`shutdown` before it unmaps: from
+    then on every :meth:`hold` raises StoreClosedError (holds waiting for a
+    clean-up too) and clean-ups are refused, and it waits for the readers
+    inside to leave.
+
+    Holds are not re-entrant: a thread must not hold twice at once (a
+    clean-up waiting between the two would wait for this thread until its
+    timeout). The pure twin has the same class and methods."""
+
+    def __cinit__(self):
+        self.cond = threading.Condition()
+
+    cdef bint try_hold(self) noexcept:
+        """Take one reference unless a clean-up or close holds them
+        exclusively (then False: the caller goes to hold(), which waits or
+        raises). One atomic compare-and-swap: no lock, no GIL needed."""
+        return rmq_ref_try_hold(&self.word)
+
+    cdef int drop(self) except -1:
+        """Drop one reference (an unbalanced drop changes nothing); the last
+        one wakes a clean-up or close waiting for them to drain."""
+        if rmq_ref_drop(&self.word) == RMQ_REF_EXCLUSIVE:
+            with self.cond:
+                self.cond.notify_all()
+        return 0
+
+    cdef Py_ssize_t _count(self) noexcept:
+        return rmq_ref_load(&self.word) >> 1
+
+    @property
+    def ref_count(self):
+        """References held right now."""
+        return self._count()
+
+    @property
+    def closed(self):
+        """Whether :meth:`shutdown` was called."""
+        return self.shut
+
+    @property
+    def exclusive_held(self):
+        """Whether a clean-up or close holds the references exclusively
+        (new holds wait, or raise once closed)."""
+        return rmq_ref_load(&self.word) & RMQ_REF_EXCLUSIVE != 0
+
+    def hold(self):
+        """Take one reader reference (waits while a clean-up works).
+        Raises StoreClosedError once :meth:`shutdown` was called."""
+        if self.try_hold():
+            return
+        with self.cond:  # (held from each check to its wait: no wake-up is lost)
+            while not self.try_hold():
+                if self.shut:
+                    from .exceptions import StoreClosedError
+                    raise StoreClosedError("the store is closed")
+                self.cond.wait()
+
+    def release(self):
+        """Drop one reader reference; the last one lets a waiting clean-up in."""
+        self.drop()
+
+    def acquire_exclusive(self, timeout):
+        """Block new holds and wait up to *timeout* seconds for held
+        references to drain. Returns True when exclusive (then
+        :meth:`release_exclusive` must follow), False when readers stayed
+        inside or the store closed."""
+        deadline = time.monotonic() + timeout
+        with self.cond:  # (the flags change only under it)
+            while rmq_ref_load(&self.word) & RMQ_REF_EXCLUSIVE:  # another clean-up: queue behind it
+                left = deadline - time.monotonic()
+                if self.shut or left <= 0:
+                    return False
+                self.cond.wait(left)
+            if self.shut:
+                return False
+            self.cleaning = True
+            rmq_ref_set_exclusive(&self.word)
+            while self._count() > 0:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    self._end_cleaning()
+                    return False
+                self.cond.wait(left)
+            return True
+
+    def release_exclusive(self):
+        """End a clean-up's exclusivity: waiting holds go on."""
+        with self.cond:
+            self._end_cleaning()
+
+    cdef int _end_cleaning(self) except -1:
+        # (cond held) once closed, holds stay blocked for good
+        self.cleaning = False
+        if not self.shut:
+            rmq_ref_clear_exclusive(&self.word)
+        self.cond.notify_all()
+        return 0
+
+    def shutdown(self, timeout):
+        """Close the references for good: every later :meth:`hold` raises
+        StoreClosedError, waiting ones included, and clean-ups are refused.
+        Then wait up to *timeout* seconds for a clean-up that is in and for
+        the readers inside to leave. Idempotent. Returns whether they left
+        (False: the caller unmaps with readers inside, which Python's mmap
+        survives: a mapping a buffer still exports stays mapped)."""
+        deadline = time.monotonic() + timeout
+        with self.cond:
+            self.shut = True
+            self.cond.notify_all()
+            while self.cleaning:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self.cond.wait(left)
+            rmq_ref_set_exclusive(&self.word)
+            while self._count() > 0:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self.cond.wait(left)
+            return not self.cleaning
+
+
 cdef class AppendLock:
     """The store's append lock (RocketMQ's ``PutMessageReentrantLock``):
     reentrant, with ``acquire(blocking=True)``, ``release()`` and the
@@ -4178,20 +4366,6 @@ cdef class PutGate:
         return store._put_one(msg)
 
 
-cdef inline bint _long_in(object v, long long lo, long long hi, long long *out) noexcept:
-    """Whether *v* is an exact int within [lo, hi] (then its value in *out*):
-    the gate's fast path takes no other number, the store's method checks
-    (and refuses) the rest."""
-    cdef int ovf = 0
-    if not rmq_small_long(v, out):  # (the usual values, read inline)
-        if not PyLong_CheckExact(v):
-            return False
-        out[0] = PyLong_AsLongLongAndOverflow(v, &ovf)  # (cannot fail for an exact int)
-        if ovf:
-            return False
-    return lo <= out[0] <= hi
-
-
 cdef enum:
     _I32_MAX = 0x7FFFFFFF
 
@@ -4322,6 +4496,7 @@ cdef class ReadGate:
         """``MessageStore.get_offset_in_queue_by_time`` (see there)."""
         cdef dict cqs = self.cqs  # taken at once: detach (close, in another thread) may clear them
         cdef int upper = -1
+        cdef long long ts
         commitlog, refs = self.commitlog, self.refs
         store = self._store()
         if PyUnicode_CheckExact(boundary):  # as given, any other spelling: the store's method
@@ -4329,7 +4504,9 @@ cdef class ReadGate:
                 upper = 0
             elif <str>boundary == "upper":
                 upper = 1
-        if upper >= 0 and cqs is not None and not self.state.closed:
+        # (any other timestamp: the store's method checks it, and refuses what is not a long)
+        if upper >= 0 and cqs is not None and _long_in(timestamp, LLONG_MIN, LLONG_MAX, &ts) \
+                and not self.state.closed:
             cq = self._queue(cqs, topic, queue_id)
             if cq is not None:
                 found = _time_lookup(cq, commitlog, timestamp, upper, refs)
@@ -4347,8 +4524,8 @@ cdef class ReadGate:
                 and _long_in(max_count, 1, _I32_MAX, &mc) and _long_in(begin, LLONG_MIN, LLONG_MAX, &lo) \
                 and _long_in(end, lo, LLONG_MAX, &hi) and not self.state.closed:
             out = []
-            if _query_keyed_in(index, commitlog, topic, key, max_count, lo, hi, self.message_type, out,
-                               refs) is not None:
+            if _query_keyed_held(index, commitlog, topic, key, max_count, lo, hi, self.message_type, out,
+                                 refs) is not None:
                 return out
         return type(store).query_messages(store, topic, key, max_count, begin, end)
 
@@ -4378,24 +4555,20 @@ cdef class ReadGate:
         """``MessageStore.get_message_views`` (see there)."""
         cdef dict cqs = self.cqs
         cdef long long off, mc
-        cdef bint gc_was
         commitlog, refs = self.commitlog, self.refs
         store = self._store()
         if cqs is not None and not self.read_only and _long_in(offset, LLONG_MIN, LLONG_MAX, &off) \
                 and _long_in(max_count, 1, _I32_MAX, &mc) and not self.state.closed:
             cq = self._queue(cqs, topic, queue_id)
-            if cq is not None and _may_read(refs):
-                # no collection may run Python code (finalizers) and let the store's
-                # close() in until the view exports the segment: then it cannot unmap it
-                gc_was = PyGC_Disable()
+            if cq is not None and _hold(refs):
+                # held until the view exports the segment: then close() cannot unmap it
                 try:
                     found = _pull_queue(cq, commitlog, offset, max_count,
                                         max_count if max_count > self.min_units else self.min_units, None, None, None)
                     segment = found[4]
                     view = None if segment is None else memoryview(segment).toreadonly()
                 finally:
-                    if gc_was:
-                        PyGC_Enable()
+                    _drop(refs)
                 if found[0] is not None:  # (stopped: the store's method reads it carefully, and raises)
                     return rmq_tuple6(self.views_type, 0, found[0], view,
                                       self.units_of(found[5]), found[1], found[2], found[3])
@@ -4710,32 +4883,40 @@ def query_keyed(index, commitlog, topic, key, max_num, begin, end, message_type,
 
 
 cdef object _query_keyed(index, commitlog, topic, key, max_num, begin, end, message_type, list out, refs):
-    return _query_keyed_in(index, commitlog, topic, key, max_num, _wide(begin), _wide(end), message_type, out, refs)
+    return _query_keyed_held(index, commitlog, topic, key, max_num, _wide(begin), _wide(end), message_type, out, refs)
+
+
+cdef object _query_keyed_held(index, commitlog, topic, key, max_num, rmq_i128 lo, rmq_i128 hi, message_type,
+                              list out, refs):
+    if not _hold(refs):
+        return None
+    try:
+        return _query_keyed_in(index, commitlog, topic, key, max_num, lo, hi, message_type, out)
+    finally:
+        _drop(refs)
 
 
 cdef object _query_keyed_in(index, commitlog, topic, key, max_num, rmq_i128 lo, rmq_i128 hi, message_type,
-                            list out, refs):
-    # IndexService.queryOffset over index's files, then read_keyed, in one call
+                            list out):
+    # IndexService.queryOffset over index's files, then read_keyed, in one call (under a reference)
     cdef Py_ssize_t i, n, hsn = 0, idx = 0, limit
     cdef int32_t key_hash
     cdef int64_t fb, fe
-    cdef bint gc_was
+    cdef IndexRegion f
     cdef Py_buffer iv
     cdef _View v
     cdef _Col found
     cdef char found_buf[512]  # 64 offsets, max_msgs_num_batch's default
-    if not _may_read(refs):
-        return None
     _ext_type(message_type)
     if not isinstance(topic, str) or not isinstance(key, str):
         raise TypeError("topic and key must be str")
     limit = _idx(max_num)
-    batch = _idx(rmq_getattr(index, "max_msgs_num_batch", &_AC_IX_BATCH))
+    batch = (<IndexServiceBase?>index).max_msgs_num_batch
     if batch < limit:
         limit = batch
-    files = rmq_getattr(index, "files", &_AC_IX_FILES)
-    if not PyList_CheckExact(files):
-        raise TypeError("an index's files must be a list")
+    files = (<IndexServiceBase>index).files
+    if files is None:
+        raise TypeError("an index without a files list")
     key_hash = _abs_hash(_java_hash_from(_hash_char(_java_hash_from(0, topic), 35), key))  # of topic#key
     _on_stack(&found, found_buf, sizeof(found_buf))
     _init_view(&iv)
@@ -4743,9 +4924,8 @@ cdef object _query_keyed_in(index, commitlog, topic, key, max_num, rmq_i128 lo, 
         n = PyList_GET_SIZE(files)
         for i in range(n - 1, -1, -1):
             f = files[i]
-            PyObject_GetBuffer(rmq_getattr(f, "mm", &_AC_IF_MM), &iv, PyBUF_SIMPLE)
-            _check_index(&iv, rmq_getattr(f, "hash_slot_num", &_AC_IF_HSN), rmq_getattr(f, "index_num", &_AC_IF_INUM),
-                         &hsn, &idx)
+            PyObject_GetBuffer(f.mm, &iv, PyBUF_SIMPLE)
+            _check_index(&iv, f.hash_slot_num, f.index_num, &hsn, &idx)
             fb = ld64(<const unsigned char *>iv.buf)
             fe = ld64(<const unsigned char *>iv.buf + 8)
             # IndexFile.isTimeMatched, then selectPhyOffset
@@ -4757,15 +4937,10 @@ cdef object _query_keyed_in(index, commitlog, topic, key, max_num, rmq_i128 lo, 
         if found.n == 0:
             return out
         bufs = _view_of(&v, commitlog)
-        # MessageExt objects are made below: no collection may run Python code
-        # (finalizers) and let clean-up in while no reference is held
-        gc_was = PyGC_Disable()
         try:
             _read_keyed(&v, bufs, <int64_t *>found.p, found.n // 8, topic, key,
-                        _idx(rmq_getattr(commitlog, "max_record_size", &_AC_CL_MAXREC)), message_type, out)
+                        _max_record(commitlog), message_type, out)
         finally:
-            if gc_was:
-                PyGC_Enable()
             PyBuffer_Release(&v.buf)
     finally:
         PyBuffer_Release(&iv)
@@ -4789,30 +4964,28 @@ def read_ext(commitlog, physical_offset, message_type, list out not None, refs):
     cdef const unsigned char *b
     cdef const unsigned char *t
     cdef rmq_i128 phy
-    cdef bint gc_was
     if PyBool_Check(physical_offset):
         raise TypeError("physical_offset must be an int, not a bool")
     phy = _wide(physical_offset)
-    if not _may_read(refs):
-        return None
     _ext_type(message_type)
-    bufs = _view_of(&v, commitlog)
-    if phy < v.lo or phy >= v.hi:
-        return out
-    # a MessageExt is made below: no collection may run Python code (as query_keyed)
-    gc_was = PyGC_Disable()
+    if not _hold(refs):
+        return None
     try:
-        b = _view_at(&v, bufs, <long long>phy, &p0, &limit)
-        if b != NULL and _check(b, v.buf.len, p0, limit, True, 0,
-                                _idx(rmq_getattr(commitlog, "max_record_size", &_AC_CL_MAXREC))) > 0 \
-                and ld64(b + p0 + 28) == phy:
-            t = _topic_at(b, p0, &tl)
-            PyList_Append(out, _ext_at(message_type, b, p0, PyUnicode_DecodeUTF8(<const char *>t, tl, "replace"),
-                                       _Repeats.__new__(_Repeats)))
+        bufs = _view_of(&v, commitlog)
+        if phy < v.lo or phy >= v.hi:
+            return out
+        try:
+            b = _view_at(&v, bufs, <long long>phy, &p0, &limit)
+            if b != NULL and _check(b, v.buf.len, p0, limit, True, 0,
+                                    _max_record(commitlog)) > 0 \
+                    and ld64(b + p0 + 28) == phy:
+                t = _topic_at(b, p0, &tl)
+                PyList_Append(out, _ext_at(message_type, b, p0, PyUnicode_DecodeUTF8(<const char *>t, tl, "replace"),
+                                           _Repeats.__new__(_Repeats)))
+        finally:
+            PyBuffer_Release(&v.buf)
     finally:
-        if gc_was:
-            PyGC_Enable()
-        PyBuffer_Release(&v.buf)
+        _drop(refs)
     return out
 
 
@@ -4901,9 +5074,12 @@ def pull_views(cq, commitlog, queue_offset, max_count, max_units, refs):
     holds its reader reference (so with ``refs=None``, under its own hold):
     an exported mapping is one the store's ``close()`` cannot unmap.
     """
-    if not _may_read(refs):
+    if not _hold(refs):
         return None
-    return _pull_queue(cq, commitlog, queue_offset, max_count, max_units, None, None, None)
+    try:
+        return _pull_queue(cq, commitlog, queue_offset, max_count, max_units, None, None, None)
+    finally:
+        _drop(refs)
 
 
 def pull_messages(cq, commitlog, queue_offset, max_count, max_units, message_type, list out not None, tags, refs):
@@ -4928,18 +5104,13 @@ def pull_messages(cq, commitlog, queue_offset, max_count, max_units, message_typ
 
 
 cdef object _pull_messages(cq, commitlog, queue_offset, max_count, max_units, message_type, list out, tags, refs):
-    cdef bint gc_was
-    if not _may_read(refs):
-        return None
     _ext_type(message_type)
-    # MessageExt objects are made while no reference is held: no collection
-    # may run Python code (finalizers) and let clean-up in (as query_keyed)
-    gc_was = PyGC_Disable()
+    if not _hold(refs):
+        return None
     try:
         return _pull_queue(cq, commitlog, queue_offset, max_count, max_units, message_type, out, tags)[:4]
     finally:
-        if gc_was:
-            PyGC_Enable()
+        _drop(refs)
 
 
 cdef struct _TagFilter:
@@ -5069,13 +5240,13 @@ cdef tuple _pull_units_of(cq, commitlog, queue_offset, max_count, max_units, obj
     cdef Py_buffer cv
     cdef _View v
     cdef _Col units
-    queue = rmq_getattr(cq, "queue", &_AC_CQ_QUEUE)
-    files = rmq_getattr(queue, "files", &_AC_Q_FILES)
-    if not PyList_CheckExact(files):
-        raise TypeError("a ConsumeQueue's queue.files must be a list")
+    queue = _queue_of_cq(cq)
+    files = queue.files
+    if files is None:
+        raise TypeError("a ConsumeQueue's queue has no files list")
     nfiles = PyList_GET_SIZE(files)
-    min_logic = rmq_getattr(cq, "min_logic_offset", &_AC_CQ_MIN)
-    mn = _i64(min_logic // CQ_STORE_UNIT_SIZE)
+    min_logic = (<ConsumeQueueBase>cq).min_logic_offset
+    mn = jdiv(min_logic, 0, CQ_STORE_UNIT_SIZE)
     mx = 0
     if nfiles:
         last = files[nfiles - 1]
@@ -5083,11 +5254,13 @@ cdef tuple _pull_units_of(cq, commitlog, queue_offset, max_count, max_units, obj
     status = _bounds(q, mn, mx, &off)
     if status >= 0:
         return _status(status), off, mn, mx, None, b""
-    topic = rmq_getattr(cq, "topic", &_AC_CQ_TOPIC)
+    topic = (<ConsumeQueueBase>cq).topic
+    if topic is None:
+        raise TypeError("a ConsumeQueue without a topic")
     tb = PyUnicode_AsUTF8AndSize(topic, &tl)
-    qid = _i32(rmq_getattr(cq, "queue_id", &_AC_CQ_QID))
-    msize = _idx(rmq_getattr(commitlog, "max_record_size", &_AC_CL_MAXREC))
-    cq_fs = _i64(rmq_getattr(queue, "file_size", &_AC_Q_SIZE))
+    qid = (<ConsumeQueueBase>cq).queue_id
+    msize = _max_record(commitlog)
+    cq_fs = _i64(queue.file_size)
     first = (<MappedRegion?>files[0]).file_from_offset
     status = _NO_MATCHED_MESSAGE
     bufs = _view_of(&v, commitlog)

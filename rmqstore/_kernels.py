@@ -40,7 +40,8 @@ else:
         IMPLEMENTATION = "python"
 
 KERNELS = (
-    "Message", "MessageExt", "MappedRegion", "StoreState",
+    "Message", "MessageExt", "MappedRegion", "MappedQueue", "CommitLogBase", "ConsumeQueueBase", "IndexRegion",
+    "IndexServiceBase", "ReferenceResource", "StoreState",
     "java_hash", "index_key_hash", "gets_consume_queue_unit", "tags_hash", "masked_crc32", "parse_properties",
     "record_size", "write_record",
     "append_dispatch", "encode_record", "check_record", "decode_record", "decode_columns", "decode_columns_at",
@@ -57,11 +58,17 @@ if TYPE_CHECKING:
     from ._core import (
         Appender,
         AppendLock,
+        CommitLogBase,
+        ConsumeQueueBase,
+        IndexRegion,
+        IndexServiceBase,
+        MappedQueue,
         MappedRegion,
         Message,
         MessageExt,
         PutGate,
         ReadGate,
+        ReferenceResource,
         StoreState,
         append_dispatch,
         check_record,

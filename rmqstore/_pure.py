@@ -12,6 +12,7 @@ All multi-byte integers are big-endian (docs/format.md#conventions).
 
 from __future__ import annotations
 
+import functools
 import operator
 import struct
 import threading
@@ -59,6 +60,12 @@ __all__ = [
     "Message",
     "MessageExt",
     "MappedRegion",
+    "MappedQueue",
+    "CommitLogBase",
+    "ConsumeQueueBase",
+    "IndexRegion",
+    "IndexServiceBase",
+    "ReferenceResource",
     "StoreState",
     "java_hash",
     "index_key_hash",
@@ -1184,6 +1191,28 @@ def _placeholder_of(topic_b):
     return (topic_b, None, None) if type(topic_b) is bytes else None
 
 
+def _one_call_at_a_time(method):
+    """An Appender put call refused while another one runs (the store makes
+    them under its append lock, so on this thread): a put started by Python
+    code inside one (a finalizer, a signal handler, the store's clock) gets
+    a RuntimeError, as in the core (whose calls keep the files' positions in
+    C until they end); the store's lock is reentrant (RocketMQ's), so only
+    this catches it."""
+
+    @functools.wraps(method)
+    def call(self, *args, **kwargs):
+        if self._entered:
+            raise RuntimeError("a put started inside another put of this store (from a finalizer, "
+                               "a signal handler or the store's clock) is refused")
+        self._entered = True
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            self._entered = False
+
+    return call
+
+
 class Appender:
     """ASYNC_FLUSH put path of one writable store: ``put(msg, store_timestamp)``
     validates and encodes a :class:`~rmqstore.message.Message`, writes its
@@ -1260,6 +1289,7 @@ class Appender:
         self._append_crc = bool(append_crc)
         self._max_message_size = operator.index(max_message_size)
         self._index_enable = bool(index_enable)
+        self._entered = False  # inside a call (see _one_call_at_a_time)
         self._queue_offsets = queue_offsets
         self._host_bytes = host_bytes
         self._queues: dict = {}
@@ -1521,6 +1551,7 @@ class Appender:
         queue is bound as when it was made, else None."""
         return e if e is not None and self._queues.get(e[0]) is e[1] else None
 
+    @_one_call_at_a_time
     def put_batch(self, msgs, start, clock, results: list, encoded=None):
         """:meth:`put` of ``msgs[start:]`` (a list) in order, each stamped by
         one reading of *clock* (None: the wall clock, ms since the epoch)
@@ -1556,6 +1587,7 @@ class Appender:
             i += 1
         return i, None
 
+    @_one_call_at_a_time
     def put(self, msg: Any, store_timestamp):
         e = self._encode(msg)
         return None if e is None else self._write(e, store_timestamp)
@@ -1659,6 +1691,7 @@ class Appender:
             i += 1
         return i, enc
 
+    @_one_call_at_a_time
     def put_columns(self, topic, bodies, queue_ids, tags, keys, unique_keys, start, store_timestamp,
                     physical_offsets, sizes, queue_offsets, encoded=None) -> int:
         """:meth:`put` of rows ``start..`` of columns (see :meth:`check_columns`),
@@ -1733,6 +1766,214 @@ class MappedRegion:
         self.file_from_offset: int = operator.index(file_from_offset)
         self.file_size: int = operator.index(file_size)
         self.wrote_position: int = operator.index(wrote_position)
+
+
+class MappedQueue:
+    """The segments of one log as the kernels walk them: ``files`` (a list
+    of :class:`MappedRegion`, in offset order) and ``file_size`` (bytes per
+    segment; None for a read-only queue not yet sized). ``MappedFileQueue``
+    (RocketMQ's ``MappedFileQueue``) is a MappedQueue with a directory; the
+    core has the same class, with C fields."""
+
+    __slots__ = ("files", "file_size")
+
+    def __init__(self) -> None:
+        self.files: list = []
+        self.file_size: Any = None
+
+
+class CommitLogBase:
+    """A CommitLog as the read kernels use it: ``queue`` (its
+    :class:`MappedQueue`) and ``max_record_size`` (the largest record, in
+    bytes, a check accepts). ``CommitLog`` is a CommitLogBase with recovery
+    and the walks; the core has the same class, with C fields."""
+
+    __slots__ = ("queue", "max_record_size")
+
+    def __init__(self) -> None:
+        self.queue: Any = None
+        self.max_record_size = 0
+
+
+class ConsumeQueueBase:
+    """A ConsumeQueue as the kernels use it: ``queue`` (its
+    :class:`MappedQueue`), ``min_logic_offset`` (byte offset of the first
+    valid unit), ``max_physic_offset`` (physical offset past the last
+    unit's record, -1: none; the put kernel advances it), ``topic`` and
+    ``queue_id``. ``ConsumeQueue`` is a ConsumeQueueBase with recovery and
+    the searches; the core has the same class, with C fields."""
+
+    __slots__ = ("queue", "min_logic_offset", "max_physic_offset", "topic", "queue_id")
+
+    def __init__(self) -> None:
+        self.queue: Any = None
+        self.min_logic_offset = self.max_physic_offset = self.queue_id = 0
+        self.topic: Any = None
+
+
+class IndexRegion:
+    """An IndexFile as the kernels use it: ``mm`` (the mapping) and its
+    geometry, ``hash_slot_num`` and ``index_num``. ``IndexFile`` is an
+    IndexRegion with a path and a header; the core has the same class, with
+    C fields."""
+
+    __slots__ = ("mm", "hash_slot_num", "index_num")
+
+    def __init__(self) -> None:
+        self.mm: Any = None
+        self.hash_slot_num = self.index_num = 0
+
+
+class IndexServiceBase:
+    """The index as a lookup uses it: ``files`` (:class:`IndexRegion`
+    objects, oldest first) and ``max_msgs_num_batch`` (the most offsets one
+    lookup reads, RocketMQ's ``maxMsgsNumBatch``). ``IndexService`` is an
+    IndexServiceBase with rolling and recovery; the core has the same
+    class, with C fields."""
+
+    __slots__ = ("files", "max_msgs_num_batch")
+
+    def __init__(self) -> None:
+        self.files: list = []
+        self.max_msgs_num_batch = 0
+
+
+class ReferenceResource:
+    """Reader references over a store's mapped files (RocketMQ's
+    ``ReferenceResource``, taken per read operation instead of per file).
+
+    A reader calls :meth:`hold` before it looks up files and :meth:`release`
+    after its last byte is copied out (one pair per pull or lookup, never per
+    message). Clean-up calls :meth:`acquire_exclusive`: new holds wait, and
+    the clean-up proceeds once the references held drain to zero, so no file
+    is removed from a queue or unmapped while a reader may be inside it. When
+    they do not drain in time the clean-up gives up for this round
+    (RocketMQ's failed ``destroy``) and retries later. There is no forced
+    unmapping: Python refuses to unmap memory a view still exports
+    (BufferError), and a mapping closed between two reads of a pull would
+    make that pull fail; the forcible interval only unlinks the file early
+    (see ``retention``).
+
+    The store's ``close()`` calls :meth:`shutdown` before it unmaps: from
+    then on every :meth:`hold` raises StoreClosedError (holds waiting for a
+    clean-up too), clean-ups are refused, and it waits for the readers
+    inside to leave.
+
+    Holds are not re-entrant: a thread must not hold twice at once (a
+    clean-up waiting between the two would wait for this thread until its
+    timeout). The core has the same class and methods, its count and flags
+    in C fields.
+    """
+
+    __slots__ = ("_lock", "_cond", "_refs", "_exclusive", "_cleaning", "_closed")
+
+    def __init__(self) -> None:
+        # a plain Lock (C-level ``with``) on the fast paths; the Condition over
+        # the same lock only where someone must wait or be woken
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._refs = 0
+        self._exclusive = False  # new holds wait (a clean-up is in, or the store closed)
+        self._cleaning = False  # a clean-up owns the exclusivity
+        self._closed = False
+
+    @property
+    def ref_count(self) -> int:
+        """References held right now."""
+        return self._refs
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`shutdown` was called."""
+        return self._closed
+
+    @property
+    def exclusive_held(self) -> bool:
+        """Whether a clean-up or close holds the references exclusively
+        (new holds wait, or raise once closed)."""
+        return self._exclusive
+
+    def hold(self) -> None:
+        """Take one reader reference (waits while a clean-up works).
+        Raises StoreClosedError once :meth:`shutdown` was called."""
+        with self._lock:
+            if not self._exclusive:  # (never clear once closed: see shutdown)
+                self._refs += 1
+                return
+            while self._exclusive and not self._closed:
+                self._cond.wait()
+            if self._closed:
+                from .exceptions import StoreClosedError
+
+                raise StoreClosedError("the store is closed")
+            self._refs += 1
+
+    def release(self) -> None:
+        """Drop one reader reference; the last one lets a waiting clean-up in."""
+        with self._lock:
+            self._refs -= 1
+            if self._refs <= 0:
+                self._refs = 0
+                if self._exclusive:
+                    self._cond.notify_all()
+
+    def acquire_exclusive(self, timeout: float) -> bool:
+        """Block new holds and wait up to *timeout* seconds for held references
+        to drain. Returns True when exclusive (then :meth:`release_exclusive`
+        must follow), False when readers stayed inside or the store closed."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self._exclusive:  # another clean-up: queue behind it
+                left = deadline - time.monotonic()
+                if self._closed or left <= 0:
+                    return False
+                self._cond.wait(left)
+            if self._closed:
+                return False
+            self._exclusive = self._cleaning = True
+            while self._refs > 0:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    self._end_cleaning()
+                    return False
+                self._cond.wait(left)
+            return True
+
+    def release_exclusive(self) -> None:
+        with self._cond:
+            self._end_cleaning()
+
+    def _end_cleaning(self) -> None:
+        # (lock held) once closed, holds stay blocked for good
+        self._cleaning = False
+        if not self._closed:
+            self._exclusive = False
+        self._cond.notify_all()
+
+    def shutdown(self, timeout: float) -> bool:
+        """Close the references for good: every later :meth:`hold` raises
+        StoreClosedError, waiting ones included, and clean-ups are refused.
+        Then wait up to *timeout* seconds for a clean-up that is in and for
+        the readers inside to leave. Idempotent. Returns whether they left
+        (False: the caller unmaps with readers inside, which Python's mmap
+        survives: a mapping a buffer still exports stays mapped)."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+            while self._cleaning:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._cond.wait(left)
+            self._exclusive = True
+            while self._refs > 0:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(left)
+            return not self._cleaning
+
 
 
 class StoreState:
@@ -2101,7 +2342,7 @@ def time_lookup(cq, commitlog, timestamp: int, upper: bool, refs):
 
     Returns None instead when the caller must hold a reference and call
     again with ``refs=None`` (the core's answer while clean-up holds the
-    references, or for a timestamp outside int64; never here)."""
+    references exclusively; never here)."""
     return _held(refs, lambda: cq.offset_by_time(timestamp, upper, commitlog.segment_view()))
 
 

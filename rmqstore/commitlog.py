@@ -51,7 +51,7 @@ def _data_after(mf, pos: int, last: bool = False):
 _I64 = struct.Struct(">q")
 
 
-class CommitLog:
+class CommitLog(k.CommitLogBase):
     """The CommitLog segments of one store.
 
     Args:
@@ -62,7 +62,8 @@ class CommitLog:
         read_only (bool): never write.
     """
 
-    __slots__ = ("_last_ts", "_view_buffers", "damaged", "max_record_size", "queue", "read_only")
+    __slots__ = ("_last_ts", "_view_buffers", "damaged", "read_only")  # (queue, max_record_size: CommitLogBase's)
+    queue: MappedFileQueue
 
     def __init__(self, directory, file_size, max_message_size: int, read_only: bool = False):
         self.queue = MappedFileQueue(directory, file_size, read_only)

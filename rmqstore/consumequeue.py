@@ -112,7 +112,7 @@ def _unit_time(mf, pos: int, view: tuple) -> int:
     return view_time(view, phy, size)
 
 
-class ConsumeQueue:
+class ConsumeQueue(k.ConsumeQueueBase):
     """One logical queue: ``consumequeue/<topic>/<queue_id>/``.
 
     Attributes:
@@ -121,7 +121,8 @@ class ConsumeQueue:
         min_logic_offset (int): byte offset of the first unit still pointing at live data.
     """
 
-    __slots__ = ("max_physic_offset", "min_logic_offset", "queue", "queue_id", "topic")
+    __slots__ = ()  # (every field is ConsumeQueueBase's, which the kernels read)
+    queue: MappedFileQueue
 
     def __init__(self, root, topic: str, queue_id: int, file_size, read_only: bool = False):
         self.topic = topic

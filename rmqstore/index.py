@@ -50,7 +50,7 @@ def _new_header(end_phy_offset: int, end_timestamp: int) -> bytes:
     return bytes(head)
 
 
-class IndexFile:
+class IndexFile(k.IndexRegion):
     """One ``index/<yyyyMMddHHmmssSSS>`` file, mapped whole.
 
     Args:
@@ -61,7 +61,7 @@ class IndexFile:
             the previous file's *end_phy_offset* / *end_timestamp* (docs/format.md#index-put).
     """
 
-    __slots__ = ("damaged", "hash_slot_num", "index_num", "mm", "name", "path", "read_only")
+    __slots__ = ("damaged", "name", "path", "read_only")  # (mm and the geometry: IndexRegion's)
 
     def __init__(self, path, hash_slot_num, index_num, read_only=False, create=False, end_phy_offset=0, end_timestamp=0,
                  spare=False):
@@ -256,7 +256,7 @@ class IndexFile:
 keys_of = index_keys  # the old name of dispatch.index_keys
 
 
-class IndexService:
+class IndexService(k.IndexServiceBase):
     """All index files of a store (RocketMQ ``IndexService``).
 
     Args:
@@ -268,8 +268,8 @@ class IndexService:
     """
 
     __slots__ = (
-        "_last_name", "directory", "files", "hash_slot_num", "index_num", "keys_added", "last_full_end_timestamp",
-        "junk", "max_msgs_num_batch", "read_only", "spares",
+        "_last_name", "directory", "hash_slot_num", "index_num", "keys_added", "last_full_end_timestamp",
+        "junk", "read_only", "spares",  # (files, max_msgs_num_batch: IndexServiceBase's)
     )
 
     def __init__(self, directory, hash_slot_num, index_num, read_only=False, max_msgs_num_batch=64):

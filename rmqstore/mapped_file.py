@@ -12,10 +12,8 @@ import logging
 import mmap
 import os
 import sys
-import threading
-import time
 
-from ._kernels import MappedRegion
+from ._kernels import MappedQueue, MappedRegion, ReferenceResource
 from ._layout import is_offset_name
 from .exceptions import ConfigError, CorruptedFileError, DiskFullError, StoreClosedError
 from .walker import data_ranges
@@ -261,135 +259,7 @@ def _unlink_quietly(path) -> None:
         pass
 
 
-class ReferenceResource:
-    """Reader references over a store's mapped files (RocketMQ's
-    ``ReferenceResource``, taken per read operation instead of per file).
-
-    A reader calls :meth:`hold` before it looks up files and :meth:`release`
-    after its last byte is copied out (one pair per pull or lookup, never per
-    message). Clean-up calls :meth:`acquire_exclusive`: new holds wait, and
-    the clean-up proceeds once the references held drain to zero, so no file
-    is removed from a queue or unmapped while a reader may be inside it. When
-    they do not drain in time the clean-up gives up for this round
-    (RocketMQ's failed ``destroy``) and retries later. There is no forced
-    unmapping: Python refuses to unmap memory a view still exports
-    (BufferError), and a mapping closed between two reads of a pull would
-    make that pull fail; the forcible interval only unlinks the file early
-    (see ``retention``).
-
-    The store's ``close()`` calls :meth:`shutdown` before it unmaps: from
-    then on every :meth:`hold` raises StoreClosedError (holds waiting for a
-    clean-up too), clean-ups are refused, and it waits for the readers
-    inside to leave. The exclusive flag stays set, so kernels that read
-    without a reference while it is clear (``_exclusive``) send their
-    callers to :meth:`hold`, which raises.
-
-    Holds are not re-entrant: a thread must not hold twice at once.
-    """
-
-    __slots__ = ("_lock", "_cond", "_refs", "_exclusive", "_cleaning", "_closed")
-
-    def __init__(self) -> None:
-        # a plain Lock (C-level ``with``) on the fast paths; the Condition over
-        # the same lock only where someone must wait or be woken
-        self._lock = threading.Lock()
-        self._cond = threading.Condition(self._lock)
-        self._refs = 0
-        self._exclusive = False  # new holds wait (a clean-up is in, or the store closed)
-        self._cleaning = False  # a clean-up owns the exclusivity
-        self._closed = False
-
-    @property
-    def ref_count(self) -> int:
-        """References held right now."""
-        return self._refs
-
-    @property
-    def closed(self) -> bool:
-        """Whether :meth:`shutdown` was called."""
-        return self._closed
-
-    def hold(self) -> None:
-        """Take one reader reference (waits while a clean-up works).
-        Raises StoreClosedError once :meth:`shutdown` was called."""
-        with self._lock:
-            if not self._exclusive:  # (never clear once closed: see shutdown)
-                self._refs += 1
-                return
-            while self._exclusive and not self._closed:
-                self._cond.wait()
-            if self._closed:
-                raise StoreClosedError("the store is closed")
-            self._refs += 1
-
-    def release(self) -> None:
-        """Drop one reader reference; the last one lets a waiting clean-up in."""
-        with self._lock:
-            self._refs -= 1
-            if self._refs <= 0:
-                self._refs = 0
-                if self._exclusive:
-                    self._cond.notify_all()
-
-    def acquire_exclusive(self, timeout: float) -> bool:
-        """Block new holds and wait up to *timeout* seconds for held references
-        to drain. Returns True when exclusive (then :meth:`release_exclusive`
-        must follow), False when readers stayed inside or the store closed."""
-        deadline = time.monotonic() + timeout
-        with self._cond:
-            while self._exclusive:  # another clean-up: queue behind it
-                left = deadline - time.monotonic()
-                if self._closed or left <= 0:
-                    return False
-                self._cond.wait(left)
-            if self._closed:
-                return False
-            self._exclusive = self._cleaning = True
-            while self._refs > 0:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    self._end_cleaning()
-                    return False
-                self._cond.wait(left)
-            return True
-
-    def release_exclusive(self) -> None:
-        with self._cond:
-            self._end_cleaning()
-
-    def _end_cleaning(self) -> None:
-        # (lock held) once closed, holds stay blocked for good
-        self._cleaning = False
-        if not self._closed:
-            self._exclusive = False
-        self._cond.notify_all()
-
-    def shutdown(self, timeout: float) -> bool:
-        """Close the references for good: every later :meth:`hold` raises
-        StoreClosedError, waiting ones included, and clean-ups are refused.
-        Then wait up to *timeout* seconds for a clean-up that is in and for
-        the readers inside to leave. Idempotent. Returns whether they left
-        (False: the caller unmaps with readers inside, which Python's mmap
-        survives: a mapping a buffer still exports stays mapped)."""
-        deadline = time.monotonic() + timeout
-        with self._cond:
-            self._closed = True
-            self._cond.notify_all()
-            while self._cleaning:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    break
-                self._cond.wait(left)
-            self._exclusive = True
-            while self._refs > 0:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                self._cond.wait(left)
-            return not self._cleaning
-
-
-class MappedFileQueue:
+class MappedFileQueue(MappedQueue):
     """A directory of equal-sized segments (RocketMQ ``MappedFileQueue``).
 
     Args:
@@ -399,7 +269,7 @@ class MappedFileQueue:
         read_only (bool): map read-only and never create, delete or truncate.
     """
 
-    __slots__ = ("directory", "file_size", "files", "junk", "read_only", "spares")
+    __slots__ = ("directory", "junk", "read_only", "spares")  # (files, file_size: MappedQueue's)
 
     def __init__(self, directory, file_size, read_only: bool = False):
         self.directory = str(directory)

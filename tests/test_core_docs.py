@@ -14,8 +14,10 @@ import pytest
 from rmqstore._kernels import KERNELS
 from test_kernels import _need_core
 
-CLASSES = ("Appender", "AppendLock", "PutGate", "ReadGate", "Message", "MessageExt", "StoreState", "MappedRegion")
-DATA_CLASSES = ("StoreState", "MappedRegion")  # (fields only, no methods)
+CLASSES = ("Appender", "AppendLock", "PutGate", "ReadGate", "Message", "MessageExt", "StoreState", "MappedRegion",
+           "MappedQueue", "CommitLogBase", "ConsumeQueueBase", "IndexRegion", "IndexServiceBase", "ReferenceResource")
+DATA_CLASSES = ("StoreState", "MappedRegion", "MappedQueue", "CommitLogBase", "ConsumeQueueBase", "IndexRegion",
+                "IndexServiceBase")  # (fields only, no methods)
 FUNCTIONS = tuple(name for name in KERNELS if name not in CLASSES)
 
 

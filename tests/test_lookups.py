@@ -71,17 +71,20 @@ def test_time_lookup_answers_as_offset_by_time(store, upper, min_unit):
         cq.min_logic_offset = kept
 
 
-def test_time_lookup_hands_odd_timestamps_to_the_held_path(store):
+def test_time_lookup_compares_odd_timestamps_as_the_twin(store):
     """Timestamps the core cannot compare in C (past int64, floats) are
-    answered under the caller's reference, exactly as the twin compares them."""
+    compared as Python objects, under the reference the lookup holds,
+    exactly as the twin compares them."""
     core = _need_core()
     s, times = store
     cq = s._cqs[("T", 0)]
+    refs = ReferenceResource()
     for ts in (2**64, -(2**64), float(times[5]), times[5] + 0.5):
         for upper in (False, True):
-            assert core.time_lookup(cq, s.commitlog, ts, upper, ReferenceResource()) is None
             want = _pure.time_lookup(cq, s.commitlog, ts, upper, None)
+            assert core.time_lookup(cq, s.commitlog, ts, upper, refs) == want, ts
             assert core.time_lookup(cq, s.commitlog, ts, upper, None) == want, ts
+            assert refs.ref_count == 0
 
 
 def test_the_boundary_is_lower_or_upper_in_any_case(store):
@@ -210,30 +213,57 @@ def test_store_lookups_wait_for_a_clean_up_then_answer(store, lookup):
     assert got == [want]
 
 
-def test_the_core_reads_attributes_as_python_does(store):
-    """The core reads the store objects' ``__slots__`` directly, with each
-    attribute's slot offset cached per type: a type changed since (a
-    property put over the slot), another type at the same read, and an
-    unset slot must all answer as the attribute protocol does."""
+@pytest.mark.parametrize("impl", ["core", "pure"])
+def test_lookups_hold_a_reference_while_python_code_runs_inside(store, impl):
+    """A lookup given the store's references takes one for as long as it
+    reads: Python code that runs in the middle of the read (here the
+    message type's constructor; a finalizer or another thread in real life)
+    finds the reference held, so a clean-up cannot get in and unmap what the
+    read is inside; the reference is dropped afterwards, also when the read
+    raises. Both implementations."""
+    k = _need_core() if impl == "core" else _pure
+    s, _ = store
+    phy = s.query_messages("T", "k2")[-1].physical_offset
+    refs = ReferenceResource()
+    seen: list = []
+
+    class message_type(MessageExt):  # (a subclass: made by calling it, Python code)
+        def __init__(self, *args):
+            seen.append((refs.ref_count, refs.acquire_exclusive(0)))
+            super().__init__(*args)
+
+    out: list = []
+    assert k.query_keyed(s.index, s.commitlog, "T", "k2", 64, 0, 2**63 - 1, message_type, out, refs) is out
+    assert k.read_ext(s.commitlog, phy, message_type, out, refs) is out
+    assert len(seen) == len(out) > 2 and set(seen) == {(1, False)}  # held, and clean-up kept out
+    assert refs.ref_count == 0 and refs.acquire_exclusive(0)  # dropped: clean-up gets in now
+    refs.release_exclusive()
+
+    class failing(MessageExt):
+        def __init__(self, *args):
+            raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        k.read_ext(s.commitlog, phy, failing, [], refs)
+    assert refs.ref_count == 0
+
+
+def test_core_lookups_take_the_store_references_only(store):
+    """The core takes its reference from a ``ReferenceResource`` (its C
+    fields, no attribute read): any other object is a TypeError, and
+    nothing is held or read."""
     core = _need_core()
     s, times = store
-    cq, ts = s._cqs[("T", 0)], times[3]
-    want = core.time_lookup(cq, s.commitlog, ts, False, None)
-
-    class Refs:
-        __slots__ = ("_exclusive",)
-
-    held, free = Refs(), Refs()
-    held._exclusive, free._exclusive = True, False
-    assert core.time_lookup(cq, s.commitlog, ts, False, free) == want  # (the offset is cached now)
-    assert core.time_lookup(cq, s.commitlog, ts, False, held) is None
-    with pytest.raises(AttributeError):
-        core.time_lookup(cq, s.commitlog, ts, False, Refs())  # an unset slot
-    for other in (SimpleNamespace(_exclusive=True), ReferenceResource()):  # other types, then back
-        assert core.time_lookup(cq, s.commitlog, ts, False, other) == (None if other._exclusive else want)
-    assert core.time_lookup(cq, s.commitlog, ts, False, free) == want
-    Refs._exclusive = property(lambda self: True)  # the type changes: free's slot still holds False
-    assert core.time_lookup(cq, s.commitlog, ts, False, free) is None
+    cq = s._cqs[("T", 0)]
+    for other in (SimpleNamespace(exclusive_held=False), object()):
+        with pytest.raises(TypeError):
+            core.time_lookup(cq, s.commitlog, times[3], False, other)
+        with pytest.raises(TypeError):
+            core.read_ext(s.commitlog, 0, MessageExt, [], other)
+    with pytest.raises(TypeError):
+        core.time_lookup(SimpleNamespace(queue=cq.queue), s.commitlog, times[3], False, None)
+    with pytest.raises(TypeError):
+        core.time_lookup(cq, SimpleNamespace(queue=s.commitlog.queue), times[3], False, None)
 
 
 def test_key_lookups_past_the_first_buffers(tmp_path):

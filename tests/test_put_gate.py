@@ -336,3 +336,39 @@ def test_a_store_puts_under_the_kernels_append_lock(tmp_path, impl):
             assert s.get_max_offset_in_queue("T", 0) == 0
         t.join(10)
         assert s.get_max_offset_in_queue("T", 0) == 1
+
+
+def test_a_put_inside_a_put_is_refused_and_the_outer_one_completes(tmp_path, impl):
+    """The store's lock is reentrant (RocketMQ's), so a put that Python code
+    inside a put starts on the same thread (here the store's clock; a
+    finalizer or a signal handler in real life) reaches the Appender, which
+    refuses it with a RuntimeError: the outer batch is written whole and
+    exactly, nothing of the inner one is, and the store goes on."""
+    inner: list = []
+    armed = [0]
+    times = iter(range(T0, T0 + 100))
+
+    def clock():
+        if armed[0]:  # the clock of the batch's first and second messages
+            armed[0] -= 1
+            saved, armed[0] = armed[0], 0  # (the inner put reads the clock too)
+            try:
+                s.put_message(Message("T", b"inner"))
+                inner.append("written")
+            except RuntimeError as e:
+                inner.append(str(e))
+            armed[0] = saved
+        return next(times)
+
+    s = _open(tmp_path / "s", impl, clock=clock)
+    try:
+        s.put_message(Message("T", b"first"))  # the queue's and files' first put
+        armed[0] = 2
+        results = s.put_messages([Message("T", b"b%d" % i, keys=f"k{i}") for i in range(4)])
+        assert len(inner) == 2 and all("inside another put" in e for e in inner), inner
+        assert [m.body for m in s.get_messages("T", 0, 0).messages] == [b"first", b"b0", b"b1", b"b2", b"b3"]
+        assert [r.queue_offset for r in results] == [1, 2, 3, 4]
+        assert [m.body for m in s.query_messages("T", "k2")] == [b"b2"]
+        assert s.put_message(Message("T", b"after")).queue_offset == 5
+    finally:
+        s.close()
