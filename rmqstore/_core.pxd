@@ -91,3 +91,9 @@ cdef class ReferenceResource:
     cdef int drop(self) except -1
     cdef Py_ssize_t _count(self) noexcept
     cdef int _end_cleaning(self) except -1
+
+
+cdef class StoreCore:
+    # The store's gates (PutGate, ReadGate, or the twin's; None when it has
+    # none): its put_message and read methods go through them in C.
+    cdef public object _put_gate, _read_gate

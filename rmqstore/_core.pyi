@@ -19,6 +19,7 @@ from _typeshed import ReadableBuffer, WriteableBuffer
 from typing_extensions import disjoint_base
 
 from ._status import GetMessageStatus
+from .store import GetMessageResult, GetViewsResult, PutMessageResult
 
 __all__ = [
     "Message",
@@ -31,6 +32,7 @@ __all__ = [
     "IndexServiceBase",
     "ReferenceResource",
     "StoreState",
+    "StoreCore",
     "java_hash",
     "index_key_hash",
     "gets_consume_queue_unit",
@@ -476,11 +478,34 @@ class PutGate:
     def put(self, msg: Any) -> Any: ...
 
 @disjoint_base
+class StoreCore:
+    """The part of MessageStore the kernels own; see rmqstore._pure.StoreCore."""
+
+    _put_gate: Any
+    _read_gate: Any
+    def put_message(self, msg: Any) -> PutMessageResult: ...
+    def get_offset_in_queue_by_time(
+        self, topic: str, queue_id: int, timestamp: int, boundary: str = "lower"
+    ) -> int: ...
+    def query_messages(
+        self, topic: str, key: str, max_count: int = 64, begin: int = 0, end: int = 0x7FFFFFFFFFFFFFFF
+    ) -> list[Any]: ...
+    def get_messages(
+        self, topic: str, queue_id: int, offset: int, max_count: int = 32, tags: Any = None, wait_ms: float = 0
+    ) -> GetMessageResult: ...
+    def get_message_views(self, topic: str, queue_id: int, offset: int, max_count: int = 32) -> GetViewsResult: ...
+
+@disjoint_base
 class ReadGate:
     def __init__(
         self,
         store: Any,
         state: StoreState,
+        cqs: dict[Any, Any],
+        commitlog: Any,
+        index: Any,
+        refs: ReferenceResource | Any,
+        read_only: bool,
         message_type: type,
         result_type: type,
         views_type: type,

@@ -41,7 +41,7 @@ else:
 
 KERNELS = (
     "Message", "MessageExt", "MappedRegion", "MappedQueue", "CommitLogBase", "ConsumeQueueBase", "IndexRegion",
-    "IndexServiceBase", "ReferenceResource", "StoreState",
+    "IndexServiceBase", "ReferenceResource", "StoreState", "StoreCore",
     "java_hash", "index_key_hash", "gets_consume_queue_unit", "tags_hash", "masked_crc32", "parse_properties",
     "record_size", "write_record",
     "append_dispatch", "encode_record", "check_record", "decode_record", "decode_columns", "decode_columns_at",
@@ -69,6 +69,7 @@ if TYPE_CHECKING:
         PutGate,
         ReadGate,
         ReferenceResource,
+        StoreCore,
         StoreState,
         append_dispatch,
         check_record,

@@ -67,6 +67,7 @@ __all__ = [
     "IndexServiceBase",
     "ReferenceResource",
     "StoreState",
+    "StoreCore",
     "java_hash",
     "index_key_hash",
     "gets_consume_queue_unit",
@@ -2000,9 +2001,9 @@ class StoreState:
 class PutGate:
     """``MessageStore.put_message``'s ASYNC_FLUSH path in one call: the
     store's state checks, its append lock, the store clock, :meth:`Appender.put`
-    and the store's bookkeeping after it. The store installs ``gate.put`` as
-    its instance's ``put_message`` (the core's then runs no Python code on a
-    put). What the gate reads and writes is the store's :class:`StoreState`
+    and the store's bookkeeping after it. The store's ``put_message``
+    (:class:`StoreCore`'s) calls it (the core's then runs no Python code on
+    a put). What the gate reads and writes is the store's :class:`StoreState`
     *state* (``disk_full``, ``closed``, ``pending``, ``write_error``,
     ``waiting``; ``written_end``, ``last_store_ts``, ``last_logics_ts``),
     under the store's append *lock*; what it declines goes to
@@ -2053,14 +2054,169 @@ class PutGate:
         return store._put_one(msg)
 
 
+def _careful(store: StoreCore) -> Any:
+    """*store* as the MessageStore (a StoreCore subclass) whose careful
+    paths a StoreCore method calls: ``_put_one``, ``_get_messages`` ..."""
+    return store
+
+
+class StoreCore:
+    """The part of :class:`~rmqstore.store.MessageStore` that the kernels
+    own: ``put_message`` and the four read methods, each the common case in
+    one kernel call through the store's gates (``_put_gate``, a
+    :class:`PutGate`, and ``_read_gate``, a :class:`ReadGate`; None where
+    the store has none or once it is closed), else the store's careful path
+    (``_put_one``, ``_get_offset_in_queue_by_time``, ``_query_messages``,
+    ``_get_messages``, ``_get_message_views``), which decides everything
+    the gates leave: errors, waits, follows, new files. ``MessageStore`` is
+    a StoreCore; a subclass that overrides one of these methods has its
+    own. The core has the same class, its methods in C."""
+
+    __slots__ = ("_put_gate", "_read_gate")
+
+    def __init__(self) -> None:
+        self._put_gate: Any = None
+        self._read_gate: Any = None
+
+    def put_message(self, msg):
+        """Append *msg* to the CommitLog and dispatch it to its ConsumeQueue and
+        the index before returning (RocketMQ ``putMessage`` + reput). Under
+        SYNC_FLUSH it returns only once the record is on disk; concurrent
+        producers share one sync (group commit).
+
+        All or nothing: every file the record needs (a CommitLog segment,
+        its queue's directory and file, an index file) is made before its
+        first byte is written, and a failure after that (an interrupt
+        included) undoes the record, so whatever this raises nothing of the
+        message is stored and the store goes on; retrying stores no
+        duplicate. The one exception is FlushError under SYNC_FLUSH (below).
+
+        Returns a :class:`PutMessageResult` with status PUT_OK.
+
+        Raises:
+            MessageTypeError, IllegalMessageError, MessageTooLargeError,
+            PropertiesSizeExceededError: bad input.
+            StoreReadOnlyError, StoreClosedError: the store cannot take writes.
+            FlushError: the sync failed (SYNC_FLUSH), now or earlier; the store
+                takes no more writes. The record may still be found after a
+                restart (the outcome of this put is unknown, never PUT_OK).
+            DiskFullError: disk use is above the warning level (status
+                SERVICE_NOT_AVAILABLE; puts resume by themselves when it
+                falls), or no room for a file the record needs
+                (CREATE_MAPPED_FILE_FAILED).
+            OSError: any other failure to make such a file (no descriptor
+                left, no permission).
+        """
+        gate = self._put_gate
+        if gate is not None:
+            return gate.put(msg)
+        return _careful(self)._put_one(msg)
+
+    def get_offset_in_queue_by_time(self, topic, queue_id, timestamp, boundary="lower"):
+        """Queue offset of the first (``"lower"``) or last (``"upper"``) message
+        stored at *timestamp* ms, or the nearest one after/before it (RocketMQ
+        5.1.1+ ``getOffsetInQueueByTime`` with BoundaryType), clamped to the
+        queue's [min, max] offsets; 0 for an unknown queue. *queue_id* is a
+        Java int, *timestamp* a long (ms since epoch, any value of one).
+
+        Raises MessageTypeError (a bool or a float is not an int),
+        ArgumentError for a number outside its range or any other
+        *boundary* (a ValueError), StoreClosedError."""
+        gate = self._read_gate
+        if gate is not None:
+            return gate.get_offset_in_queue_by_time(topic, queue_id, timestamp, boundary)
+        return _careful(self)._get_offset_in_queue_by_time(topic, queue_id, timestamp, boundary)
+
+    def query_messages(self, topic, key, max_count=64, begin=0, end=0x7FFFFFFFFFFFFFFF):
+        """The messages behind :meth:`query_offsets`, keeping only records that
+        are still stored, whose topic is *topic* and whose UNIQ_KEY or one of
+        whose KEYS is *key* (fixes RocketMQ #3613, docs/recovery.md#pitfall-index-hash-collisions);
+        each record once (docs/recovery.md#pitfall-index-duplicate-entries), in the order of :meth:`query_offsets`.
+        *max_count*, *begin* and *end* as there.
+
+        Raises MessageTypeError, ArgumentError, StoreClosedError."""
+        gate = self._read_gate
+        if gate is not None:
+            return gate.query_messages(topic, key, max_count, begin, end)
+        return _careful(self)._query_messages(topic, key, max_count, begin, end)
+
+    def get_messages(self, topic, queue_id, offset, max_count=32, tags=None, wait_ms=0):
+        """Pull up to *max_count* messages of (topic, queue_id) from queue offset
+        *offset* (RocketMQ ``getMessage``; with *wait_ms*, its long polling).
+
+        Args:
+            topic (str): the topic.
+            queue_id (int): a Java int (-2**31 .. 2**31-1); a queue that does
+                not exist answers NO_MATCHED_LOGIC_QUEUE.
+            offset (int): queue offset, a long (-2**63 .. 2**63-1); outside
+                the queue it is answered with a status, as RocketMQ does
+                (OFFSET_TOO_SMALL below the minimum, OFFSET_OVERFLOW_ONE at
+                the end, OFFSET_OVERFLOW_BADLY past it).
+            max_count (int): messages at most, 1 .. 2**31-1.
+            tags (str | list[str] | None): None or ``"*"`` for every message,
+                else ``"TagA || TagB"`` or a list: kept are messages whose tags
+                code matches and whose TAGS really is one of them.
+            wait_ms (int | float): when nothing is there yet, wait up to this
+                many ms (0 .. 2**63-1, finite) for messages put into this
+                store (in this process) and return as soon as one arrives; no
+                busy loop; ``close()`` wakes it. 0 returns at once. On a
+                read-only store (follow mode) the queue's tail is re-read
+                every ``follow_poll_interval`` ms instead, as a writer process
+                gives no signal.
+
+        Returns a :class:`GetMessageResult`; ``next_begin_offset`` is where the
+        next pull starts. Statuses as RocketMQ: NO_MATCHED_LOGIC_QUEUE,
+        NO_MESSAGE_IN_QUEUE, OFFSET_TOO_SMALL, OFFSET_OVERFLOW_ONE,
+        OFFSET_OVERFLOW_BADLY, FOUND, NO_MATCHED_MESSAGE, MESSAGE_WAS_REMOVING.
+
+        Raises MessageTypeError (an argument of the wrong type: a bool or a
+        float is not an int), ArgumentError (a number outside the range
+        above), StoreClosedError, and CorruptedFileError when a unit points
+        at something that is not its record, or at a record whose body CRC
+        does not match (every read checks it; RocketMQ checks it on recovery
+        only).
+        """
+        gate = self._read_gate
+        if gate is not None:
+            return gate.get_messages(topic, queue_id, offset, max_count, tags, wait_ms)
+        return _careful(self)._get_messages(topic, queue_id, offset, max_count, tags, wait_ms)
+
+    def get_message_views(self, topic, queue_id, offset, max_count=32):
+        """Zero-copy form of :meth:`get_messages` (no tag filter, no waiting):
+        up to *max_count* messages of (topic, queue_id) from queue offset
+        *offset*, as positions in a read-only memoryview of the CommitLog
+        segment that holds them instead of one :class:`MessageExt` each.
+
+        The messages of one call come from one segment: a pull that reaches
+        a record in the next segment ends there, and ``next_begin_offset``
+        points at it. The view pins the mapping (Python never unmaps memory a
+        view exports): clean-up still deletes the file, and the store still
+        closes, while the mapping stays readable until the last view of it
+        is released. Only the ranges ``units`` name are messages; the rest of
+        the segment may change under later appends.
+
+        Returns a :class:`GetViewsResult` with the statuses and offsets of
+        get_messages; *queue_id*, *offset* and *max_count* as there.
+
+        Raises MessageTypeError, ArgumentError (as get_messages),
+        StoreClosedError; CorruptedFileError when a unit points at something
+        that is not its record (a damaged body, whose CRC does not match,
+        included), or at one whose stored topic is not the queue's topic byte
+        for byte (then read it with get_messages)."""
+        gate = self._read_gate
+        if gate is not None:
+            return gate.get_message_views(topic, queue_id, offset, max_count)
+        return _careful(self)._get_message_views(topic, queue_id, offset, max_count)
+
+
 class ReadGate:
     """The common case of the store's lookups and pulls in one call each:
     ``get_offset_in_queue_by_time``, ``query_messages``, ``get_messages``
     and ``get_message_views`` (same names, arguments and defaults as the
     ``MessageStore`` methods,
-    whose docstrings hold). The store installs each as its instance's
-    method of that name (unless a subclass has its own), so the core's runs
-    no Python code on an open store's lookup or pull. Each method:
+    whose docstrings hold). The store's methods of those names
+    (:class:`StoreCore`'s) call them, so the core's runs no Python code on
+    an open store's lookup or pull. Each method:
 
     - checks the store is open (its :class:`StoreState`) and the gate attached;
     - for the common case (an exact ``"lower"``/``"upper"`` boundary; str
@@ -2070,16 +2226,18 @@ class ReadGate:
       store) calls the whole-operation kernel (:func:`time_lookup`,
       :func:`query_keyed`, :func:`pull_messages`, :func:`pull_views`) with
       the store's reader references;
-    - hands anything else to the store class's method of its name, which
+    - hands anything else to the store's careful path (``_`` + its name), which
       decides (errors, an argument out of its range, an unknown queue, a
       clean-up holding the references, a careful read, a follow or a wait
       included): a pull only when ``get_messages`` would return its result
       unchanged.
 
     Args:
-        store (MessageStore): held weakly (the store's dict holds the gate);
-            its ``_cqs`` dict, ``commitlog``, ``index``, ``_refs`` and
-            ``read_only`` are read once, here.
+        store (MessageStore): held weakly (the store holds the gate).
+        state (StoreState): the store's.
+        cqs (dict): the store's ConsumeQueues by (topic, queue_id).
+        commitlog (CommitLogBase), index (IndexServiceBase), refs
+            (ReferenceResource), read_only (bool): the store's.
         state (StoreState): the store's state (``closed`` is read per call).
         message_type (type): what a message is made as (``MessageExt``).
         result_type (type): ``GetMessageResult``, a 5-tuple type.
@@ -2096,17 +2254,17 @@ class ReadGate:
     methods then go to the store's, which raise StoreClosedError, as they
     do once the store is gone."""
 
-    def __init__(self, store, state, message_type, result_type, views_type, units_of, tag_filter,
-                 min_units) -> None:
-        if type(store._cqs) is not dict:
+    def __init__(self, store, state, cqs, commitlog, index, refs, read_only, message_type, result_type, views_type,
+                 units_of, tag_filter, min_units) -> None:
+        if type(cqs) is not dict:
             raise TypeError("a store's _cqs must be a dict")
         if type(state) is not StoreState:
             raise TypeError("state must be a StoreState")
         self._state = state
         self._store_ref = weakref.ref(store)
-        self._cqs: dict | None = store._cqs
-        self._commitlog, self._index, self._refs = store.commitlog, store.index, store._refs
-        self._read_only = bool(store.read_only)
+        self._cqs: dict | None = cqs
+        self._commitlog, self._index, self._refs = commitlog, index, refs
+        self._read_only = bool(read_only)
         self._message_type, self._result_type = message_type, result_type
         self._views_type, self._units_of, self._tag_filter = views_type, units_of, tag_filter
         self._last_filter: tuple = (None, None)
@@ -2134,7 +2292,7 @@ class ReadGate:
                 found = time_lookup(cq, commitlog, timestamp, upper, refs)
                 if found is not None:
                     return found
-        return type(store).get_offset_in_queue_by_time(store, topic, queue_id, timestamp, boundary)
+        return store._get_offset_in_queue_by_time(topic, queue_id, timestamp, boundary)
 
     def query_messages(self, topic, key, max_count=64, begin=0, end=(1 << 63) - 1):
         cqs, index, commitlog, refs = self._cqs, self._index, self._commitlog, self._refs
@@ -2146,7 +2304,7 @@ class ReadGate:
             if query_keyed(index, commitlog, topic, key, max_count, begin, end, self._message_type, out,
                            refs) is not None:
                 return out
-        return type(store).query_messages(store, topic, key, max_count, begin, end)
+        return store._query_messages(topic, key, max_count, begin, end)
 
     def _filter(self, tags):
         last = self._last_filter  # (one tuple: another thread may replace it)
@@ -2176,7 +2334,7 @@ class ReadGate:
                 if found is not None and found[0] is not None and \
                         (out or (not self._read_only and wait_ms == 0)):
                     return tuple.__new__(self._result_type, (found[0], out, *found[1:]))
-        return type(store).get_messages(store, topic, queue_id, offset, max_count, tags, wait_ms)
+        return store._get_messages(topic, queue_id, offset, max_count, tags, wait_ms)
 
     def get_message_views(self, topic, queue_id, offset, max_count=32):
         cqs, commitlog, refs = self._cqs, self._commitlog, self._refs
@@ -2195,7 +2353,7 @@ class ReadGate:
                 if status is not None:  # (stopped: the store's method reads it carefully)
                     return tuple.__new__(self._views_type, (status, view, self._units_of(packed),
                                                             nxt, mn, mx))
-        return type(store).get_message_views(store, topic, queue_id, offset, max_count)
+        return store._get_message_views(topic, queue_id, offset, max_count)
 
 
 _BOUNDARY = {"lower": False, "upper": True}

@@ -190,9 +190,6 @@ class StoreLock:
 
 _new_tuple = tuple.__new__
 #: the methods an open store's instance takes from its k.ReadGate
-_READ_GATED = ("get_offset_in_queue_by_time", "query_messages", "get_messages", "get_message_views")
-
-
 def _view_units(packed: bytes):
     """pull_views' packed units as GetViewsResult.units (a read-only array over them)."""
     if _VIEW_DTYPE is None:
@@ -278,7 +275,7 @@ def _state_field(name: str) -> property:
     return property(operator.attrgetter(f"_state.{name}"), set_field)
 
 
-class MessageStore:
+class MessageStore(k.StoreCore):
     """An embedded RocketMQ store in one directory.
 
     Use :meth:`open`. Layout under *root_dir*: ``commitlog/``,
@@ -462,12 +459,9 @@ class MessageStore:
                     cfg.max_message_size, cfg.message_index_enable, self._queue_offsets, encode_host,
                 )
                 self._rebind()
-                # put_message in one kernel call: the instance's put_message is
-                # the gate's (unless a subclass has its own); close drops both
+                # put_message in one kernel call (StoreCore's, through the gate); close drops it
                 self._kernel_clock = None if self._clock is _now_ms else self._clock
                 self._put_gate = k.PutGate(self, self._state, self._lock, self._fast, self._kernel_clock)
-                if type(self).put_message is MessageStore.put_message:
-                    self.put_message = self._put_gate.put  # type: ignore[method-assign]
             if self.config.clean_service_enable:
                 self._cleaner = threading.Thread(
                     target=self._clean_loop, name=f"rmqstore-clean:{os.path.basename(self.root_dir)}", daemon=True
@@ -475,13 +469,11 @@ class MessageStore:
                 self._cleaner.start()
         else:
             self._next_full_refresh = time.monotonic() + 1.0
-        # lookups and pulls in one kernel call each: the instance's methods
-        # are the gate's (unless a subclass has its own); close drops them
-        self._read_gate = k.ReadGate(self, self._state, MessageExt, GetMessageResult, GetViewsResult, _view_units,
+        # lookups and pulls in one kernel call each (StoreCore's methods,
+        # through the gate); close drops it
+        self._read_gate = k.ReadGate(self, self._state, self._cqs, self.commitlog, self.index, self._refs,
+                                     self.read_only, MessageExt, GetMessageResult, GetViewsResult, _view_units,
                                      _tag_filter, _MAX_FILTER_UNITS)
-        for name in _READ_GATED:
-            if getattr(type(self), name) is getattr(MessageStore, name):
-                setattr(self, name, getattr(self._read_gate, name))
 
     def _take_lock(self) -> None:
         self._store_lock = StoreLock(self.root_dir).acquire()
@@ -841,12 +833,9 @@ class MessageStore:
                 if self._put_gate is not None:
                     self._put_gate.detach()
                     self._put_gate = None
-                    self.__dict__.pop("put_message", None)
                 if self._read_gate is not None:
                     self._read_gate.detach()
                     self._read_gate = None
-                    for name in _READ_GATED:
-                        self.__dict__.pop(name, None)
                 self._release()
 
     def _crash(self) -> None:
@@ -1617,40 +1606,6 @@ class MessageStore:
                     cond.notify_all()
         self._dispatch_pending(self._flushed_where)
 
-    def put_message(self, msg: Message) -> PutMessageResult:
-        """Append *msg* to the CommitLog and dispatch it to its ConsumeQueue and
-        the index before returning (RocketMQ ``putMessage`` + reput). Under
-        SYNC_FLUSH it returns only once the record is on disk; concurrent
-        producers share one sync (group commit).
-
-        All or nothing: every file the record needs (a CommitLog segment,
-        its queue's directory and file, an index file) is made before its
-        first byte is written, and a failure after that (an interrupt
-        included) undoes the record, so whatever this raises nothing of the
-        message is stored and the store goes on; retrying stores no
-        duplicate. The one exception is FlushError under SYNC_FLUSH (below).
-
-        Returns a :class:`PutMessageResult` with status PUT_OK.
-
-        Raises:
-            MessageTypeError, IllegalMessageError, MessageTooLargeError,
-            PropertiesSizeExceededError: bad input.
-            StoreReadOnlyError, StoreClosedError: the store cannot take writes.
-            FlushError: the sync failed (SYNC_FLUSH), now or earlier; the store
-                takes no more writes. The record may still be found after a
-                restart (the outcome of this put is unknown, never PUT_OK).
-            DiskFullError: disk use is above the warning level (status
-                SERVICE_NOT_AVAILABLE; puts resume by themselves when it
-                falls), or no room for a file the record needs
-                (CREATE_MAPPED_FILE_FAILED).
-            OSError: any other failure to make such a file (no descriptor
-                left, no permission).
-        """
-        gate = self._put_gate  # (an open store's instances call gate.put directly, see _start)
-        if gate is not None:
-            return gate.put(msg)
-        return self._put_one(msg)
-
     def _put_one(self, msg, store_ts=None) -> PutMessageResult:
         """put_message step by step (SYNC_FLUSH, and whatever the Appender
         leaves: new files and queues, transactions, delays, bad input):
@@ -1963,44 +1918,11 @@ class MessageStore:
         cq = self._cqs.get((topic, queue_id))
         return cq.max_offset_in_queue() if cq else 0
 
-    def get_messages(
+    def _get_messages(
         self, topic: str, queue_id: int, offset: int, max_count: int = 32, tags=None, wait_ms: int = 0
     ) -> GetMessageResult:
-        """Pull up to *max_count* messages of (topic, queue_id) from queue offset
-        *offset* (RocketMQ ``getMessage``; with *wait_ms*, its long polling).
-
-        Args:
-            topic (str): the topic.
-            queue_id (int): a Java int (-2**31 .. 2**31-1); a queue that does
-                not exist answers NO_MATCHED_LOGIC_QUEUE.
-            offset (int): queue offset, a long (-2**63 .. 2**63-1); outside
-                the queue it is answered with a status, as RocketMQ does
-                (OFFSET_TOO_SMALL below the minimum, OFFSET_OVERFLOW_ONE at
-                the end, OFFSET_OVERFLOW_BADLY past it).
-            max_count (int): messages at most, 1 .. 2**31-1.
-            tags (str | list[str] | None): None or ``"*"`` for every message,
-                else ``"TagA || TagB"`` or a list: kept are messages whose tags
-                code matches and whose TAGS really is one of them.
-            wait_ms (int | float): when nothing is there yet, wait up to this
-                many ms (0 .. 2**63-1, finite) for messages put into this
-                store (in this process) and return as soon as one arrives; no
-                busy loop; ``close()`` wakes it. 0 returns at once. On a
-                read-only store (follow mode) the queue's tail is re-read
-                every ``follow_poll_interval`` ms instead, as a writer process
-                gives no signal.
-
-        Returns a :class:`GetMessageResult`; ``next_begin_offset`` is where the
-        next pull starts. Statuses as RocketMQ: NO_MATCHED_LOGIC_QUEUE,
-        NO_MESSAGE_IN_QUEUE, OFFSET_TOO_SMALL, OFFSET_OVERFLOW_ONE,
-        OFFSET_OVERFLOW_BADLY, FOUND, NO_MATCHED_MESSAGE, MESSAGE_WAS_REMOVING.
-
-        Raises MessageTypeError (an argument of the wrong type: a bool or a
-        float is not an int), ArgumentError (a number outside the range
-        above), StoreClosedError, and CorruptedFileError when a unit points
-        at something that is not its record, or at a record whose body CRC
-        does not match (every read checks it; RocketMQ checks it on recovery
-        only).
-        """
+        """The careful path of :meth:`get_messages` (StoreCore's), for whatever
+        its gate leaves: checks, errors, careful reads, follows and waits."""
         queue_id, offset, max_count = _pull_args(queue_id, offset, max_count)
         wait_ms = _wait_arg(wait_ms)
         result = self._pull(topic, queue_id, offset, max_count, tags)
@@ -2168,28 +2090,9 @@ class MessageStore:
         finally:
             self._refs.release()
 
-    def get_message_views(self, topic: str, queue_id: int, offset: int, max_count: int = 32) -> GetViewsResult:
-        """Zero-copy form of :meth:`get_messages` (no tag filter, no waiting):
-        up to *max_count* messages of (topic, queue_id) from queue offset
-        *offset*, as positions in a read-only memoryview of the CommitLog
-        segment that holds them instead of one :class:`MessageExt` each.
-
-        The messages of one call come from one segment: a pull that reaches
-        a record in the next segment ends there, and ``next_begin_offset``
-        points at it. The view pins the mapping (Python never unmaps memory a
-        view exports): clean-up still deletes the file, and the store still
-        closes, while the mapping stays readable until the last view of it
-        is released. Only the ranges ``units`` name are messages; the rest of
-        the segment may change under later appends.
-
-        Returns a :class:`GetViewsResult` with the statuses and offsets of
-        get_messages; *queue_id*, *offset* and *max_count* as there.
-
-        Raises MessageTypeError, ArgumentError (as get_messages),
-        StoreClosedError; CorruptedFileError when a unit points at something
-        that is not its record (a damaged body, whose CRC does not match,
-        included), or at one whose stored topic is not the queue's topic byte
-        for byte (then read it with get_messages)."""
+    def _get_message_views(self, topic: str, queue_id: int, offset: int, max_count: int = 32) -> GetViewsResult:
+        """The careful path of :meth:`get_message_views` (StoreCore's), for
+        whatever its gate leaves: checks, errors, careful reads."""
         if self._closed:
             self._ensure_open()
         queue_id, offset, max_count = _pull_args(queue_id, offset, max_count)
@@ -2317,14 +2220,9 @@ class MessageStore:
         finally:
             self._refs.release()
 
-    def query_messages(self, topic: str, key: str, max_count: int = 64, begin: int = 0, end: int = MAX_OFFSET) -> list:
-        """The messages behind :meth:`query_offsets`, keeping only records that
-        are still stored, whose topic is *topic* and whose UNIQ_KEY or one of
-        whose KEYS is *key* (fixes RocketMQ #3613, docs/recovery.md#pitfall-index-hash-collisions);
-        each record once (docs/recovery.md#pitfall-index-duplicate-entries), in the order of :meth:`query_offsets`.
-        *max_count*, *begin* and *end* as there.
-
-        Raises MessageTypeError, ArgumentError, StoreClosedError."""
+    def _query_messages(self, topic: str, key: str, max_count: int = 64, begin: int = 0, end: int = MAX_OFFSET) -> list:
+        """The careful path of :meth:`query_messages` (StoreCore's), for
+        whatever its gate leaves: checks, errors, a clean-up in the way."""
         if self._closed:  # (inline: a call per lookup is measurable)
             self._ensure_open()
         if not isinstance(key, str) or not isinstance(topic, str):
@@ -2351,16 +2249,9 @@ class MessageStore:
         # (the record is at that offset: the same id unless another host stored it)
         return m if m is not None and m.store_host_raw == host_raw else None
 
-    def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp: int, boundary: str = "lower") -> int:
-        """Queue offset of the first (``"lower"``) or last (``"upper"``) message
-        stored at *timestamp* ms, or the nearest one after/before it (RocketMQ
-        5.1.1+ ``getOffsetInQueueByTime`` with BoundaryType), clamped to the
-        queue's [min, max] offsets; 0 for an unknown queue. *queue_id* is a
-        Java int, *timestamp* a long (ms since epoch, any value of one).
-
-        Raises MessageTypeError (a bool or a float is not an int),
-        ArgumentError for a number outside its range or any other
-        *boundary* (a ValueError), StoreClosedError."""
+    def _get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp: int, boundary: str = "lower") -> int:
+        """The careful path of :meth:`get_offset_in_queue_by_time` (StoreCore's),
+        for whatever its gate leaves: checks, errors, follow mode."""
         if self._closed:  # (inline: a call per lookup is measurable)
             self._ensure_open()
         upper = _BOUNDARIES.get(boundary) if type(boundary) is str else None  # (as given: no lower() per lookup)

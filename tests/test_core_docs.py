@@ -15,7 +15,8 @@ from rmqstore._kernels import KERNELS
 from test_kernels import _need_core
 
 CLASSES = ("Appender", "AppendLock", "PutGate", "ReadGate", "Message", "MessageExt", "StoreState", "MappedRegion",
-           "MappedQueue", "CommitLogBase", "ConsumeQueueBase", "IndexRegion", "IndexServiceBase", "ReferenceResource")
+           "MappedQueue", "CommitLogBase", "ConsumeQueueBase", "IndexRegion", "IndexServiceBase", "ReferenceResource",
+           "StoreCore")
 DATA_CLASSES = ("StoreState", "MappedRegion", "MappedQueue", "CommitLogBase", "ConsumeQueueBase", "IndexRegion",
                 "IndexServiceBase")  # (fields only, no methods)
 FUNCTIONS = tuple(name for name in KERNELS if name not in CLASSES)
@@ -78,3 +79,17 @@ def test_core_and_twin_have_the_same_public_names():
 
     for name in KERNELS:
         assert hasattr(core, name) and hasattr(_pure, name), name
+
+
+def test_the_store_methods_read_the_same_in_both_implementations():
+    """``MessageStore``'s put and read methods are StoreCore's: the core's
+    docstrings (after the embedded signature) are the twin's, word for word,
+    so ``help(MessageStore)`` reads the same whichever is built."""
+    core = _need_core()
+    from rmqstore import _pure
+
+    for name in ("put_message", "get_offset_in_queue_by_time", "query_messages", "get_messages",
+                 "get_message_views"):
+        twin = inspect.getdoc(getattr(_pure.StoreCore, name))
+        assert twin and len(twin) > 200, name
+        assert inspect.cleandoc(_body(getattr(core.StoreCore, name).__doc__)) == twin, name

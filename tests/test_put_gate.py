@@ -47,7 +47,7 @@ def _open(path, impl, **kw):
 
 def test_an_open_store_puts_through_its_gate(tmp_path, impl):
     s = _open(tmp_path / "s", impl, clock=ListClock(range(T0, T0 + 100)))
-    assert s.put_message.__self__ is s._put_gate
+    assert s._put_gate is not None and "put_message" not in vars(s)  # StoreCore's, through the gate
     results = [s.put_message(Message("T", b"m%d" % i, queue_id=i % 2, keys=f"k{i}")) for i in range(6)]
     assert [r.store_timestamp for r in results] == list(range(T0, T0 + 6))
     assert [r.queue_offset for r in results] == [0, 0, 1, 1, 2, 2]
@@ -171,20 +171,24 @@ def test_stores_without_the_one_call_path_have_no_gate(tmp_path, impl, mode):
                 s.put_message(Message("T", b"refused"))
 
 
-def test_a_kept_bound_method_keeps_no_store_alive(tmp_path, impl):
-    """The gate holds its store weakly: a bound method kept past close
-    keeps no closed store alive, and refuses once it is gone."""
+def test_a_kept_bound_method_refuses_after_close(tmp_path, impl):
+    """A bound ``put_message`` kept past close goes to the careful path,
+    which raises StoreClosedError. The gate holds its store weakly: a gate
+    kept past close keeps no closed store alive, and refuses once it is
+    gone."""
     s = _open(tmp_path / "s", impl)
     s.put_message(Message("T", b"bind"))
-    put = s.put_message
+    put, gate = s.put_message, s._put_gate
     assert put(Message("T", b"kept")).queue_offset == 1
     s.close()
+    with pytest.raises(StoreClosedError):
+        put(Message("T", b"after close"))
     ref = weakref.ref(s)
-    del s
+    del s, put
     gc.collect()
-    assert ref() is None  # the kept method (a live root) does not hold the store
+    assert ref() is None  # the kept gate (a live root) does not hold the store
     with pytest.raises(StoreClosedError, match="gone"):
-        put(Message("T", b"after collection"))
+        gate.put(Message("T", b"after collection"))
     with MessageStore.open(tmp_path / "s", CFG) as again:
         assert [m.body for m in again.get_messages("T", 0, 0).messages] == [b"bind", b"kept"]
 
