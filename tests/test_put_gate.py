@@ -41,7 +41,7 @@ CFG = StoreConfig(  # small files: 1 MiB CommitLog files, 1000-unit queue files,
 
 def _open(path, impl, **kw):
     s = MessageStore.open(path, CFG, **kw)
-    assert type(s._put_gate).__module__ == ("rmqstore._core" if impl == "cython" else "rmqstore._pure")
+    assert type(s._put_gate).__module__ == ("rmqstore._core" if impl == "cython" else "rmqstore._pure.gates")
     return s
 
 

@@ -1,0 +1,120 @@
+"""Pure-Python kernels: the twin of ``rmqstore/_core.pyx``.
+
+Same names, same signatures, same results as the Cython core; selected with
+``RMQSTORE_PURE_PYTHON=1`` (see ``rmqstore/_kernels.py``). Kernels work on raw
+buffers (``mmap``, ``bytearray``, ``bytes``) at byte positions; they hold no
+state, open no files and log nothing. Every read is bounds-checked against the
+buffer (or a caller-given limit), so corrupt input can never read outside it;
+chain walks are bounded, so they always end.
+
+All multi-byte integers are big-endian (docs/format.md#conventions).
+
+The package is the core's twin file by file, one concept per module; this
+module exports the names the core exports (``__all__``), with ``Message`` and
+``MessageExt`` from ``rmqstore/_pure_message.py``:
+
+- ``codec``: hashes, the masked CRC-32, property blobs, and writing, checking, decoding and reading records;
+- ``columns``: bulk decoding of records into numpy columns;
+- ``consumequeue``: ConsumeQueue units, the recovery scan and the search by store time;
+- ``index``: IndexFile keys, put and select;
+- ``appender``: the put path (``append_dispatch``, ``Appender``, ``AppendLock``);
+- ``state``: the state classes the kernels read and write, reader references, ``StoreCore``;
+- ``reads``: pulls, keyed reads and whole lookups under a reader reference;
+- ``gates``: ``PutGate`` and ``ReadGate``, the store's put and read methods in one call.
+"""
+
+from __future__ import annotations
+
+# every kernel from its module; the ``name as name`` imports re-export helpers
+# that tests use and the core's comments name (``_pure._bounds``, ``_pure.VIEW_UNIT`` ...)
+from .._pure_message import Message, MessageExt
+from .appender import Appender, AppendLock, append_dispatch, gets_consume_queue_unit
+from .codec import _encoded_props_len as _encoded_props_len
+from .codec import _find_crc_property as _find_crc_property
+from .codec import (
+    check_record,
+    decode_record,
+    encode_record,
+    index_key_hash,
+    java_hash,
+    masked_crc32,
+    parse_properties,
+    read_record,
+    read_store_timestamp,
+    record_size,
+    scan_records,
+    tags_hash,
+    write_record,
+)
+from .columns import decode_columns, decode_columns_at
+from .consumequeue import cq_get, cq_put, cq_scan, cq_search_time, cq_units
+from .gates import PutGate, ReadGate
+from .index import _index_keys as _index_keys
+from .index import index_put, index_put_keys, index_select
+from .reads import VIEW_UNIT as VIEW_UNIT
+from .reads import _bounds as _bounds
+from .reads import _unit_record as _unit_record
+from .reads import pull_bounds, pull_messages, pull_units, pull_views, query_keyed, read_ext, read_keyed, time_lookup
+from .state import (
+    CommitLogBase,
+    ConsumeQueueBase,
+    IndexRegion,
+    IndexServiceBase,
+    MappedQueue,
+    MappedRegion,
+    ReferenceResource,
+    StoreCore,
+    StoreState,
+)
+
+# the core's __all__, in its order
+__all__ = [
+    "Message",
+    "MessageExt",
+    "MappedRegion",
+    "MappedQueue",
+    "CommitLogBase",
+    "ConsumeQueueBase",
+    "IndexRegion",
+    "IndexServiceBase",
+    "ReferenceResource",
+    "StoreState",
+    "StoreCore",
+    "java_hash",
+    "index_key_hash",
+    "gets_consume_queue_unit",
+    "tags_hash",
+    "masked_crc32",
+    "parse_properties",
+    "record_size",
+    "write_record",
+    "append_dispatch",
+    "encode_record",
+    "check_record",
+    "decode_record",
+    "decode_columns",
+    "decode_columns_at",
+    "scan_records",
+    "read_record",
+    "read_store_timestamp",
+    "cq_put",
+    "cq_get",
+    "cq_units",
+    "cq_scan",
+    "cq_search_time",
+    "index_put",
+    "index_put_keys",
+    "index_select",
+    "Appender",
+    "AppendLock",
+    "PutGate",
+    "ReadGate",
+    "pull_units",
+    "pull_bounds",
+    "read_keyed",
+    "time_lookup",
+    "query_keyed",
+    "read_ext",
+    "pull_views",
+    "pull_messages",
+]
