@@ -44,7 +44,7 @@ def lint(session: nox.Session) -> None:
     """ruff on the Python code and cython-lint on the core (pyproject.toml holds both configurations)."""
     session.install(RUFF, CYTHON_LINT)
     session.run("ruff", "check", ".")
-    session.run("cython-lint", "rmqstore/_core.pyx")
+    session.run("cython-lint", "rmqstore/_core.pyx", "rmqstore/_core_units")
 
 
 @nox.session

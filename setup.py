@@ -8,8 +8,9 @@ RMQSTORE_DEBUG=1
     A development build of the core: bounds and wraparound checks on, Cython
     line tracing and profiling hooks (CYTHON_TRACE, CYTHON_TRACE_NOGIL: for
     coverage and profilers), C asserts on, ``-O0 -g``, and the annotated view
-    ``rmqstore/_core.html`` written next to the .pyx. Same semantics as the
-    release build (``cdivision`` stays on: the kernels rely on C division).
+    ``rmqstore/_core.html`` written next to the .pyx (and one per unit in
+    rmqstore/_core_units/). Same semantics as the release build
+    (``cdivision`` stays on: the kernels rely on C division).
     ``RMQSTORE_DEBUG=1 pip install -e .`` for working on the core.
 
 Switching between release and debug regenerates ``rmqstore/_core.c`` even

@@ -1,7 +1,8 @@
 # The core's classes whose state other kernels read directly (C fields, no
-# attribute lookups). Their docstrings and methods are in _core.pyx; the
+# attribute lookups). Their docstrings and methods are in _core.pyx's units
+# (_core_units/state.pxi, message.pxi and gates.pxi); the
 # pure-Python twins are in _pure_message.py (Message, MessageExt) and
-# _pure.py (the rest). The store's Python classes (MappedFile,
+# the _pure package (the rest). The store's Python classes (MappedFile,
 # MappedFileQueue, CommitLog, ConsumeQueue, IndexFile, IndexService)
 # subclass the ones they share state through.
 

@@ -1,7 +1,7 @@
 """Type stub of the Cython core ``rmqstore/_core.pyx``.
 
 The compiled module has the same names, parameters (names, kinds, defaults),
-results and exceptions as its pure-Python twin ``rmqstore/_pure.py``, whose
+results and exceptions as its pure-Python twin ``rmqstore/_pure/``, whose
 docstrings define the semantics. CI keeps this stub honest with
 ``python -m mypy.stubtest --mypy-config-file pyproject.toml rmqstore._core``
 against the built extension (.ci/wheel-check, .github/workflows/tests.yml).

@@ -23,7 +23,7 @@ if not DOCS.is_dir():
 # what is scanned: the sources, tests, benchmarks, examples, fuzz targets, docs, CI and packaging
 SCANNED = ("rmqstore", "tests", "bench", "examples", "fuzz", "docs", ".ci", ".github")
 SCANNED_FILES = ("README.md", "setup.py", "pyproject.toml", "MANIFEST.in", "CHANGELOG.md", "noxfile.py", "Makefile")
-TEXT_SUFFIXES = {".py", ".pyx", ".pxd", ".pyi", ".h", ".md", ".rst", ".txt", ".toml", ".cfg", ".ini", ".yml",
+TEXT_SUFFIXES = {".py", ".pyx", ".pxd", ".pxi", ".pyi", ".h", ".md", ".rst", ".txt", ".toml", ".cfg", ".ini", ".yml",
                  ".yaml", ".sh", ".json", ""}
 # generated from the .pyx, or data
 SKIPPED = ({"rmqstore/_core.c"}, ("tests/data/",))
