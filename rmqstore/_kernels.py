@@ -39,17 +39,9 @@ else:
 
         IMPLEMENTATION = "python"
 
-KERNELS = (
-    "Message", "MessageExt", "MappedRegion", "MappedQueue", "CommitLogBase", "ConsumeQueueBase", "IndexRegion",
-    "IndexServiceBase", "ReferenceResource", "StoreState", "StoreCore",
-    "java_hash", "index_key_hash", "gets_consume_queue_unit", "tags_hash", "masked_crc32", "parse_properties",
-    "record_size", "write_record",
-    "append_dispatch", "encode_record", "check_record", "decode_record", "decode_columns", "decode_columns_at",
-    "scan_records", "read_record", "read_store_timestamp", "cq_put", "cq_get", "cq_units", "cq_scan",
-    "cq_search_time", "index_put", "index_put_keys", "index_select", "Appender", "AppendLock", "PutGate", "ReadGate",
-    "pull_units", "pull_bounds",
-    "read_keyed", "time_lookup", "query_keyed", "read_ext", "pull_views", "pull_messages",
-)
+# every name the kernels export: the chosen module's __all__ (the core's and
+# the twin's are the same list, which tests/test_kernels.py checks)
+KERNELS: tuple[str, ...] = tuple(k.__all__)
 
 
 if TYPE_CHECKING:

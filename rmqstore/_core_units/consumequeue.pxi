@@ -418,24 +418,6 @@ cdef object _search_time(_Search *s, const unsigned char *b, Py_ssize_t blen, lo
     return jdiv(fs, result, CQ_STORE_UNIT_SIZE)
 
 
-cdef inline bint _hold(object refs) except -1:
-    """Take a reader reference from *refs* (the store's
-    ``ReferenceResource``) for a read kernel, which then drops it with
-    :func:`_drop` when its last byte is copied out: clean-up and the store's
-    close() wait for it, so no file the kernel reads is unmapped or removed
-    meanwhile, whatever Python code (a finalizer, another thread) runs.
-    False when a clean-up or close holds the references exclusively: the
-    caller then goes to ``refs.hold()``, which waits or raises
-    StoreClosedError. *refs* None: the caller holds one (True)."""
-    return refs is None or (<ReferenceResource?>refs).try_hold()
-
-
-cdef inline int _drop(object refs) except -1:
-    if refs is not None:
-        (<ReferenceResource>refs).drop()
-    return 0
-
-
 cdef int64_t _unit_time(_Search *s, object bufs, object mf, Py_ssize_t pos) except? -2:
     """consumequeue._unit_time: the store time of the record of the unit at
     *pos* of ConsumeQueue file *mf*, -1 past its written units."""

@@ -91,8 +91,8 @@ cdef class PutGate:
     *clock*: None for the store's default, ``time.time_ns() // 1_000_000``
     (ms since the epoch, read in C by the core), else a callable returning
     the store time in ms. The gate keeps a weak reference to the store
-    (the store's dict holds the gate); ``detach()`` (on close) drops the
-    Appender and all it holds of the store, so that a bound ``put`` kept
+    (its ``_put_gate`` field holds the gate); ``detach()`` (on close)
+    drops the Appender and all it holds of the store, so that a gate kept
     past close keeps nothing alive and goes to ``_put_one``, which raises
     StoreClosedError (as the gate does once the store is gone)."""
     # The docstrings are the twin's (_pure.PutGate). The store's state is

@@ -202,6 +202,24 @@ cdef class ReferenceResource:
             return not self.cleaning
 
 
+cdef inline bint _hold(object refs) except -1:
+    """Take a reader reference from *refs* (the store's
+    ``ReferenceResource``) for a read kernel, which then drops it with
+    :func:`_drop` when its last byte is copied out: clean-up and the store's
+    close() wait for it, so no file the kernel reads is unmapped or removed
+    meanwhile, whatever Python code (a finalizer, another thread) runs.
+    False when a clean-up or close holds the references exclusively: the
+    caller then goes to ``refs.hold()``, which waits or raises
+    StoreClosedError. *refs* None: the caller holds one (True)."""
+    return refs is None or (<ReferenceResource?>refs).try_hold()
+
+
+cdef inline int _drop(object refs) except -1:
+    if refs is not None:
+        (<ReferenceResource>refs).drop()
+    return 0
+
+
 @cython.auto_pickle(False)  # (a store's state is not data)
 cdef class StoreState:
     """StoreState(): the state of a store that its put and read gates check
