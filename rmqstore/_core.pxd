@@ -32,6 +32,7 @@ cdef class StoreState:
     cdef public bint closed, disk_full
     cdef public object pending, write_error
     cdef public long long waiting, written_end, last_store_ts, last_logics_ts
+    cdef public Py_ssize_t pending_keys
 
 
 cdef class MappedRegion:

@@ -12,7 +12,7 @@ Buffers: every kernel takes any object with the buffer protocol (``mmap``,
 at run time, so they add no dependency.
 """
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, final
 
 from _typeshed import ReadableBuffer, WriteableBuffer
@@ -36,6 +36,8 @@ __all__ = [
     "java_hash",
     "index_key_hash",
     "gets_consume_queue_unit",
+    "gets_index_entries",
+    "delay_level",
     "tags_hash",
     "masked_crc32",
     "parse_properties",
@@ -146,6 +148,7 @@ class StoreState:
     closed: bool
     disk_full: bool
     pending: Any
+    pending_keys: int
     write_error: Any
     waiting: int
     written_end: int
@@ -251,6 +254,8 @@ _DecodedRecord = tuple[
 def java_hash(s: str) -> int: ...
 def index_key_hash(key: str) -> int: ...
 def gets_consume_queue_unit(sys_flag: int) -> bool: ...
+def gets_index_entries(sys_flag: int) -> bool: ...
+def delay_level(text: str, max_level: int) -> int: ...
 def tags_hash(tags: str | None) -> int: ...
 def masked_crc32(data: ReadableBuffer, start: int = 0, end: int = -1) -> int: ...
 
@@ -411,7 +416,14 @@ class Appender:
         index_enable: bool,
         queue_offsets: dict[tuple[str, int], int],
         host_bytes: Callable[[str], bytes] | None = None,
+        delay_levels: Iterable[int] | None = None,
+        dispatch: bool = True,
+        state: StoreState | None = None,
     ) -> None: ...
+    @property
+    def unit_timestamp(self) -> int: ...
+    @property
+    def dispatch(self) -> bool: ...
     def bind_commit_log(self, mapped_file: Any) -> None: ...
     def bind_index(self, index_file: Any) -> None: ...
     def bind_queue(

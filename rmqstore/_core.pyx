@@ -59,6 +59,8 @@ __all__ = [
     "java_hash",
     "index_key_hash",
     "gets_consume_queue_unit",
+    "gets_index_entries",
+    "delay_level",
     "tags_hash",
     "masked_crc32",
     "parse_properties",

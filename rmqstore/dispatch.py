@@ -13,10 +13,13 @@ What a CommitLog record adds to the other files when it is dispatched
   Arrow batches).
 
 The store, the tools (verify, salvage), the Spark rebuild and the columns
-path call these. The Cython core and its pure-Python twin each write the
-same rules once for their put path (``_gets_consume_queue_unit`` and
-``_tags_hash`` in both, exposed as ``gets_consume_queue_unit`` and
-``tags_hash``); ``tests/test_dispatch.py`` checks that all three agree.
+path call these. Each rule is written once per implementation, in the
+kernels (the Cython core and its pure-Python twin, whose put path applies
+them): the functions here call ``gets_consume_queue_unit``,
+``gets_index_entries``, ``delay_level`` and ``java_hash`` of the chosen
+kernels. The numpy forms (:func:`consume_queue_mask`, :func:`index_mask`,
+:func:`index_key_rows`) restate the first two rules for whole columns;
+``tests/test_dispatch.py`` checks that they agree with the kernels.
 """
 
 from __future__ import annotations
@@ -53,8 +56,7 @@ def gets_consume_queue_unit(sys_flag: int) -> bool:
     True for "not a transaction" (0x0) and "commit" (0x8), False for
     "prepared" (0x4) and "rollback" (0xC). RocketMQ
     ``CommitLogDispatcherBuildConsumeQueue.dispatch`` (``MessageSysFlag.getTransactionValue``)."""
-    tran = sys_flag & TRANSACTION_MASK
-    return tran == TRANSACTION_NOT_TYPE or tran == TRANSACTION_COMMIT_TYPE
+    return k.gets_consume_queue_unit(sys_flag)
 
 
 def gets_index_entries(sys_flag: int) -> bool:
@@ -63,7 +65,7 @@ def gets_index_entries(sys_flag: int) -> bool:
     rollback (0xC), prepared records included. RocketMQ
     ``IndexService.buildIndex``. Whether the store's index is enabled at all
     (``message_index_enable``) is the caller's question."""
-    return sys_flag & TRANSACTION_MASK != TRANSACTION_ROLLBACK_TYPE
+    return k.gets_index_entries(sys_flag)
 
 
 def consume_queue_mask(sys_flags: np.ndarray) -> np.ndarray:
@@ -109,12 +111,10 @@ def tags_code(topic: str, props: dict, store_timestamp: int, config) -> int:
     if topic == SCHEDULE_TOPIC:
         delay = props.get(PROPERTY_DELAY)
         if delay:
-            level = java_parse_int(delay)
-            if level is None:
+            level = k.delay_level(delay, config.max_delay_level)
+            if level < 0:
                 log.warning("record in %s has a non-numeric DELAY %r; tags code kept", topic, delay)
-                return code
-            level = min(level, config.max_delay_level)
-            if level > 0:
+            elif level > 0:
                 code = store_timestamp + config.delay_millis(level)
     return code
 

@@ -23,6 +23,7 @@ from typing import Any
 from . import _kernels as k
 from ._layout import (
     BORNHOST_V6_FLAG,
+    CQ_STORE_UNIT_SIZE,
     MAX_PROPERTIES_LENGTH,
     MAX_TOPIC_LENGTH_V1,
     MAX_TOPIC_LENGTH_V2,
@@ -288,6 +289,7 @@ class MessageStore(k.StoreCore):
     _closed = _state_field("closed")
     _disk_full = _state_field("disk_full")
     _pending = _state_field("pending")
+    _pending_keys = _state_field("pending_keys")
     _write_error = _state_field("write_error")
     _waiting = _state_field("waiting")
     _written_end = _state_field("written_end")
@@ -315,9 +317,10 @@ class MessageStore(k.StoreCore):
         self._kernel_clock: Any = None  # the store clock as kernels take it (None: their own wall clock)
         self._append_crc = config.enabled_append_prop_crc
         self._sync_flush = config.flush_disk_type == SYNC_FLUSH
-        # records appended but not yet dispatched, in CommitLog order, and their index keys
+        # records appended but not yet dispatched, in CommitLog order: (topic, queue_id,
+        # queue_offset, physical_offset, size, sys_flag, store_timestamp, tags_code,
+        # unique_key, keys); their index keys are counted in _pending_keys
         self._pending = collections.deque()
-        self._pending_keys = 0
         self._closing = False  # close() has begun: nothing is dispatched any more
         self._dispatch_lock = threading.Lock()
         # one CommitLog sync at a time; re-entrant: close() holds it around its own flush
@@ -452,16 +455,19 @@ class MessageStore(k.StoreCore):
                 target=self._flush_loop, name=f"rmqstore-flush:{os.path.basename(self.root_dir)}", daemon=True
             )
             self._flusher.start()
-            if not self._sync_flush:
-                cfg = self.config
-                self._fast = k.Appender(
-                    Message, PutMessageResult, _PUT_OK, self._store_host_raw, self._append_crc,
-                    cfg.max_message_size, cfg.message_index_enable, self._queue_offsets, encode_host,
-                )
-                self._rebind()
-                # put_message in one kernel call (StoreCore's, through the gate); close drops it
-                self._kernel_clock = None if self._clock is _now_ms else self._clock
-                self._put_gate = k.PutGate(self, self._state, self._lock, self._fast, self._kernel_clock)
+            # every put goes through the Appender, which dispatches at once
+            # under ASYNC_FLUSH and leaves records to _commit under SYNC_FLUSH
+            cfg = self.config
+            self._fast = k.Appender(
+                Message, PutMessageResult, _PUT_OK, self._store_host_raw, self._append_crc,
+                cfg.max_message_size, cfg.message_index_enable, self._queue_offsets, encode_host,
+                [cfg.delay_millis(level) for level in range(1, cfg.max_delay_level + 1)],
+                not self._sync_flush, self._state,
+            )
+            self._rebind()
+            # put_message in one kernel call (StoreCore's, through the gate); close drops it
+            self._kernel_clock = None if self._clock is _now_ms else self._clock
+            self._put_gate = k.PutGate(self, self._state, self._lock, self._fast, self._kernel_clock)
             if self.config.clean_service_enable:
                 self._cleaner = threading.Thread(
                     target=self._clean_loop, name=f"rmqstore-clean:{os.path.basename(self.root_dir)}", daemon=True
@@ -790,7 +796,9 @@ class MessageStore(k.StoreCore):
                 for name, valid, off, data in optional:
                     if valid[i]:
                         props[name] = data[off[i] : off[i + 1]].decode("utf-8", "replace")
-            self._dispatch(topic, qids[i], qoffs[i], phy, size, sys_flag, times[i], props)
+            self._dispatch(topic, qids[i], qoffs[i], phy, size, sys_flag, times[i],
+                           tags_code(topic, props, times[i], self.config), props.get(PROPERTY_UNIQ_KEY),
+                           props.get(PROPERTY_KEYS))
 
     def close(self) -> None:
         """Stop the flush thread, flush everything, write the checkpoint, remove
@@ -1391,12 +1399,12 @@ class MessageStore(k.StoreCore):
 
     # --- a put is all or nothing ----------------------------------------------------
 
-    def _index_keys(self, sys_flag: int, props: dict) -> int:
+    def _index_keys(self, sys_flag: int, unique_key, keys) -> int:
         """How many index entries a record takes: none with the index off or
         for a transaction rollback record."""
         if not self.config.message_index_enable or not gets_index_entries(sys_flag):
             return 0
-        return len(index_keys(props.get(PROPERTY_UNIQ_KEY), props.get(PROPERTY_KEYS)))
+        return len(index_keys(unique_key, keys))
 
     def _plan_prepared(self, prepared, plan=None) -> list:
         """What prepared messages (:meth:`_prepare`'s tuples) need of the
@@ -1415,7 +1423,7 @@ class MessageStore(k.StoreCore):
             if gets_consume_queue_unit(sys_flag):
                 key = (topic, fields[0])
                 counts[key] = counts.get(key, 0) + 1
-            plan[4] += self._index_keys(sys_flag, props)
+            plan[4] += self._index_keys(sys_flag, props.get(PROPERTY_UNIQ_KEY), props.get(PROPERTY_KEYS))
         return plan
 
     def _reserve(self, plan) -> None:
@@ -1478,7 +1486,7 @@ class MessageStore(k.StoreCore):
                 pending = self._pending
                 while pending and pending[-1][3] >= w0:
                     pending.pop()
-                self._pending_keys = sum(self._index_keys(p[5], p[7]) for p in pending)
+                self._pending_keys = sum(self._index_keys(p[5], p[8], p[9]) for p in pending)
                 for key, cq in list(self._cqs.items()):
                     if key in firsts or cq.max_physic_offset > w0:
                         cq.truncate_dirty_logic_files(w0)
@@ -1509,7 +1517,7 @@ class MessageStore(k.StoreCore):
             store_ts = self._clock()
         topic, topic_b, (qid, flag, born_ts, reconsume, prepared_off), sys_flag, born_raw, store_raw, body, props_b, \
             props, size = prepared
-        consumed = gets_consume_queue_unit(sys_flag)
+        consumed = gets_consume_queue_unit(sys_flag)  # (the dispatch rules: docs/recovery.md#dispatch)
         key = (topic, qid)
         queue_offset = self._queue_offsets.get(key, 0) if consumed else 0
         if born_ts is None:
@@ -1522,17 +1530,22 @@ class MessageStore(k.StoreCore):
             self._queue_offsets[key] = queue_offset + 1
         self._written_end = phy + size
         self._last_store_ts = store_ts
-        self._pending.append((topic, qid, queue_offset, phy, size, sys_flag, store_ts, props))
-        self._pending_keys += self._index_keys(sys_flag, props)
+        self._pending.append((topic, qid, queue_offset, phy, size, sys_flag, store_ts,
+                              tags_code(topic, props, store_ts, self.config), props.get(PROPERTY_UNIQ_KEY),
+                              props.get(PROPERTY_KEYS)))
+        self._pending_keys += self._index_keys(sys_flag, props.get(PROPERTY_UNIQ_KEY), props.get(PROPERTY_KEYS))
         return PutMessageResult(
             PutMessageStatus.PUT_OK, offset_msg_id(store_raw, phy), phy, size, queue_offset, store_ts
         )
 
-    def _append_dispatched(self, prepared, store_ts=None) -> PutMessageResult:
-        """ASYNC_FLUSH step by step (append lock held): append, dispatch at
-        once, and point the Appender at the files that may have been created."""
+    def _append_stepped(self, prepared, store_ts=None) -> PutMessageResult:
+        """A put the Appender declined, step by step (append lock held):
+        append, dispatch at once under ASYNC_FLUSH (SYNC_FLUSH: once
+        flushed, in _commit), and point the Appender at the files and the
+        queue that may have been created."""
         result = self._append(prepared, store_ts)
-        self._dispatch_pending(MAX_OFFSET)
+        if not self._sync_flush:
+            self._dispatch_pending(MAX_OFFSET)
         if self._fast is not None:
             self._rebind(prepared[0], prepared[2][0])
         return result
@@ -1543,23 +1556,32 @@ class MessageStore(k.StoreCore):
             self._arrival.notify_all()
 
     def _rebind(self, topic=None, queue_id=None) -> None:
-        """Point the ASYNC_FLUSH put path (``k.Appender``) at the files a put
-        writes now: the last CommitLog and index files and, given one, the
-        last file of the queue the step-by-step path just wrote. Called
-        under the append lock after that path, which may have created or
-        rolled any of them; the Appender itself never creates a file."""
+        """Point the put path (``k.Appender``) at the files a put writes now:
+        the last CommitLog and index files and, given one, the last file of
+        the queue the step-by-step path just wrote. Called under the append
+        lock after that path, which may have created or rolled any of them;
+        the Appender itself never creates a file. Under SYNC_FLUSH, where
+        units and index entries are written once flushed, a queue or an
+        index with no file yet is bound to the file made for it ahead (a
+        spare), and a queue to the file its next unit goes into."""
         fast = self._fast
+        sync = self._sync_flush
         files = self.commitlog.queue.files
         fast.bind_commit_log(files[-1] if files else None)
         if self.config.message_index_enable:
-            files = self.index.files
+            files = self.index.files or (self.index.spares[:1] if sync else [])
             fast.bind_index(files[-1] if files else None)
-        if topic is not None and topic != SCHEDULE_TOPIC:
+        if topic is not None:
             cq = self._cqs.get((topic, queue_id))
             topic_b = self._topics.get(topic)
             if cq is not None and topic_b is not None:
                 files = cq.queue.files
-                fast.bind_queue(topic, queue_id, topic_b, cq, files[-1] if files else None)
+                mf = files[-1] if files else None
+                if sync:
+                    at = self._queue_offsets.get((topic, queue_id), 0) * CQ_STORE_UNIT_SIZE
+                    mf = next((f for f in (*files[-1:], *cq.queue.spares)
+                               if f.file_from_offset <= at < f.file_from_offset + f.file_size), mf)
+                fast.bind_queue(topic, queue_id, topic_b, cq, mf)
 
     def _dispatch_pending(self, upto: int) -> None:
         """Dispatch pending records that end at or before physical offset *upto*,
@@ -1581,7 +1603,7 @@ class MessageStore(k.StoreCore):
             p = pending[0]
             self._dispatch(*p)
             pending.popleft()
-            self._pending_keys -= self._index_keys(p[5], p[7])
+            self._pending_keys -= self._index_keys(p[5], p[8], p[9])
 
     def _commit(self, end: int) -> None:
         """SYNC_FLUSH: return once the CommitLog is on disk up to *end*, then
@@ -1606,11 +1628,14 @@ class MessageStore(k.StoreCore):
                     cond.notify_all()
         self._dispatch_pending(self._flushed_where)
 
-    def _put_one(self, msg, store_ts=None) -> PutMessageResult:
-        """put_message step by step (SYNC_FLUSH, and whatever the Appender
-        leaves: new files and queues, transactions, delays, bad input):
-        every file the record needs is made first, and a failure after its
-        first byte is written undoes it (see :meth:`_reserve`)."""
+    def _put_one(self, msg, store_ts=None, commit: bool = True) -> PutMessageResult:
+        """put_message step by step, for what the Appender leaves (new files
+        and queues, messages it does not vouch for, which _prepare checks
+        and refuses or encodes; a closed store): every file the record needs
+        is made first, and a failure after its first byte is written undoes
+        it (see :meth:`_reserve`). Under SYNC_FLUSH it returns once the
+        record is on disk, unless *commit* is False (the put gate, which
+        holds the append lock, then waits after releasing it)."""
         self._ensure_writable()
         if self._disk_full:
             self._refuse_if_disk_full()
@@ -1621,14 +1646,11 @@ class MessageStore(k.StoreCore):
             self._reserve(self._plan_prepared([prepared]))
             mark = self._mark()
             try:
-                if self._sync_flush:
-                    result = self._append(prepared, store_ts)
-                else:
-                    result = self._append_dispatched(prepared, store_ts)
+                result = self._append_stepped(prepared, store_ts)
             except BaseException:
                 self._undo(mark)
                 raise
-        if self._sync_flush:
+        if self._sync_flush and commit:
             self._commit(result.wrote_offset + result.wrote_bytes)
         return result
 
@@ -1643,14 +1665,13 @@ class MessageStore(k.StoreCore):
         self._ensure_writable()
         if self._disk_full:
             self._refuse_if_disk_full()
-        fast = self._fast
+        fast = self._appender()
         msgs = list(msgs)
         # validated first: the Appender vouches for what it encodes itself
         # (and keeps the encoding for put_batch), _prepare checks and encodes
         # the rest (a new queue's, or a new store's, messages too: checked
         # against the topic's bytes and the CommitLog file size)
-        refused, encoded = (range(len(msgs)), None) if fast is None else \
-            fast.check_all(msgs, self._topic_bytes, self.commitlog.file_size)
+        refused, encoded = fast.check_all(msgs, self._topic_bytes, self.commitlog.file_size)
         prepared: list = [None] * len(msgs)
         for i in refused:
             prepared[i] = self._prepare(msgs[i])
@@ -1658,17 +1679,14 @@ class MessageStore(k.StoreCore):
             self._ensure_open()
             self._check_write_error()
             own = [p for p in prepared if p is not None]
-            plan = None if encoded is None else fast.plan(encoded, bool(own))
+            plan = fast.plan(encoded, bool(own))
             if own:
                 plan = self._plan_prepared(own, plan)
             if plan is not None:
                 self._reserve(plan)
             mark = self._mark()
             try:
-                if fast is not None:
-                    results = self._append_batch(fast, msgs, prepared, encoded)
-                else:
-                    results = [self._append(p) for p in prepared]
+                results = self._append_batch(fast, msgs, prepared, encoded)
             except BaseException:
                 self._undo(mark)
                 raise
@@ -1676,23 +1694,29 @@ class MessageStore(k.StoreCore):
             self._commit(results[-1].wrote_offset + results[-1].wrote_bytes)
         return results
 
+    def _appender(self):
+        """The Appender, or StoreClosedError (close drops it)."""
+        fast = self._fast
+        if fast is None:
+            self._ensure_open()
+            raise StoreClosedError(f"store {self.root_dir} is closed")
+        return fast
+
     def _append_batch(self, fast, msgs, prepared, encoded) -> list:
-        """put_messages' appends under ASYNC_FLUSH (append lock held): the
-        Appender's put_batch as far as it goes (with check_all's
-        *encoded*), step by step where it declines (then dispatched at once
-        and the Appender rebound, as in put_message), one clock reading per
-        message either way."""
+        """put_messages' appends (append lock held): the Appender's
+        put_batch as far as it goes (with check_all's *encoded*), step by
+        step where it declines (:meth:`_append_stepped`, which rebinds the
+        Appender), one clock reading per message either way."""
         results: list = []
         clock = self._kernel_clock
         i = 0
         while True:
-            done = len(results)
             i, store_ts = fast.put_batch(msgs, i, clock, results, encoded)  # as far as the Appender goes
-            if len(results) > done:  # (the Appender dispatches what it writes)
-                self._last_logics_ts = results[-1][5]
+            if fast.unit_timestamp >= 0:  # (the Appender dispatches what it writes)
+                self._last_logics_ts = fast.unit_timestamp
             if i >= len(msgs):
                 break
-            results.append(self._append_dispatched(prepared[i] or self._prepare(msgs[i]), store_ts))
+            results.append(self._append_stepped(prepared[i] or self._prepare(msgs[i]), store_ts))
             i += 1
         if results:
             last = results[-1]
@@ -1709,10 +1733,10 @@ class MessageStore(k.StoreCore):
         *i* is ``Message(topic, bodies[i], queue_id=queue_ids[i], tags=tags[i],
         keys=keys[i], unique_key=unique_keys[i])``, stored as its own record,
         all under one append lock with one store timestamp (RocketMQ stamps a
-        batch once; born timestamp = store timestamp). Under ASYNC_FLUSH the
-        rows go through one kernel call (``Appender.put_columns``), no Python
-        object per message; elsewhere, and for rows needing a new file or
-        queue, the step-by-step path.
+        batch once; born timestamp = store timestamp), and under SYNC_FLUSH
+        one sync. The rows go through one kernel call
+        (``Appender.put_columns``), no Python object per message; rows
+        needing a new file or queue, the step-by-step path.
 
         Args:
             topic (str): one topic for every row.
@@ -1750,16 +1774,10 @@ class MessageStore(k.StoreCore):
                            unique_key=None if uniq_c is None else uniq_c[i])
 
         phys, sizes, qoffs = np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n, np.int64)
-        fast = self._fast
-        if fast is None:  # step by step: put_messages' path
-            results = self.put_messages([message(i) for i in range(n)])
-            for i, r in enumerate(results):
-                phys[i], sizes[i], qoffs[i] = r.wrote_offset, r.wrote_bytes, r.queue_offset
-            ts = results[-1].store_timestamp if results else self._clock()
-            return PutColumnsResult(PutMessageStatus.PUT_OK, phys, sizes, qoffs, ts)
         self._ensure_writable()
         if self._disk_full:
             self._refuse_if_disk_full()
+        fast = self._appender()
         # validated first: the kernel vouches for the rows it encodes itself,
         # the rest are checked as the Message they stand for (and kept so)
         own: dict = {}
@@ -1786,7 +1804,7 @@ class MessageStore(k.StoreCore):
                     i = fast.put_columns(topic, bodies, qids, tags_c, keys_c, uniq_c, i, ts, phys, sizes, qoffs,
                                          encoded)
                     if i < n:  # a new file or queue: this row step by step, then on in one call
-                        r = self._append_dispatched(own.get(i) or self._prepare(message(i)), ts)
+                        r = self._append_stepped(own.get(i) or self._prepare(message(i)), ts)
                         phys[i], sizes[i], qoffs[i] = r.wrote_offset, r.wrote_bytes, r.queue_offset
                         i += 1
             except BaseException:
@@ -1794,23 +1812,27 @@ class MessageStore(k.StoreCore):
                 raise
             if n:  # rows are stored in order: the last one ends the CommitLog
                 self._written_end = int(phys[-1] + sizes[-1])
-                self._last_store_ts = self._last_logics_ts = ts
+                self._last_store_ts = ts
+                if not self._sync_flush:  # (every row got its unit: dispatched; SYNC_FLUSH's in _commit)
+                    self._last_logics_ts = ts
                 if self._waiting:
                     self._wake_waiters()
+        if self._sync_flush and n:
+            self._commit(int(phys[-1] + sizes[-1]))
         return PutColumnsResult(PutMessageStatus.PUT_OK, phys, sizes, qoffs, ts)
 
-    def _dispatch(self, topic, queue_id, queue_offset, phy, size, sys_flag, store_ts, props) -> None:
-        """Build the ConsumeQueue unit and the index entries of one record (docs/recovery.md#dispatch)."""
+    def _dispatch(self, topic, queue_id, queue_offset, phy, size, sys_flag, store_ts, code, unique_key,
+                  keys) -> None:
+        """Build the ConsumeQueue unit (tags code *code*) and the index
+        entries of one record (docs/recovery.md#dispatch)."""
         if gets_consume_queue_unit(sys_flag):
             cq = self._cqs.get((topic, queue_id))
             if cq is None:  # (recovery's re-dispatch: puts reserve their queues first)
                 cq = self._cqs[(topic, queue_id)] = self._new_consume_queue(topic, queue_id)
-            cq.put(phy, size, tags_code(topic, props, store_ts, self.config), queue_offset)
+            cq.put(phy, size, code, queue_offset)
             self._last_logics_ts = store_ts
         if self.config.message_index_enable:
-            self.index.build_index(
-                topic, phy, store_ts, sys_flag, props.get(PROPERTY_UNIQ_KEY), props.get(PROPERTY_KEYS)
-            )
+            self.index.build_index(topic, phy, store_ts, sys_flag, unique_key, keys)
 
     # --- reading ---------------------------------------------------------------------
 

@@ -42,13 +42,38 @@ def test_unit_and_index_rules_by_transaction_type():
 @pytest.mark.parametrize("impl", ["pure", "core"])
 def test_unit_rule_agrees(impl):
     k = _kernels(impl)
-    for flag in ALL_FLAGS:
+    for flag in ALL_FLAGS:  # (the arrays' forms restate the rules: checked against both kernels)
+        tran = flag & 0xC
+        assert k.gets_consume_queue_unit(flag) is (tran in (0x0, 0x8)), flag
+        assert k.gets_index_entries(flag) is (tran != 0xC), flag
         assert k.gets_consume_queue_unit(flag) is dispatch.gets_consume_queue_unit(flag), flag
+        assert k.gets_index_entries(flag) is dispatch.gets_index_entries(flag), flag
     flags = np.array(ALL_FLAGS, dtype=np.int32)
     assert dispatch.consume_queue_mask(flags).tolist() == [dispatch.gets_consume_queue_unit(f) for f in ALL_FLAGS]
     assert dispatch.index_mask(flags).tolist() == [dispatch.gets_index_entries(f) for f in ALL_FLAGS]
     with pytest.raises(TypeError):
         k.gets_consume_queue_unit("8")
+
+
+@pytest.mark.parametrize("impl", ["pure", "core"])
+def test_delay_level_is_javas_parse_int_capped(impl):
+    """The DELAY rule's parse (docs/format.md#delay-rule): Java's
+    Integer.parseInt (an optional sign, ASCII digits, i32), capped at the
+    last level; 0 for no delay, -1 where parseInt throws."""
+    k = _kernels(impl)
+    cases = {
+        "3": 3, "+3": 3, "18": 18, "19": 18, "2147483647": 18, "007": 7, "0": 0, "-0": 0, "-1": 0,
+        "-2147483648": 0, "": 0, "x": -1, "+": -1, "-": -1, "1.5": -1, " 1": -1, "1 ": -1, "2147483648": -1,
+        "-2147483649": -1, "\u0663": -1, "1_0": -1, "99999999999999999999": -1,
+    }
+    for text, want in cases.items():
+        assert k.delay_level(text, 18) == want, text
+        assert dispatch.java_parse_int(text) is None if want == -1 else True, text
+    assert k.delay_level("5", 0) == 0  # no levels at all: no delay
+    with pytest.raises(TypeError):
+        k.delay_level(3, 18)
+    with pytest.raises(ValueError):
+        k.delay_level("3", -1)
 
 
 @pytest.mark.parametrize("impl", ["pure", "core"])

@@ -39,8 +39,8 @@ CFG = StoreConfig(  # small files: 1 MiB CommitLog files, 1000-unit queue files,
 )
 
 
-def _open(path, impl, **kw):
-    s = MessageStore.open(path, CFG, **kw)
+def _open(path, impl, config=CFG, **kw):
+    s = MessageStore.open(path, config, **kw)
     assert type(s._put_gate).__module__ == ("rmqstore._core" if impl == "cython" else "rmqstore._pure.gates")
     return s
 
@@ -157,18 +157,31 @@ def test_the_gate_reads_the_state_of_the_store_it_has(tmp_path, impl):
         assert len(woken) == 3
 
 
-@pytest.mark.parametrize("mode", ["sync", "read-only"])
-def test_stores_without_the_one_call_path_have_no_gate(tmp_path, impl, mode):
+def test_sync_flush_puts_go_through_the_gate_and_return_on_disk(tmp_path, impl):
+    """Under SYNC_FLUSH the gate's Appender writes the record alone and the
+    gate returns once it is on disk and dispatched (RocketMQ 5.3.2+: only
+    flushed records are dispatched); only the first put of a queue goes
+    step by step."""
+    with _open(tmp_path / "s", impl, config=CFG.replace(flush_disk_type="SYNC_FLUSH")) as s:
+        assert "put_message" not in vars(s) and s._put_gate is not None and not s._fast.dispatch
+        stepped = []
+        put_one = s._put_one
+        s._put_one = lambda *a: stepped.append(a[0].body) or put_one(*a)
+        for i in range(6):
+            r = s.put_message(Message("T", b"m%d" % i, keys=f"k{i}"))
+            assert r.queue_offset == i
+            assert s._flushed_where >= r.wrote_offset + r.wrote_bytes and not s._pending
+            assert [m.body for m in s.get_messages("T", 0, i).messages] == [b"m%d" % i]
+            assert [m.body for m in s.query_messages("T", f"k{i}")] == [b"m%d" % i]
+        assert stepped == [b"m0"]  # a new queue (bound then to the file made for it ahead)
+
+
+def test_read_only_stores_have_no_put_gate(tmp_path, impl):
     MessageStore.open(tmp_path / "s", CFG).close()
-    if mode == "sync":
-        with MessageStore.open(tmp_path / "s", CFG.replace(flush_disk_type="SYNC_FLUSH")) as s:
-            assert "put_message" not in vars(s) and s._put_gate is None
-            assert s.put_message(Message("T", b"synced")).queue_offset == 0
-    else:
-        with MessageStore.open(tmp_path / "s", CFG, read_only=True) as s:
-            assert "put_message" not in vars(s) and s._put_gate is None
-            with pytest.raises(StoreReadOnlyError):
-                s.put_message(Message("T", b"refused"))
+    with MessageStore.open(tmp_path / "s", CFG, read_only=True) as s:
+        assert "put_message" not in vars(s) and s._put_gate is None
+        with pytest.raises(StoreReadOnlyError):
+            s.put_message(Message("T", b"refused"))
 
 
 def test_a_kept_bound_method_refuses_after_close(tmp_path, impl):
@@ -376,3 +389,77 @@ def test_a_put_inside_a_put_is_refused_and_the_outer_one_completes(tmp_path, imp
         assert s.put_message(Message("T", b"after")).queue_offset == 5
     finally:
         s.close()
+
+
+def test_transactions_and_delays_go_through_the_gate(tmp_path, impl):
+    """Transactional records and SCHEDULE_TOPIC_XXXX delays are the
+    Appender's once their queue is bound: no put after the first of each
+    queue goes step by step, and the files are byte for byte what a
+    SYNC_FLUSH store (every put step by step, dispatched by the Python
+    layer's rules) writes for the same puts; the logics time follows only
+    the records that got a unit."""
+    from test_store import _files
+
+    def msgs():
+        for i in range(40):
+            kind = i % 5
+            if kind == 0:
+                yield Message("Tx", b"half%d" % i, queue_id=0, keys=f"p{i}", sys_flag=0x4)
+            elif kind == 1:
+                yield Message("Tx", b"commit%d" % i, queue_id=0, keys=f"c{i}", tags="T", sys_flag=0x8)
+            elif kind == 2:
+                yield Message("Tx", b"rollback%d" % i, queue_id=0, keys=f"r{i}", sys_flag=0xC)
+            elif kind == 3:
+                yield Message("SCHEDULE_TOPIC_XXXX", b"later%d" % i, queue_id=2, tags="T",
+                              properties={"DELAY": str(i % 20), "REAL_TOPIC": "Tx", "REAL_QID": "0"})
+            else:
+                yield Message("Tx", b"plain%d" % i, queue_id=0, unique_key=f"u{i}")
+
+    stepped = []
+    with MessageStore.open(tmp_path / "fast", CFG, clock=ListClock(range(T0, T0 + 100))) as s:
+        put_one = s._put_one
+        s._put_one = lambda *a: stepped.append(a[0].topic) or put_one(*a)
+        results = [s.put_message(m) for m in msgs()]
+        assert s._last_logics_ts == T0 + 39  # a plain record, the last
+        s.put_message(Message("Tx", b"half", queue_id=0, sys_flag=0x4))
+        assert s._last_store_ts == T0 + 40 and s._last_logics_ts == T0 + 39
+    # the first puts of each queue: a prepared record makes no queue, the commit after it does
+    assert stepped == ["Tx", "Tx", "SCHEDULE_TOPIC_XXXX"]
+    assert [r.queue_offset for r in results[:5]] == [0, 0, 0, 0, 1]
+    with MessageStore.open(tmp_path / "steps", CFG.replace(flush_disk_type="SYNC_FLUSH"),
+                           clock=ListClock(range(T0, T0 + 100))) as s:
+        assert [s.put_message(m) for m in msgs()] == results
+        s.put_message(Message("Tx", b"half", queue_id=0, sys_flag=0x4))
+    with MessageStore.open(tmp_path / "batch", CFG, clock=ListClock(range(T0, T0 + 100))) as s:
+        assert s.put_messages(list(msgs())) == results
+        assert s._last_logics_ts == T0 + 39
+        s.put_messages([Message("Tx", b"half", queue_id=0, sys_flag=0x4)])
+        assert s._last_logics_ts == T0 + 39
+    assert _files(tmp_path / "fast") == _files(tmp_path / "steps") == _files(tmp_path / "batch")
+
+
+@pytest.mark.parametrize("shape", ["many", "columns"])
+def test_sync_flush_batches_go_through_the_appender(tmp_path, impl, shape):
+    """Under SYNC_FLUSH a batch is the Appender's too (records only, one
+    sync, then dispatched): once its queue has a file no message of it goes
+    step by step, and the call returns with everything dispatched."""
+    with _open(tmp_path / "s", impl, config=CFG.replace(flush_disk_type="SYNC_FLUSH"),
+               clock=ListClock(range(T0, T0 + 10_000))) as s:
+        s.put_message(Message("T", b"first", queue_id=0))  # a new queue: step by step
+        stepped = []
+        append_stepped = s._append_stepped
+        s._append_stepped = lambda *a: stepped.append(a) or append_stepped(*a)
+        bodies = [b"b%d" % i for i in range(300)]
+        if shape == "many":
+            results = s.put_messages([Message("T", b, queue_id=0, keys=f"k{i}") for i, b in enumerate(bodies)])
+            offsets = [r.queue_offset for r in results]
+        else:
+            r = s.put_message_columns("T", bodies, 0, keys=[f"k{i}" for i in range(300)])
+            offsets = r.queue_offsets.tolist()
+            assert len(set(s.get_message(int(p)).store_timestamp for p in r.physical_offsets)) == 1
+        assert stepped == [] and not s._pending and s._pending_keys == 0
+        assert offsets == list(range(1, 301))
+        assert s._flushed_where >= s.max_physical_offset
+        got = s.get_messages("T", 0, 1, 300).messages
+        assert [m.body for m in got] == bodies
+        assert [m.body for m in s.query_messages("T", "k299")] == [b"b299"]

@@ -65,22 +65,23 @@ class Files:
     file: bytearrays behind the attributes the Appender reads and writes."""
 
     def __init__(self, k, host=HOST, append_crc=False, index=True, max_message_size=1024, cq_pos=60,
-                 host_bytes=None):
-        self.k = k
+                 host_bytes=None, topic=TOPIC, delay_levels=None):
+        self.k, self.topic, self.delay_levels = k, topic, delay_levels
         self.commit = _region(k, mm=bytearray(CL_SIZE), file_from_offset=8192, file_size=CL_SIZE,
                                       wrote_position=100)
         self.cq_file = _region(k, mm=bytearray(CQ_SIZE), file_from_offset=0, file_size=CQ_SIZE,
                                        wrote_position=cq_pos)
         self.cq = _of(k.ConsumeQueueBase, max_physic_offset=8000)
         self.index = _of(k.IndexRegion, mm=bytearray(INDEX_SIZE), hash_slot_num=HSN, index_num=INUM)
-        self.offsets = {(TOPIC, 1): cq_pos // 20}
+        self.offsets = {(topic, 1): cq_pos // 20}
         self.args = dict(store_host=host, append_crc=append_crc, index_enable=index)
         self.ap = k.Appender(message_type=Message, result_type=PutMessageResult, ok_status=PutMessageStatus.PUT_OK,
                              store_host=host, append_crc=append_crc, max_message_size=max_message_size,
-                             index_enable=index, queue_offsets=self.offsets, host_bytes=host_bytes)
+                             index_enable=index, queue_offsets=self.offsets, host_bytes=host_bytes,
+                             delay_levels=delay_levels)
         self.ap.bind_commit_log(self.commit)
         self.ap.bind_index(self.index if index else None)
-        self.ap.bind_queue(TOPIC, 1, TOPIC.encode(), self.cq, self.cq_file)
+        self.ap.bind_queue(topic, 1, topic.encode(), self.cq, self.cq_file)
 
     def state(self):
         return (bytes(self.commit.mm), self.commit.wrote_position, bytes(self.cq_file.mm),
@@ -88,7 +89,11 @@ class Files:
 
 
 def steps(k, f, msg, store_ts):
-    """What the step-by-step kernels write for *msg* on the same files."""
+    """What the step-by-step kernels write for *msg* on the same files, by
+    the dispatch rules as rmqstore.dispatch writes them."""
+    from rmqstore.config import StoreConfig
+    from rmqstore.dispatch import gets_consume_queue_unit, gets_index_entries, tags_code
+
     props = msg.property_map()
     if f.args["append_crc"]:
         props.pop("__CRC32#", None)
@@ -98,22 +103,26 @@ def steps(k, f, msg, store_ts):
     store = host if msg.store_host is None else encode_host(msg.store_host)
     sys_flag = msg.sys_flag & ~0x30 | (0x10 if len(born) == 20 else 0) | (0x20 if len(store) == 20 else 0)
     pos, cq_pos = f.commit.wrote_position, f.cq_file.wrote_position
-    qo = f.offsets[(TOPIC, 1)]
+    unit = gets_consume_queue_unit(sys_flag)
+    qo = f.offsets[(f.topic, 1)] if unit else 0
     phy = f.commit.file_from_offset + pos
     born_ts = store_ts if msg.born_timestamp is None else msg.born_timestamp
     size = k.write_record(f.commit.mm, pos, msg.queue_id, msg.flag, qo, phy, sys_flag, born_ts, born, store_ts, store,
-                          msg.reconsume_times, msg.prepared_transaction_offset, msg.body, TOPIC.encode(), blob,
+                          msg.reconsume_times, msg.prepared_transaction_offset, msg.body, f.topic.encode(), blob,
                           f.args["append_crc"])
-    tags = props.get("TAGS")
-    k.cq_put(f.cq_file.mm, cq_pos, phy, size, k.java_hash(tags) if tags else 0)
-    if f.args["index_enable"]:
+    if unit:
+        levels = f.delay_levels or ()
+        cfg = StoreConfig(message_delay_level=" ".join(f"{d // 1000}s" for d in levels))
+        k.cq_put(f.cq_file.mm, cq_pos, phy, size, tags_code(f.topic, props, store_ts, cfg))
+    if f.args["index_enable"] and gets_index_entries(sys_flag):
         keys = [props["UNIQ_KEY"]] if props.get("UNIQ_KEY") else []
         keys += [x for x in (props.get("KEYS") or "").split(" ") if x]
-        k.index_put_keys(f.index.mm, HSN, INUM, TOPIC + "#", keys, phy, store_ts)
+        k.index_put_keys(f.index.mm, HSN, INUM, f.topic + "#", keys, phy, store_ts)
     f.commit.wrote_position += size
-    f.cq_file.wrote_position += 20
-    f.cq.max_physic_offset = phy + size
-    f.offsets[(TOPIC, 1)] = qo + 1
+    if unit:
+        f.cq_file.wrote_position += 20
+        f.cq.max_physic_offset = phy + size
+        f.offsets[(f.topic, 1)] = qo + 1
     msg_id = (store + struct.pack(">q", phy)).hex().upper()
     return PutMessageResult(PutMessageStatus.PUT_OK, msg_id, phy, size, qo, store_ts)
 
@@ -140,6 +149,80 @@ def test_put_writes_what_the_steps_write(k, host, append_crc, index):
         assert got == steps(k, slow, msg, TS + i)
         assert type(got) is PutMessageResult
         assert fast.state() == slow.state()
+
+
+SCHEDULE = "SCHEDULE_TOPIC_XXXX"
+DELAYS = (1000, 5000, 10000)
+
+
+def _tx(sys_flag, **kw):
+    return Message(TOPIC, b"tx", queue_id=1, sys_flag=sys_flag, keys="k1", unique_key="U", tags="T", **kw)
+
+
+@pytest.mark.parametrize("index", [True, False], ids=["index", "no-index"])
+@pytest.mark.parametrize("batch", [False, True], ids=["put", "put_batch"])
+def test_transactions_are_written_as_the_dispatch_rules_say(k, index, batch):
+    """Prepared (0x4) and rollback (0xC) records: no unit and queue offset
+    0, index entries for prepared only; commit (0x8) and plain records get
+    units and take the next queue offsets."""
+    fast, slow = Files(k, index=index), Files(k, index=index)
+    msgs = [_tx(0x4), _tx(0xC), _tx(0x8), _tx(0x0), _tx(0x4 | 0x1), _tx(0xC)]
+    results: list = []
+    if batch:
+        assert fast.ap.put_batch(msgs, 0, lambda: TS, results) == (len(msgs), None)
+    else:
+        results = [fast.ap.put(m, TS) for m in msgs]
+    want = [steps(k, slow, m, TS) for m in msgs]
+    assert results == want
+    assert [r.queue_offset for r in results] == [0, 0, 3, 4, 0, 0]
+    assert fast.state() == slow.state()
+    assert fast.ap.unit_timestamp == (TS if batch else -1)  # (the last put: a rollback)
+
+
+def test_unit_timestamp_is_the_last_unit_of_the_call(k):
+    f = Files(k)
+    assert f.ap.unit_timestamp == -1
+    f.ap.put(_tx(0x0), TS)
+    assert f.ap.unit_timestamp == TS
+    f.ap.put(_tx(0x4), TS + 1)  # a prepared record: no unit
+    assert f.ap.unit_timestamp == -1
+    results: list = []
+    f.ap.put_batch([_tx(0x0), _tx(0x4)], 0, iter([TS + 2, TS + 3]).__next__, results)
+    assert f.ap.unit_timestamp == TS + 2
+
+
+@pytest.mark.parametrize("delay, level", [
+    ("1", 1), ("2", 2), ("3", 3), ("9", 3), ("+2", 2), ("2147483647", 3), ("0", 0), ("-1", 0), ("", 0),
+])
+def test_schedule_topic_units_take_the_delay_rule(k, delay, level):
+    fast = Files(k, topic=SCHEDULE, delay_levels=DELAYS)
+    slow = Files(k, topic=SCHEDULE, delay_levels=DELAYS)
+    msg = Message(SCHEDULE, b"later", queue_id=1, tags="T", properties={"DELAY": delay, "REAL_TOPIC": "X"})
+    got = fast.ap.put(msg, TS)
+    assert got == steps(k, slow, msg, TS)
+    assert fast.state() == slow.state()
+    code = struct.unpack_from(">q", fast.cq_file.mm, 60 + 12)[0]
+    assert code == (TS + DELAYS[level - 1] if level else k.java_hash("T"))
+
+
+@pytest.mark.parametrize("delay", ["x", "1.5", "+", "2147483648", " 1"])
+def test_a_delay_java_cannot_parse_goes_step_by_step(k, delay):
+    f = Files(k, topic=SCHEDULE, delay_levels=DELAYS)
+    before = f.state()
+    msg = Message(SCHEDULE, b"later", queue_id=1, properties={"DELAY": delay})
+    assert f.ap.put(msg, TS) is None
+    assert f.state() == before
+
+
+def test_delays_without_a_table_go_step_by_step_and_other_topics_ignore_delay(k):
+    f = Files(k, topic=SCHEDULE)
+    before = f.state()
+    assert f.ap.put(Message(SCHEDULE, b"later", queue_id=1, properties={"DELAY": "1"}), TS) is None
+    assert f.state() == before
+    g, slow = Files(k, delay_levels=DELAYS), Files(k, delay_levels=DELAYS)
+    msg = Message(TOPIC, b"not scheduled", queue_id=1, tags="T", properties={"DELAY": "2"})
+    assert g.ap.put(msg, TS) == steps(k, slow, msg, TS)
+    assert g.state() == slow.state()
 
 
 HOSTED = [  # born and store hosts the store encodes (encode_host), v4 and v6, each side
@@ -413,11 +496,11 @@ def test_check_all_takes_valid_messages_of_unbound_queues_given_their_topics(k):
             Message("Other", b"born host", queue_id=5, born_host="1.2.3.4:5"), Message("Other", bytes(990), queue_id=3)]
     assert f.ap.check_all(msgs)[0] == [1, 2, 3, 4, 5, 6, 7]
     refused, _ = f.ap.check_all(msgs, topic_bytes, 4096)
-    assert refused == [3, 4, 5, 6] and asked == [TOPIC, "Other", "Refused"]
-    assert f.ap.check_all(msgs, topic_bytes, 1200)[0] == [3, 4, 5, 6]  # (the bound file's size counts)
+    assert refused == [3, 4, 6] and asked == [TOPIC, "Other", "Refused"]
+    assert f.ap.check_all(msgs, topic_bytes, 1200)[0] == [3, 4, 6]  # (the bound file's size counts)
     f.ap.unbind()  # no CommitLog or index file either: checked against file_size
-    assert f.ap.check_all(msgs, topic_bytes, 4096)[0] == [3, 4, 5, 6]
-    assert f.ap.check_all(msgs, topic_bytes, 1050)[0] == [3, 4, 5, 6, 7]  # 990 B of body fit no 1050-byte file
+    assert f.ap.check_all(msgs, topic_bytes, 4096)[0] == [3, 4, 6]
+    assert f.ap.check_all(msgs, topic_bytes, 1050)[0] == [3, 4, 6, 7]  # 990 B of body fit no 1050-byte file
     assert f.ap.check_all(msgs)[0] == list(range(8))
     assert f.ap.check_all(msgs, lambda t: t, 4096)[0] == list(range(8))  # str, not bytes: refused
     for args in ((topic_bytes, None), (None, 4096)):
@@ -454,8 +537,7 @@ def test_put_batch_writes_unbound_queues_messages_once_bound(k):
 
 
 @pytest.mark.parametrize("case", [
-    "not a message", "subclass", "unset slot", "unbound queue", "born host", "store host", "prepared", "rollback",
-    "tags twice",
+    "not a message", "subclass", "unset slot", "unbound queue", "born host", "store host", "tags twice",
     "non-str property", "property dict subclass", "too large", "properties too long", "int field", "body type",
     "int subclass field", "str subclass tags",
 ])
@@ -474,10 +556,6 @@ def test_declines_for_the_step_by_step_path(k, case):
         msg.born_host = "1.2.3.4:5"
     elif case == "store host":
         msg.store_host = "1.2.3.4:5"
-    elif case == "prepared":
-        msg.sys_flag = 0x4
-    elif case == "rollback":
-        msg.sys_flag = 0xC
     elif case == "tags twice":
         msg.properties = {"TAGS": "other"}
     elif case == "non-str property":

@@ -6,11 +6,20 @@
 
 
 cdef class Appender:
-    """ASYNC_FLUSH put path of one writable store: ``put(msg, store_timestamp)``
+    """The put path of one writable store: ``put(msg, store_timestamp)``
     validates and encodes a :class:`~rmqstore.message.Message`, writes its
     CommitLog record, its ConsumeQueue unit and its index keys
     (``append_dispatch``'s bytes and order) and returns the
-    ``PutMessageResult`` in one call.
+    ``PutMessageResult`` in one call (ASYNC_FLUSH). With *dispatch* False
+    (SYNC_FLUSH, where RocketMQ 5.3.2+ dispatches only what is on disk) it
+    writes the record alone, takes the queue offset from *queue_offsets*,
+    and appends ``(topic, queue_id, queue_offset, physical_offset, size,
+    sys_flag, store_timestamp, tags_code, unique_key, keys)`` to
+    ``state.pending`` (adding its index entries to ``state.pending_keys``)
+    for the store to dispatch once the record is flushed; it declines a
+    record whose unit or index entries would not fit the bound files then
+    (with what is pending before it), so that the store makes those files
+    first.
 
     The caller binds the files a put may write, all of them the last of
     their kind, and rebinds after anything else writes them:
@@ -33,22 +42,31 @@ cdef class Appender:
     exactly *message_type* (a subclass may redefine attributes) or with a
     slot never set, an unbound queue or no bound
     CommitLog file, a record that does not fit the file (a roll), a full
-    index file, a transactional prepared/rollback message, a message with
-    its own born/store host, or anything the step-by-step path rejects
-    (types, sizes, a shorthand contradicting its property): that path
-    raises the typed error. It raises only for bound files that are not
-    writable or smaller than their size (TypeError, ValueError).
+    index file, a message with a host the store has not learnt, a DELAY
+    of ``SCHEDULE_TOPIC_XXXX`` that is not a number, or anything the
+    step-by-step path rejects (types, sizes, a shorthand contradicting its
+    property): that path raises the typed error. It raises only for bound
+    files that are not writable or smaller than their size (TypeError,
+    ValueError).
+
+    The dispatch rules are the put path's own: a transactional prepared
+    or rollback record gets no ConsumeQueue unit (queue offset 0), a
+    rollback no index entries; a unit of ``SCHEDULE_TOPIC_XXXX`` with a
+    DELAY level above 0 gets the delivery time as its tags code (store
+    time plus the level's delay from *delay_levels*, the level capped at
+    the last; docs/format.md#delay-rule). ``unit_timestamp`` is the store
+    time of the last record the latest put call gave a unit, -1 if none
+    (the store's logics time, docs/recovery.md#checkpoint-fields).
 
     Not thread-safe: its callers serialize their calls (the store's append
     lock). The core keeps a call's file bytes and positions in C and writes
     the positions back when the call ends; a put made from within a call
-    (by *clock*, or a property of a bound file, writing to the same store)
-    gets a RuntimeError from the core, and no collection runs within
-    ``put_batch`` there (a finalizer could be such a put).
+    (by *clock*, a finalizer or a signal handler, writing to the same
+    store) gets a RuntimeError.
 
     Args (constructor):
-        message_type (type): the Message class; its ``__slots__`` are read
-            (the core reads them by offset, as CPython's own slot access).
+        message_type (type): the Message class whose instances go this way
+            (the core takes only its own Message, whatever is given).
         result_type (type): a tuple subclass built as ``(ok_status, msg_id,
             physical_offset, size, queue_offset, store_timestamp)``.
         ok_status: its first field.
@@ -58,6 +76,17 @@ cdef class Appender:
             step-by-step way (which refuses them).
         index_enable (bool): index UNIQ_KEY and KEYS.
         queue_offsets (dict): shared with the caller, see above.
+        host_bytes (callable or None): a host string's raw field (the
+            store's ``encode_host``), for messages with their own hosts.
+        delay_levels (sequence of int or None): the delay in ms of each
+            delay level from 1 on (``StoreConfig.message_delay_level``);
+            None leaves every message of ``SCHEDULE_TOPIC_XXXX`` with a
+            DELAY to the step-by-step path.
+        dispatch (bool): write units and index keys with each record
+            (True), or leave them to the store through *state* (False).
+        state (StoreState): the store's, whose ``pending`` collection
+            and ``pending_keys`` count the records left to dispatch
+            (needed with *dispatch* False; TypeError without one).
     """
     # The docstrings are the twin's (_pure.Appender), as for every kernel: keep them alike.
     cdef object result_type, ok_status, store_host, queue_offsets
@@ -77,6 +106,12 @@ cdef class Appender:
     cdef object host_bytes  # the store's encode_host, or None: messages with hosts go step by step
     cdef dict hosts  # host str -> its raw bytes, learnt from host_bytes (see _learn_hosts)
     cdef bint born_default
+    cdef long long *delay_ms  # delay_levels, in ms by level - 1
+    cdef Py_ssize_t max_delay  # how many levels
+    cdef bint delays  # delay_levels given
+    cdef readonly long long unit_timestamp
+    cdef readonly bint dispatch
+    cdef StoreState state  # the store's, for its records to dispatch (dispatch False)
     cdef long long gen  # put calls so far
     cdef _Queue touched  # the queues the current call wrote, linked by next_touched
     cdef list slots  # (topic, queue_id, _Queue) by queue id: see _bound
@@ -84,12 +119,16 @@ cdef class Appender:
     def __cinit__(self):
         self.scratch = NULL
         self.scratch_cap = 0
+        self.unit_timestamp = -1
 
     def __dealloc__(self):
         free(self.scratch)
+        free(self.delay_ms)
 
     def __init__(self, message_type, result_type, ok_status, store_host, bint append_crc, max_message_size,
-                 bint index_enable, queue_offsets, host_bytes=None):
+                 bint index_enable, queue_offsets, host_bytes=None, delay_levels=None, bint dispatch=True,
+                 state=None):
+        cdef Py_ssize_t i
         if not isinstance(message_type, type) or not isinstance(result_type, type) or \
                 not issubclass(result_type, tuple):
             raise TypeError("message_type must be a class and result_type a tuple subclass")
@@ -97,6 +136,9 @@ cdef class Appender:
             raise ValueError("store_host must be the raw 8- or 20-byte host field")
         if not isinstance(queue_offsets, dict):
             raise TypeError("queue_offsets must be a dict")
+        if not dispatch and not isinstance(state, StoreState):
+            raise TypeError("an Appender that does not dispatch needs the store's StoreState")
+        self.dispatch, self.state = dispatch, state
         # (message_type: only the core's own Message goes the fast way, whatever is given)
         self.result_type = result_type
         # results of a type without __dict__ hold ints, the msgId and the one
@@ -113,6 +155,15 @@ cdef class Appender:
         self.host_bytes = host_bytes
         self.hosts = {}
         self.commit_file = self.commit_mm = self.index_mm = None
+        if delay_levels is not None:
+            levels = [_i64(d) for d in delay_levels]
+            free(self.delay_ms)
+            self.delay_ms = <long long *>malloc((len(levels) + 1) * sizeof(long long))
+            if self.delay_ms == NULL:
+                raise MemoryError()
+            for i in range(len(levels)):
+                self.delay_ms[i] = levels[i]
+            self.max_delay, self.delays = len(levels), True
 
     def bind_commit_log(self, mapped_file):
         """Bind the CommitLog's last ``MappedFile`` (the file a put appends
@@ -175,6 +226,7 @@ cdef class Appender:
         q.file_size = r.file_size
         q.key_h0 = _java_hash_from(0, topic + "#")
         q.key = (topic, queue_id)
+        q.schedule = topic == SCHEDULE_TOPIC
         by_id[queue_id] = q
 
     def unbind(self):
@@ -290,8 +342,7 @@ cdef class Appender:
             r.born_timestamp = 0 if born is None else _i64(born)
         except (TypeError, OverflowError):
             return None  # the step-by-step path raises the message's error
-        if not _gets_consume_queue_unit(<uint32_t>r.sys_flag):
-            return None  # transactional prepared / rollback: no queue unit, step by step
+        r.delay_level = 0
         if PyBytes_GET_SIZE(born_raw) == 20:
             r.sys_flag |= BORNHOST_V6_FLAG
         if PyBytes_GET_SIZE(store_raw) == 20:
@@ -324,6 +375,12 @@ cdef class Appender:
                     uniq, seen = value, seen | 4
                 elif self.append_crc and _is(nb, nl, "__CRC32#", 8):
                     continue  # the store writes its own
+                elif q.schedule and _is(nb, nl, "DELAY", 5):
+                    if not self.delays:
+                        return None
+                    r.delay_level = _delay_level(value, self.max_delay)
+                    if r.delay_level < 0:
+                        return None  # (the step-by-step path keeps the tags code, with a warning)
                 try:
                     plen = -1 if nl == 0 else self._pair(plen, name, value, 2)
                 except UnicodeError:
@@ -448,6 +505,7 @@ cdef class Appender:
         r.sys_flag = BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG if PyBytes_GET_SIZE(self.store_host) == 20 else 0
         r.flag = r.reconsume_times = 0
         r.prepared = r.born_timestamp = 0
+        r.delay_level = 0
         self.born_default = True
         # the order Message.property_map gives the shorthands; what Message
         # refuses (not a str, a separator inside) goes the step-by-step way
@@ -480,6 +538,7 @@ cdef class Appender:
             return None
         r.sys_flag, r.queue_id, r.flag, r.reconsume_times = e.sys_flag, e.queue_id, e.flag, e.reconsume_times
         r.prepared, r.born_timestamp, self.born_default = e.prepared, e.born_timestamp, e.born_default
+        r.delay_level = e.delay_level
         return self._finish(r, enc.blobs + e.props_at, e.props_len, <_Queue>e.q, <object>e.tags, <object>e.keys,
                             <object>e.uniq, False, <bytes>e.born, <bytes>e.store)
 
@@ -548,7 +607,7 @@ cdef class Appender:
             else:
                 enc._keep(i, &r, self.born_default, q, self.tags, self.keys, self.uniq,
                           <object><PyObject *>(<Message>msg).body, self.born, self.store,
-                          self._n_keys(self.keys, self.uniq))
+                          self._n_keys(self.keys, self.uniq, r.sys_flag))
             self.tags = self.keys = self.uniq = None
         return refused, enc
 
@@ -596,13 +655,14 @@ cdef class Appender:
         r.size = self._size(r)
         return r.body_len <= self.max_message_size and r.size + 8 <= file_size
 
-    cdef inline Py_ssize_t _n_keys(self, object keys, object uniq) noexcept:
+    cdef inline Py_ssize_t _n_keys(self, object keys, object uniq, int sys_flag) noexcept:
         """At most the index keys of a message (its unique key and each
-        non-empty space-separated key; none when the index is off), without
+        non-empty space-separated key; none when the index is off or for a
+        transaction rollback), without
         reading the keys: k keys take at least 2k - 1 characters. For plan,
         where reserving room early costs nothing and a count per character
         would cost every put."""
-        if not self.index_enable:
+        if not self.index_enable or not _gets_index_entries(<uint32_t>sys_flag):
             return 0
         return (1 if _nonempty(uniq) else 0) + ((PyUnicode_GET_LENGTH(keys) + 1) // 2 if _nonempty(keys) else 0)
 
@@ -620,7 +680,7 @@ cdef class Appender:
         cdef _Enc *e
         cdef _Queue q, planned = None
         cdef Py_ssize_t i, total = 0, biggest = 0, count = 0, n_keys = 0, pos, room
-        cdef bint fits = self.commit_file is not None
+        cdef bint fits = self.commit_file is not None and self.dispatch, unit  # (else: files to dispatch into)
         cdef dict counts = {}
         cdef Py_buffer ix
         cdef int32_t used
@@ -634,10 +694,14 @@ cdef class Appender:
                 biggest = e.size
             count += 1
             n_keys += e.n_keys
+            unit = _gets_consume_queue_unit(<uint32_t>e.sys_flag)  # (else a transaction's: no unit)
             if q.dead:  # a placeholder (a new queue) or rebound since: its queue counted by key
                 fits = False
-                key = (q.key, e.queue_id) if PyUnicode_CheckExact(q.key) else q.key
-                counts[key] = counts.get(key, 0) + 1
+                if unit:
+                    key = (q.key, e.queue_id) if PyUnicode_CheckExact(q.key) else q.key
+                    counts[key] = counts.get(key, 0) + 1
+                continue
+            if not unit:
                 continue
             if q.planned == 0:
                 q.next_planned, planned = planned, q
@@ -655,7 +719,7 @@ cdef class Appender:
             pos = (<MappedRegion?>self.commit_file).wrote_position
             fits = total + 8 <= self.commit_size - pos  # END_FILE_MIN_BLANK_LENGTH
         if fits and self.index_enable and n_keys:
-            if self.index_mm is None:
+            if self.index_mm is None:  # (fits: dispatching)
                 fits = False
             else:
                 PyObject_GetBuffer(self.index_mm, &ix, PyBUF_SIMPLE)
@@ -728,17 +792,23 @@ cdef class Appender:
         the physical offset (r.size and r.queue_offset set), or -1 having
         written nothing."""
         cdef Py_ssize_t pos, n_keys = 0, qpos
-        cdef long long qo, phy, qmax
+        cdef long long qo = 0, phy, qmax
         cdef int32_t count
         cdef int64_t tags_code = 0
         cdef Py_buffer bv
         cdef unsigned char *u
+        # the dispatch rules: a unit unless a transaction's prepared or
+        # rollback record, index entries unless a rollback
+        cdef bint unit = _gets_consume_queue_unit(<uint32_t>r.sys_flag)
+        cdef bint indexed = self.index_enable and _gets_index_entries(<uint32_t>r.sys_flag)
+        cdef bint now = self.dispatch  # (else the store dispatches once the record is flushed)
+        cdef PyObject *o
         tags, keys, uniq = self.tags, self.keys, self.uniq
         self.tags = self.keys = self.uniq = None
         r.store_timestamp = b.ts
         if self.born_default:
             r.born_timestamp = b.ts
-        if q.gen != self.gen:  # the queue's first row in this call (_end releases its bytes)
+        if now and unit and q.gen != self.gen:  # the queue's first row in this call (_end releases its bytes)
             qpos = (<MappedRegion?>q.mf).wrote_position
             qmax = q.cq.max_physic_offset
             if not _get_rw(q.mm, &q.buf):
@@ -750,7 +820,9 @@ cdef class Appender:
             q.pos, q.pos0, q.max_phy, q.gen = qpos, qpos, qmax, self.gen
             q.next_touched, self.touched = self.touched, q
         tags_code = _tags_hash(tags)
-        if self.index_enable:
+        if r.delay_level > 0:  # the delay rule: the delivery time
+            tags_code = b.ts + self.delay_ms[r.delay_level - 1]
+        if indexed:
             n_keys = _index_keys(uniq, keys, 0, NULL, 0, 0, 0, 0)
         _init_view(&bv)
         try:
@@ -767,37 +839,57 @@ cdef class Appender:
             pos = b.cl_pos
             if pos < 0 or r.size + 8 > self.commit_size - pos:  # END_FILE_MIN_BLANK_LENGTH
                 return -1
-            # the next queue offset is the next unit's index, as the last file's
-            # position says (queue_offsets holds the same; it is written back)
-            if q.pos <= 0 or q.pos > q.file_size - CQ_STORE_UNIT_SIZE or q.pos % CQ_STORE_UNIT_SIZE:
-                return -1
-            qo = (q.file_from + q.pos) // CQ_STORE_UNIT_SIZE
             phy = self.commit_from + pos
-            if phy + r.size <= q.max_phy:
-                return -1
-            if self.index_enable:
+            if unit and now:
+                # the next queue offset is the next unit's index, as the last file's
+                # position says (queue_offsets holds the same; it is written back)
+                if q.pos <= 0 or q.pos > q.file_size - CQ_STORE_UNIT_SIZE or q.pos % CQ_STORE_UNIT_SIZE:
+                    return -1
+                qo = (q.file_from + q.pos) // CQ_STORE_UNIT_SIZE
+                if phy + r.size <= q.max_phy:
+                    return -1
+            elif unit:  # the next queue offset, as the store keeps it (an exact tuple key: no Python code runs)
+                o = PyDict_GetItem(self.queue_offsets, q.key)
+                if o is not NULL:
+                    if not PyLong_CheckExact(<object>o):
+                        return -1
+                    qo = <object>o
+                # its unit, written once flushed, must fit the bound file (which the units before it fill first)
+                if qo * CQ_STORE_UNIT_SIZE < q.file_from or \
+                        qo * CQ_STORE_UNIT_SIZE + CQ_STORE_UNIT_SIZE > q.file_from + q.file_size:
+                    return -1
+            if self.index_enable:  # (deferred: with the entries of the records before it)
                 u = <unsigned char *>b.ix.buf
                 count = ld32(u + 36)
                 if count <= 0:
                     count = 1
-                if phy <= ld64(u + 24) or count + n_keys > self.inum:
+                if phy <= ld64(u + 24) or count + n_keys + (0 if now else self.state.pending_keys) > self.inum:
                     return -1
             r.queue_offset = qo
             r.physical_offset = phy
             # record, unit, keys: the order a crash must find them in
             _emit(<unsigned char *>b.cl.buf + pos, r)
-            u = <unsigned char *>q.buf.buf + q.pos
-            st64(u, <uint64_t>phy)
-            st64(u + 12, <uint64_t>tags_code)
-            st32(u + 8, <uint32_t>r.size)  # size last: a torn unit is invalid
-            if self.index_enable:
+            if now and unit:
+                u = <unsigned char *>q.buf.buf + q.pos
+                st64(u, <uint64_t>phy)
+                st64(u + 12, <uint64_t>tags_code)
+                st32(u + 8, <uint32_t>r.size)  # size last: a torn unit is invalid
+            if now and indexed:
                 _index_keys(uniq, keys, q.key_h0, <unsigned char *>b.ix.buf, self.hsn, self.inum, phy,
                             r.store_timestamp)
         finally:
             PyBuffer_Release(&bv)
         b.cl_pos = pos + r.size
-        q.pos += CQ_STORE_UNIT_SIZE
-        q.max_phy = phy + r.size
+        if not now:  # for the store to dispatch (what a failure from here on wrote, its undo removes)
+            if unit:
+                self.queue_offsets[q.key] = qo + 1
+            self.state.pending.append(((<tuple>q.key)[0], r.queue_id, qo, phy, r.size, r.sys_flag, b.ts,
+                                       tags_code, uniq, keys))
+            self.state.pending_keys += n_keys
+        elif unit:
+            q.pos += CQ_STORE_UNIT_SIZE
+            q.max_phy = phy + r.size
+            self.unit_timestamp = b.ts
         return phy
 
     def put(self, msg, store_timestamp):
@@ -851,6 +943,7 @@ cdef class Appender:
             raise RuntimeError("a put started inside another put of this store (from a finalizer, "
                                "a signal handler or the store's clock) is refused")
         self.entered = True
+        self.unit_timestamp = -1
         return 0
 
     cdef object _result(self, Rec *r, long long phy, object ts):
@@ -975,7 +1068,7 @@ cdef class Appender:
             if q is not None and _message_body(body) and self._fits(&r, body, size):
                 if enc.e[i].q == NULL:
                     enc._keep(i, &r, self.born_default, q, self.tags, self.keys, self.uniq, body, self.born,
-                              self.store, self._n_keys(self.keys, self.uniq))
+                              self.store, self._n_keys(self.keys, self.uniq, r.sys_flag))
             else:
                 q = None
             self.tags = self.keys = self.uniq = None
@@ -1015,7 +1108,7 @@ cdef class Appender:
         cdef int64_t *oo
         _check_columns(bodies, queue_ids, tags, keys, unique_keys)
         ts = _i64(store_timestamp)  # TypeError / OverflowError before anything
-        if self.commit_file is None or i >= n:
+        if self.commit_file is None or (self.index_enable and self.index_mm is None) or i >= n:
             return i
         if enc is not None and not _for_columns(enc, topic, bodies, n):
             enc = None

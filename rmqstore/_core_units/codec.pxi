@@ -269,6 +269,7 @@ cdef struct Rec:
     const unsigned char *props
     Py_ssize_t born_len, store_len, body_len, topic_len, props_len, props_field, size
     bint v2, append_crc, sep
+    int delay_level  # the put path's: SCHEDULE_TOPIC_XXXX's DELAY level, 0 for none
 
 
 cdef int _fields(Rec *r, object queue_id, object flag, object queue_offset, object physical_offset,

@@ -24,6 +24,7 @@ cdef class _Queue:
     cdef long long file_from
     cdef Py_ssize_t file_size
     cdef uint32_t key_h0
+    cdef bint schedule  # SCHEDULE_TOPIC_XXXX's: the delay rule sets its units' tags codes
     cdef bint dead  # rebound or unbound since: encodings made for it are stale
     # within one put call (gen == the Appender's): the file's bytes, its write
     # position and max physical offset, written back when the call ends
@@ -51,6 +52,7 @@ cdef _Queue _placeholder_of(object topic, object topic_b):
         return None
     q = _Queue()
     q.topic_b, q.dead, q.key = topic_b, True, topic
+    q.schedule = topic == SCHEDULE_TOPIC
     return q
 
 
@@ -74,7 +76,7 @@ cdef struct _Enc:
     long long prepared, born_timestamp
     Py_ssize_t props_at, props_len  # the property blob, in _Encoded.blobs
     Py_ssize_t size, n_keys  # the record's bytes as checked, its index keys (for plan)
-    int sys_flag, queue_id, flag, reconsume_times
+    int sys_flag, queue_id, flag, reconsume_times, delay_level
     bint born_default
 
 
@@ -133,6 +135,7 @@ cdef class _Encoded:
         e.props_at, e.props_len = self.blobs_len, r.props_len
         self.blobs_len += r.props_len
         e.sys_flag, e.queue_id, e.flag, e.reconsume_times = r.sys_flag, r.queue_id, r.flag, r.reconsume_times
+        e.delay_level = r.delay_level
         e.prepared, e.born_timestamp, e.born_default = r.prepared, r.born_timestamp, born_default
         e.size, e.n_keys = r.size, n_keys
         Py_INCREF(q)
@@ -223,6 +226,48 @@ cdef inline bint _gets_consume_queue_unit(uint32_t sys_flag) noexcept:
     return tran == TRANSACTION_NOT_TYPE or tran == TRANSACTION_COMMIT_TYPE
 
 
+cdef inline bint _gets_index_entries(uint32_t sys_flag) noexcept:
+    """Whether a record is indexed under its keys (docs/format.md#building-the-index):
+    every transaction type but rollback (RocketMQ IndexService.buildIndex)."""
+    return sys_flag & TRANSACTION_MASK != TRANSACTION_ROLLBACK_TYPE
+
+
+cdef int _delay_level(object text, Py_ssize_t max_level) except -2:
+    """The delay level the DELAY property *text* (an exact str) gives a
+    SCHEDULE_TOPIC_XXXX unit (docs/format.md#delay-rule): Java's
+    Integer.parseInt of it capped at *max_level*, 0 for none (empty, or
+    not above 0); -1 where parseInt would fail (the store's careful path
+    keeps the tags code there, with a warning)."""
+    cdef Py_ssize_t i = 0, n = PyUnicode_GET_LENGTH(text)
+    cdef int kind = PyUnicode_KIND(text)
+    cdef const void *data = PyUnicode_DATA(text)
+    cdef uint32_t c
+    cdef long long v = 0
+    cdef bint neg = False
+    if n == 0:
+        return 0
+    c = _unit_at(kind, data, 0)
+    if c == 43 or c == 45:  # + -
+        neg, i = c == 45, 1
+    if i == n:
+        return -1
+    while i < n:
+        c = _unit_at(kind, data, i)
+        if c < 48 or c > 57:
+            return -1
+        v = v * 10 + (c - 48)
+        if v > 0x80000000:
+            return -1
+        i += 1
+    if neg:
+        v = -v
+    if v > 0x7FFFFFFF:
+        return -1
+    if v > max_level:
+        v = max_level
+    return <int>v if v > 0 else 0
+
+
 cdef inline int64_t _tags_hash(object tags) noexcept:
     """The tags code outside SCHEDULE_TOPIC_XXXX (docs/format.md#tags-code): Java's
     hash of *tags* (None or a str: nothing to fail on), 0 for None or ""."""
@@ -254,6 +299,27 @@ def gets_consume_queue_unit(sys_flag):
     unit: its transaction type is "not a transaction" or "commit" (RocketMQ
     ``CommitLogDispatcherBuildConsumeQueue``). TypeError unless an int."""
     return _gets_consume_queue_unit(<uint32_t>(PyNumber_Index(sys_flag) & 0xFFFFFFFF))
+
+
+def gets_index_entries(sys_flag):
+    """Whether a record with SYSFLAG *sys_flag* (an int) is indexed under
+    its keys: every transaction type but rollback, prepared records
+    included (RocketMQ ``IndexService.buildIndex``). TypeError unless an int."""
+    return _gets_index_entries(<uint32_t>(PyNumber_Index(sys_flag) & 0xFFFFFFFF))
+
+
+def delay_level(text, max_level):
+    """The delay level a DELAY property *text* (a str) gives a unit of
+    ``SCHEDULE_TOPIC_XXXX``: Java's ``Integer.parseInt`` of it, capped at
+    *max_level* (an int >= 0, the number of levels); 0 for none (empty, or
+    not above 0); -1 where parseInt fails (RocketMQ
+    ``CommitLog.checkMessageAndReturnSize``). TypeError unless a str."""
+    cdef Py_ssize_t m = PyNumber_Index(max_level)
+    if not isinstance(text, str):
+        raise TypeError(f"DELAY must be a str, got {type(text).__name__}")
+    if m < 0:
+        raise ValueError("max_level must be >= 0")
+    return _delay_level(str(text), m)
 
 
 def tags_hash(tags):

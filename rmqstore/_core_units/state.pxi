@@ -226,6 +226,7 @@ cdef class StoreState:
     and update on every call (see _core.pxd for the fields): ``closed``,
     ``disk_full`` (RocketMQ's DISK_FULL running flag), ``pending`` (records
     appended but not yet dispatched: a collection, truthy when any),
+    ``pending_keys`` (the index entries those records will take),
     ``write_error`` (a failed flush, or None), ``waiting`` (pulls waiting
     for new messages), ``written_end`` (physical offset past the last
     record), ``last_store_ts`` and ``last_logics_ts`` (ms since epoch: the

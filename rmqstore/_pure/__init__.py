@@ -28,7 +28,14 @@ from __future__ import annotations
 # every kernel from its module; the ``name as name`` imports re-export helpers
 # that tests use and the core's comments name (``_pure._bounds``, ``_pure.VIEW_UNIT`` ...)
 from .._pure_message import Message, MessageExt
-from .appender import Appender, AppendLock, append_dispatch, gets_consume_queue_unit
+from .appender import (
+    Appender,
+    AppendLock,
+    append_dispatch,
+    delay_level,
+    gets_consume_queue_unit,
+    gets_index_entries,
+)
 from .codec import _encoded_props_len as _encoded_props_len
 from .codec import _find_crc_property as _find_crc_property
 from .codec import (
@@ -83,6 +90,8 @@ __all__ = [
     "java_hash",
     "index_key_hash",
     "gets_consume_queue_unit",
+    "gets_index_entries",
+    "delay_level",
     "tags_hash",
     "masked_crc32",
     "parse_properties",

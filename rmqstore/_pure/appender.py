@@ -16,15 +16,18 @@ from .._layout import (
     CQ_STORE_UNIT_SIZE,
     MAX_PROPERTIES_LENGTH,
     MAX_TOPIC_LENGTH_V1,
+    SCHEDULE_TOPIC,
     STOREHOSTADDRESS_V6_FLAG,
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_MASK,
     TRANSACTION_NOT_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
 )
 from .._pure_message import MESSAGE_FIELDS
 from .codec import _I64, _encoded_props_len, _fields, record_size, tags_hash, write_record
 from .consumequeue import _check_unit_pos, cq_put
 from .index import _check_index_buf, _check_keys, _index_count, _index_keys, index_put_keys
+from .state import StoreState
 
 # --- dispatch rules (the put path's; rmqstore/dispatch.py has the same for the layers above) ---
 
@@ -37,6 +40,35 @@ def gets_consume_queue_unit(sys_flag: int) -> bool:
     unless *sys_flag* is an int."""
     tran = operator.index(sys_flag) & TRANSACTION_MASK
     return tran == TRANSACTION_NOT_TYPE or tran == TRANSACTION_COMMIT_TYPE
+
+
+def gets_index_entries(sys_flag: int) -> bool:
+    """Whether a record with SYSFLAG *sys_flag* (an int) is indexed under
+    its keys: every transaction type but rollback, prepared records
+    included (RocketMQ ``IndexService.buildIndex``). TypeError unless an int."""
+    return operator.index(sys_flag) & TRANSACTION_MASK != TRANSACTION_ROLLBACK_TYPE
+
+
+def delay_level(text: str, max_level: int) -> int:
+    """The delay level a DELAY property *text* (a str) gives a unit of
+    ``SCHEDULE_TOPIC_XXXX``: Java's ``Integer.parseInt`` of it, capped at
+    *max_level* (an int >= 0, the number of levels); 0 for none (empty, or
+    not above 0); -1 where parseInt fails (RocketMQ
+    ``CommitLog.checkMessageAndReturnSize``). TypeError unless a str."""
+    m = operator.index(max_level)
+    if not isinstance(text, str):
+        raise TypeError(f"DELAY must be a str, got {type(text).__name__}")
+    if m < 0:
+        raise ValueError("max_level must be >= 0")
+    if not text:
+        return 0
+    digits = text[1:] if text[0] in "+-" else text
+    if not digits or not all("0" <= c <= "9" for c in digits):
+        return -1
+    v = int(text)
+    if not -(1 << 31) <= v < (1 << 31):
+        return -1
+    return max(0, min(v, m))
 
 
 def append_dispatch(
@@ -142,6 +174,7 @@ def _one_call_at_a_time(method):
             raise RuntimeError("a put started inside another put of this store (from a finalizer, "
                                "a signal handler or the store's clock) is refused")
         self._entered = True
+        self._unit_timestamp = -1
         try:
             return method(self, *args, **kwargs)
         finally:
@@ -151,11 +184,20 @@ def _one_call_at_a_time(method):
 
 
 class Appender:
-    """ASYNC_FLUSH put path of one writable store: ``put(msg, store_timestamp)``
+    """The put path of one writable store: ``put(msg, store_timestamp)``
     validates and encodes a :class:`~rmqstore.message.Message`, writes its
     CommitLog record, its ConsumeQueue unit and its index keys
     (``append_dispatch``'s bytes and order) and returns the
-    ``PutMessageResult`` in one call.
+    ``PutMessageResult`` in one call (ASYNC_FLUSH). With *dispatch* False
+    (SYNC_FLUSH, where RocketMQ 5.3.2+ dispatches only what is on disk) it
+    writes the record alone, takes the queue offset from *queue_offsets*,
+    and appends ``(topic, queue_id, queue_offset, physical_offset, size,
+    sys_flag, store_timestamp, tags_code, unique_key, keys)`` to
+    ``state.pending`` (adding its index entries to ``state.pending_keys``)
+    for the store to dispatch once the record is flushed; it declines a
+    record whose unit or index entries would not fit the bound files then
+    (with what is pending before it), so that the store makes those files
+    first.
 
     The caller binds the files a put may write, all of them the last of
     their kind, and rebinds after anything else writes them:
@@ -178,22 +220,31 @@ class Appender:
     exactly *message_type* (a subclass may redefine attributes) or with a
     slot never set, an unbound queue or no bound
     CommitLog file, a record that does not fit the file (a roll), a full
-    index file, a transactional prepared/rollback message, a message with
-    its own born/store host, or anything the step-by-step path rejects
-    (types, sizes, a shorthand contradicting its property): that path
-    raises the typed error. It raises only for bound files that are not
-    writable or smaller than their size (TypeError, ValueError).
+    index file, a message with a host the store has not learnt, a DELAY
+    of ``SCHEDULE_TOPIC_XXXX`` that is not a number, or anything the
+    step-by-step path rejects (types, sizes, a shorthand contradicting its
+    property): that path raises the typed error. It raises only for bound
+    files that are not writable or smaller than their size (TypeError,
+    ValueError).
+
+    The dispatch rules are the put path's own: a transactional prepared
+    or rollback record gets no ConsumeQueue unit (queue offset 0), a
+    rollback no index entries; a unit of ``SCHEDULE_TOPIC_XXXX`` with a
+    DELAY level above 0 gets the delivery time as its tags code (store
+    time plus the level's delay from *delay_levels*, the level capped at
+    the last; docs/format.md#delay-rule). ``unit_timestamp`` is the store
+    time of the last record the latest put call gave a unit, -1 if none
+    (the store's logics time, docs/recovery.md#checkpoint-fields).
 
     Not thread-safe: its callers serialize their calls (the store's append
     lock). The core keeps a call's file bytes and positions in C and writes
     the positions back when the call ends; a put made from within a call
-    (by *clock*, or a property of a bound file, writing to the same store)
-    gets a RuntimeError from the core, and no collection runs within
-    ``put_batch`` there (a finalizer could be such a put).
+    (by *clock*, a finalizer or a signal handler, writing to the same
+    store) gets a RuntimeError.
 
     Args (constructor):
-        message_type (type): the Message class whose instances go the fast
-            way (exactly that class, or either implementation's Message here;
+        message_type (type): the Message class whose instances go this way
+            (exactly that class, or either implementation's Message here;
             the core takes only its own Message).
         result_type (type): a tuple subclass built as ``(ok_status, msg_id,
             physical_offset, size, queue_offset, store_timestamp)``.
@@ -204,10 +255,21 @@ class Appender:
             step-by-step way (which refuses them).
         index_enable (bool): index UNIQ_KEY and KEYS.
         queue_offsets (dict): shared with the caller, see above.
+        host_bytes (callable or None): a host string's raw field (the
+            store's ``encode_host``), for messages with their own hosts.
+        delay_levels (sequence of int or None): the delay in ms of each
+            delay level from 1 on (``StoreConfig.message_delay_level``);
+            None leaves every message of ``SCHEDULE_TOPIC_XXXX`` with a
+            DELAY to the step-by-step path.
+        dispatch (bool): write units and index keys with each record
+            (True), or leave them to the store through *state* (False).
+        state (StoreState): the store's, whose ``pending`` collection
+            and ``pending_keys`` count the records left to dispatch
+            (needed with *dispatch* False; TypeError without one).
     """
 
     def __init__(self, message_type, result_type, ok_status, store_host, append_crc, max_message_size,
-                 index_enable, queue_offsets, host_bytes=None):
+                 index_enable, queue_offsets, host_bytes=None, delay_levels=None, dispatch=True, state=None):
         if not isinstance(message_type, type) or not isinstance(result_type, type) or \
                 not issubclass(result_type, tuple):
             raise TypeError("message_type must be a class and result_type a tuple subclass")
@@ -215,6 +277,9 @@ class Appender:
             raise ValueError("store_host must be the raw 8- or 20-byte host field")
         if not isinstance(queue_offsets, dict):
             raise TypeError("queue_offsets must be a dict")
+        if not dispatch and type(state) is not StoreState:
+            raise TypeError("an Appender that does not dispatch needs the store's StoreState")
+        self._dispatch, self._state = bool(dispatch), state
         self._message_type: Any = message_type
         from ..message import MESSAGE_TYPES  # (message imports this module)
 
@@ -232,6 +297,18 @@ class Appender:
         self._queues: dict = {}
         self._commit: Any = None  # the bound MappedFile
         self._index: Any = None  # the bound IndexFile
+        # (a level above 0 is found only with the table given)
+        self._delays: tuple = () if delay_levels is None else tuple(_int(d, 64) for d in delay_levels)
+        self._delay_table = delay_levels is not None
+        self._unit_timestamp = -1
+
+    @property
+    def unit_timestamp(self) -> int:
+        return self._unit_timestamp
+
+    @property
+    def dispatch(self) -> bool:
+        return self._dispatch
 
     def bind_commit_log(self, mapped_file) -> None:
         self._commit = mapped_file
@@ -254,9 +331,12 @@ class Appender:
         self._commit = self._index = None
 
     def _properties(self, msg):
-        """(blob, tags, keys, unique key) as Message.property_map and
-        encode_properties make them, or None where those would raise."""
+        """(blob, tags, keys, unique key, delay level) as Message.property_map
+        and encode_properties make them (the level of a DELAY of
+        SCHEDULE_TOPIC_XXXX, else 0), or None where those would raise or a
+        DELAY is not for this path."""
         tags, keys, uniq = msg.tags, msg.keys, msg.unique_key
+        level = 0
         pairs = []
         seen = set()
         props = msg.properties
@@ -279,6 +359,12 @@ class Appender:
                         uniq = value
                 elif self._append_crc and name == "__CRC32#":
                     continue
+                elif name == "DELAY" and msg.topic == SCHEDULE_TOPIC:
+                    if not self._delay_table:
+                        return None
+                    level = delay_level(value, len(self._delays))
+                    if level < 0:
+                        return None  # (the step-by-step path keeps the tags code, with a warning)
                 pairs.append((name, value))
         for name, value in (("TAGS", tags), ("KEYS", keys), ("UNIQ_KEY", uniq)):
             if value is not None and name not in seen:
@@ -295,12 +381,13 @@ class Appender:
             return None
         if len(blob) > MAX_PROPERTIES_LENGTH:
             return None
-        return blob, tags, keys, uniq
+        return blob, tags, keys, uniq, level
 
     def _encode(self, msg: Any, unbound=None):
         """What a put takes from the message alone, or None when it is not
         for this path: (key, bound, sys_flag, fields, blob, tags,
-        index_keys, body, body_len, size), *bound* the queue's binding.
+        index_keys, body, body_len, size, delay level, unique key, keys),
+        *bound* the queue's binding.
         With *unbound* (check_all's placeholders by topic), a message of an
         unbound queue is encoded against its topic's placeholder, and no
         CommitLog or index file need be bound."""
@@ -336,8 +423,6 @@ class Appender:
             )
         except (TypeError, OverflowError):
             return None
-        if not gets_consume_queue_unit(sys_flag):
-            return None  # transactional prepared / rollback: no queue unit, step by step
         if len(born) == 20:
             sys_flag |= BORNHOST_V6_FLAG
         if len(store) == 20:
@@ -345,7 +430,7 @@ class Appender:
         encoded = self._properties(msg)
         if encoded is None:
             return None
-        blob, tags, keys, uniq = encoded
+        blob, tags, keys, uniq, level = encoded
         props_field = _encoded_props_len(blob, self._append_crc)
         if props_field > MAX_PROPERTIES_LENGTH:
             return None
@@ -353,7 +438,8 @@ class Appender:
         if self._index_enable:
             if self._index is None and unbound is None:
                 return None
-            index_keys = _index_keys(uniq, keys)
+            if gets_index_entries(sys_flag):
+                index_keys = _index_keys(uniq, keys)
         body = msg.body
         try:
             if type(body) is not bytes:  # one snapshot of a mutable body: its size and bytes agree
@@ -363,7 +449,8 @@ class Appender:
             return None
         topic_b = bound[0]
         size = record_size(sys_flag, body_len, len(topic_b), props_field, len(topic_b) > MAX_TOPIC_LENGTH_V1)
-        return key, bound, sys_flag, fields + (born, store), blob, tags, index_keys, body, body_len, size
+        return key, bound, sys_flag, fields + (born, store), blob, tags, index_keys, body, body_len, size, level, \
+            uniq, keys
 
     def _host(self, host):
         """The raw host a message's born_host / store_host stands for: the
@@ -441,7 +528,7 @@ class Appender:
             raise TypeError("encoded must be what check_all or check_columns returned")
         total = biggest = count = n_keys = 0
         counts: dict = {}
-        fits = self._commit is not None
+        fits = self._commit is not None and self._dispatch  # (else: files for the dispatch later)
         for e in enc.encodings:
             if e is None:
                 continue
@@ -450,9 +537,10 @@ class Appender:
             biggest = max(biggest, size)
             count += 1
             n_keys += len(e[6])
-            counts[key] = counts.get(key, 0) + 1
             if self._queues.get(key) is not bound:  # a new queue, or rebound since
                 fits = False
+            if gets_consume_queue_unit(e[2]):  # (else a transaction's prepared or rollback record: no unit)
+                counts[key] = counts.get(key, 0) + 1
         if fits:
             for key, n in counts.items():
                 cmf = self._queues[key][2]
@@ -531,7 +619,9 @@ class Appender:
 
     def _write(self, e: tuple, store_timestamp):
         """put of what _encode made of a message."""
-        key, (topic_b, cq, cmf), sys_flag, fields, blob, tags, index_keys, body, body_len, size = e
+        key, (topic_b, cq, cmf), sys_flag, fields, blob, tags, index_keys, body, body_len, size, level, uniq, keys = e
+        # the dispatch rules: a unit unless a transaction's prepared or rollback record
+        unit = gets_consume_queue_unit(sys_flag)
         if self._index_enable and self._index is None:
             return None
         queue_id, flag, reconsume, prepared, born_ts, born_host, store_host = fields
@@ -547,31 +637,75 @@ class Appender:
         pos = mf.wrote_position
         if pos < 0 or size + 8 > mf.file_size - pos:  # END_FILE_MIN_BLANK_LENGTH
             return None
-        # the next queue offset is the next unit's index, as the last file's
-        # position says (queue_offsets holds the same; it is written back)
-        cq_pos = cmf.wrote_position
-        if cq_pos <= 0 or cq_pos > cmf.file_size - CQ_STORE_UNIT_SIZE or cq_pos % CQ_STORE_UNIT_SIZE:
-            return None
-        qo = (cmf.file_from_offset + cq_pos) // CQ_STORE_UNIT_SIZE
         phy = mf.file_from_offset + pos
-        if phy + size <= cq.max_physic_offset:
-            return None
-        if len(mf.mm) < mf.file_size or len(cmf.mm) < cmf.file_size:
-            raise ValueError("a bound file is smaller than its file size")
         index = self._index if self._index_enable else None
-        wrote = append_dispatch(
-            mf.mm, pos, queue_id, flag, qo, phy, sys_flag, born_ts, born_host, store_ts, store_host, reconsume,
-            prepared,
-            body, topic_b, blob, self._append_crc, cmf.mm, cq_pos, tags_hash(tags),
-            None if index is None else index.mm, 0 if index is None else index.hash_slot_num,
-            0 if index is None else index.index_num, key[0] + "#", index_keys,
-        )
-        if not wrote:
-            return None  # the index file cannot take every key here
-        mf.wrote_position = pos + size
-        cmf.wrote_position = cq_pos + CQ_STORE_UNIT_SIZE
-        cq.max_physic_offset = phy + size
-        self._queue_offsets[key] = qo + 1
+        if len(mf.mm) < mf.file_size:
+            raise ValueError("a bound file is smaller than its file size")
+        # the tags code, by the delay rule for a DELAY level of SCHEDULE_TOPIC_XXXX
+        code = store_ts + self._delays[level - 1] if level > 0 else tags_hash(tags)
+        if not self._dispatch:  # the record alone: the store dispatches it once flushed
+            qo = 0
+            if unit:
+                qo = self._queue_offsets.get(key, 0)
+                if type(qo) is not int:
+                    return None
+                # its unit, written once flushed, must fit the bound file (which the units before it fill first)
+                if not cmf.file_from_offset <= qo * CQ_STORE_UNIT_SIZE <= \
+                        cmf.file_from_offset + cmf.file_size - CQ_STORE_UNIT_SIZE:
+                    return None
+            st = self._state
+            if index is not None:  # (with the entries of the records before it)
+                _check_index_buf(index.mm, index.hash_slot_num, index.index_num)
+                if phy <= _I64.unpack_from(index.mm, 24)[0] or \
+                        _index_count(index.mm) + len(index_keys) + st.pending_keys > index.index_num:
+                    return None
+            write_record(mf.mm, pos, queue_id, flag, qo, phy, sys_flag, born_ts, born_host, store_ts, store_host,
+                         reconsume, prepared, body, topic_b, blob, self._append_crc)
+            mf.wrote_position = pos + size
+            if unit:
+                self._queue_offsets[key] = qo + 1
+            st.pending.append((key[0], queue_id, qo, phy, size, sys_flag, store_ts, code, uniq, keys))
+            st.pending_keys += len(index_keys)
+        elif not unit:  # the record and its index keys (none for a rollback)
+            qo = 0
+            if index is not None:  # (every check before the first byte, as append_dispatch)
+                _check_keys(key[0] + "#", index_keys)
+                if memoryview(index.mm).readonly:
+                    raise TypeError(f"argument must be read-write bytes-like object, not {type(index.mm).__name__}")
+                _check_index_buf(index.mm, index.hash_slot_num, index.index_num)
+                if phy <= _I64.unpack_from(index.mm, 24)[0] or \
+                        _index_count(index.mm) + len(index_keys) > index.index_num:
+                    return None  # the index file cannot take every key here
+            write_record(mf.mm, pos, queue_id, flag, qo, phy, sys_flag, born_ts, born_host, store_ts, store_host,
+                         reconsume, prepared, body, topic_b, blob, self._append_crc)
+            if index is not None:
+                index_put_keys(index.mm, index.hash_slot_num, index.index_num, key[0] + "#", index_keys, phy,
+                               store_ts)
+            mf.wrote_position = pos + size
+        else:
+            # the next queue offset is the next unit's index, as the last file's
+            # position says (queue_offsets holds the same; it is written back)
+            cq_pos = cmf.wrote_position
+            if cq_pos <= 0 or cq_pos > cmf.file_size - CQ_STORE_UNIT_SIZE or cq_pos % CQ_STORE_UNIT_SIZE:
+                return None
+            qo = (cmf.file_from_offset + cq_pos) // CQ_STORE_UNIT_SIZE
+            if phy + size <= cq.max_physic_offset:
+                return None
+            if len(cmf.mm) < cmf.file_size:
+                raise ValueError("a bound file is smaller than its file size")
+            wrote = append_dispatch(
+                mf.mm, pos, queue_id, flag, qo, phy, sys_flag, born_ts, born_host, store_ts, store_host, reconsume,
+                prepared, body, topic_b, blob, self._append_crc, cmf.mm, cq_pos, code,
+                None if index is None else index.mm, 0 if index is None else index.hash_slot_num,
+                0 if index is None else index.index_num, key[0] + "#", index_keys,
+            )
+            if not wrote:
+                return None  # the index file cannot take every key here
+            mf.wrote_position = pos + size
+            cmf.wrote_position = cq_pos + CQ_STORE_UNIT_SIZE
+            cq.max_physic_offset = phy + size
+            self._queue_offsets[key] = qo + 1
+            self._unit_timestamp = store_ts
         msg_id = (store_host + _I64.pack(phy)).hex().upper()
         return tuple.__new__(self._result_type, (self._ok, msg_id, phy, size, qo, store_ts))
 

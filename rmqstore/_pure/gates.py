@@ -1,6 +1,6 @@
-"""The store's gates: ``PutGate`` (``put_message``'s ASYNC_FLUSH path in one
-call) and ``ReadGate`` (the common case of its lookups and pulls in one call
-each), which hand anything else to the store's careful paths."""
+"""The store's gates: ``PutGate`` (``put_message`` in one call) and
+``ReadGate`` (the common case of its lookups and pulls in one call each),
+which hand anything else to the store's careful paths."""
 
 from __future__ import annotations
 
@@ -13,15 +13,17 @@ from .state import StoreState
 
 
 class PutGate:
-    """``MessageStore.put_message``'s ASYNC_FLUSH path in one call: the
-    store's state checks, its append lock, the store clock, :meth:`Appender.put`
-    and the store's bookkeeping after it. The store's ``put_message``
+    """``MessageStore.put_message`` in one call: the store's state checks,
+    its append lock, the store clock, :meth:`Appender.put` and the store's
+    bookkeeping after it; under SYNC_FLUSH (an Appender that does not
+    dispatch) then ``store._commit``, with the lock released, so that
+    producers share a sync (group commit). The store's ``put_message``
     (:class:`StoreCore`'s) calls it (the core's then runs no Python code on
     a put). What the gate reads and writes is the store's :class:`StoreState`
     *state* (``disk_full``, ``closed``, ``pending``, ``write_error``,
     ``waiting``; ``written_end``, ``last_store_ts``, ``last_logics_ts``),
     under the store's append *lock*; what it declines goes to
-    ``store._put_one``, as ``put_message`` did it step by step.
+    ``store._put_one``, the step-by-step path.
 
     *clock*: None for the store's default, ``time.time_ns() // 1_000_000``
     (ms since the epoch, read in C by the core), else a callable returning
@@ -53,18 +55,29 @@ class PutGate:
 
             raise StoreClosedError("the store of this put_message is gone (closed)")
         st = self._state
+        result = None
         if fast is not None and not st.disk_full:
+            now = fast.dispatch  # (else SYNC_FLUSH: records wait in pending for the sync)
             with lock:
-                if not st.closed and not st.pending and st.write_error is None:
+                if not st.closed and (not now or not st.pending) and st.write_error is None:
                     store_ts = self._clock()
                     result = fast.put(msg, store_ts)
                     if result is None:  # not for the one-call path: step by step
-                        return store._put_one(msg, store_ts)
-                    st.written_end = result[2] + result[3]
-                    st.last_store_ts = st.last_logics_ts = store_ts
-                    if st.waiting:  # read after the unit is in: a waiter that missed it sees it
-                        store._wake_waiters()
-                    return result
+                        if now:
+                            return store._put_one(msg, store_ts)
+                        result = store._put_one(msg, store_ts, False)
+                    else:
+                        st.written_end = result[2] + result[3]
+                        st.last_store_ts = store_ts
+                        if fast.unit_timestamp >= 0:  # (a transaction's prepared record gets no unit)
+                            st.last_logics_ts = fast.unit_timestamp
+                        if st.waiting:  # read after the unit is in: a waiter that missed it sees it
+                            store._wake_waiters()
+                    if now:
+                        return result
+            if result is not None:  # SYNC_FLUSH: on disk, then dispatched (the lock released: group commit)
+                store._commit(result[2] + result[3])
+                return result
         return store._put_one(msg)
 
 

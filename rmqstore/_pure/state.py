@@ -239,21 +239,22 @@ class StoreState:
     """The state of a store that its put and read gates check and update on
     every call: ``closed``, ``disk_full`` (RocketMQ's DISK_FULL running
     flag), ``pending`` (records appended but not yet dispatched: a
-    collection, truthy when any), ``write_error`` (a failed flush, or None),
+    collection, truthy when any), ``pending_keys`` (the index entries those
+    records will take), ``write_error`` (a failed flush, or None),
     ``waiting`` (pulls waiting for new messages), ``written_end`` (physical
     offset past the last record), ``last_store_ts`` and ``last_logics_ts``
     (ms since epoch: the last record's store time, and the last dispatched
     one's). The store keeps one and reads and writes its fields; the core
     has the same class, with C fields."""
 
-    __slots__ = ("closed", "disk_full", "pending", "write_error", "waiting", "written_end", "last_store_ts",
-                 "last_logics_ts")
+    __slots__ = ("closed", "disk_full", "pending", "pending_keys", "write_error", "waiting", "written_end",
+                 "last_store_ts", "last_logics_ts")
 
     def __init__(self) -> None:
         self.closed = self.disk_full = False
         self.pending: Any = None
         self.write_error: Any = None
-        self.waiting = self.written_end = self.last_store_ts = self.last_logics_ts = 0
+        self.pending_keys = self.waiting = self.written_end = self.last_store_ts = self.last_logics_ts = 0
 
 
 def _careful(store: StoreCore) -> Any:
