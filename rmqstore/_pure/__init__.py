@@ -11,7 +11,7 @@ All multi-byte integers are big-endian (docs/format.md#conventions).
 
 The package is the core's twin file by file, one concept per module; this
 module exports the names the core exports (``__all__``), with ``Message`` and
-``MessageExt`` from ``rmqstore/_pure_message.py``:
+``MessageExt`` from ``message``:
 
 - ``codec``: hashes, the masked CRC-32, property blobs, and writing, checking, decoding and reading records;
 - ``columns``: bulk decoding of records into numpy columns;
@@ -27,7 +27,6 @@ from __future__ import annotations
 
 # every kernel from its module; the ``name as name`` imports re-export helpers
 # that tests use and the core's comments name (``_pure._bounds``, ``_pure.VIEW_UNIT`` ...)
-from .._pure_message import Message, MessageExt
 from .appender import Appender, AppendLock, append_dispatch, gets_consume_queue_unit
 from .codec import _encoded_props_len as _encoded_props_len
 from .codec import _find_crc_property as _find_crc_property
@@ -51,6 +50,7 @@ from .consumequeue import cq_get, cq_put, cq_scan, cq_search_time, cq_units
 from .gates import PutGate, ReadGate
 from .index import _index_keys as _index_keys
 from .index import index_put, index_put_keys, index_select
+from .message import Message, MessageExt
 from .reads import VIEW_UNIT as VIEW_UNIT
 from .reads import _bounds as _bounds
 from .reads import _unit_record as _unit_record

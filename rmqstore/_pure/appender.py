@@ -21,10 +21,10 @@ from .._layout import (
     TRANSACTION_MASK,
     TRANSACTION_NOT_TYPE,
 )
-from .._pure_message import MESSAGE_FIELDS
 from .codec import _I64, _encoded_props_len, _fields, record_size, tags_hash, write_record
 from .consumequeue import _check_unit_pos, cq_put
 from .index import _check_index_buf, _check_keys, _index_count, _index_keys, index_put_keys
+from .message import MESSAGE_FIELDS
 
 # --- dispatch rules (the put path's; rmqstore/dispatch.py has the same for the layers above) ---
 
