@@ -7,7 +7,7 @@ import os
 import struct
 import time
 
-from ._layout import CHECKPOINT_FILE_SIZE, is_offset_name
+from .format.layout import CHECKPOINT_FILE_SIZE, is_offset_name
 from .mapped_file import _NOFOLLOW, open_no_follow
 
 __all__ = ["StoreCheckpoint", "field_problems"]

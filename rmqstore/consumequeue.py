@@ -6,10 +6,10 @@ import logging
 import os
 
 from . import _kernels as k
-from ._layout import CQ_STORE_UNIT_SIZE as UNIT
-from ._layout import PRE_BLANK_SIZE, queue_id_of
 from .dispatch import java_parse_int, tags_code  # noqa: F401 (the old home of the tags code rule)
 from .exceptions import CorruptedFileError
+from .format.layout import CQ_STORE_UNIT_SIZE as UNIT
+from .format.layout import PRE_BLANK_SIZE, queue_id_of
 from .mapped_file import MappedFileQueue
 
 __all__ = ["ConsumeQueue", "is_pre_blank", "queue_dirs", "tags_code"]

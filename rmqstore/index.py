@@ -14,14 +14,14 @@ import struct
 import time
 
 from . import _kernels as k
-from ._layout import (
+from .dispatch import gets_index_entries, index_keys
+from .exceptions import ConfigError, CorruptedFileError
+from .format.layout import (
     INDEX_ENTRY_SIZE,
     INDEX_HASH_SLOT_SIZE,
     INDEX_HEADER_SIZE,
     is_offset_name,
 )
-from .dispatch import gets_index_entries, index_keys
-from .exceptions import ConfigError, CorruptedFileError
 from .mapped_file import _NOFOLLOW, allocate_file, fsync_dir, open_no_follow
 
 __all__ = ["IndexFile", "IndexService", "header_problem", "index_file_size", "keys_of"]

@@ -14,8 +14,8 @@ import os
 import sys
 
 from ._kernels import MappedQueue, MappedRegion, ReferenceResource
-from ._layout import is_offset_name
 from .exceptions import ConfigError, CorruptedFileError, DiskFullError, StoreClosedError
+from .format.layout import is_offset_name
 from .walker import data_ranges
 
 __all__ = ["MappedFile", "MappedFileQueue", "ReferenceResource", "offset_to_file_name", "fsync_dir"]

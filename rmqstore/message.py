@@ -12,13 +12,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from ._ids import _split_offset_msg_id as _split_offset_msg_id
-from ._ids import decode_host, decode_offset_msg_id, encode_host, new_unique_key, offset_msg_id
 from ._kernels import k
 from ._pure import message as _pure_message
 from ._pure.message import _INT64 as _INT64
 from ._pure.message import _check_int as _check_int
 from ._status import GetMessageStatus, PutMessageStatus  # (defined once, for the core and the twin)
+from .format.ids import _split_offset_msg_id as _split_offset_msg_id
+from .format.ids import decode_host, decode_offset_msg_id, encode_host, new_unique_key, offset_msg_id
 
 __all__ = [
     "Message",

@@ -21,20 +21,6 @@ import weakref
 from typing import Any
 
 from . import _kernels as k
-from ._layout import (
-    BORNHOST_V6_FLAG,
-    MAX_PROPERTIES_LENGTH,
-    MAX_TOPIC_LENGTH_V1,
-    MAX_TOPIC_LENGTH_V2,
-    PRE_BLANK_SIZE,
-    PROPERTY_CRC32,
-    PROPERTY_KEYS,
-    PROPERTY_TAGS,
-    PROPERTY_UNIQ_KEY,
-    REC_STATUS_TEXT,
-    SCHEDULE_TOPIC,
-    STOREHOSTADDRESS_V6_FLAG,
-)
 from .checkpoint import StoreCheckpoint
 from .commitlog import CommitLog
 from .config import SYNC_FLUSH, StoreConfig
@@ -53,6 +39,20 @@ from .exceptions import (
     StoreClosedError,
     StoreLockedError,
     StoreReadOnlyError,
+)
+from .format.layout import (
+    BORNHOST_V6_FLAG,
+    MAX_PROPERTIES_LENGTH,
+    MAX_TOPIC_LENGTH_V1,
+    MAX_TOPIC_LENGTH_V2,
+    PRE_BLANK_SIZE,
+    PROPERTY_CRC32,
+    PROPERTY_KEYS,
+    PROPERTY_TAGS,
+    PROPERTY_UNIQ_KEY,
+    REC_STATUS_TEXT,
+    SCHEDULE_TOPIC,
+    STOREHOSTADDRESS_V6_FLAG,
 )
 from .index import IndexService
 from .mapped_file import _NOFOLLOW, ReferenceResource, open_no_follow

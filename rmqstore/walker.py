@@ -25,7 +25,8 @@ import struct
 from collections.abc import Iterator
 
 from . import _kernels as k
-from ._layout import (
+from .exceptions import CorruptedFileError
+from .format.layout import (
     BLANK_MAGIC_CODE,
     CRC32_RESERVED_LEN,
     MESSAGE_MAGIC_CODE,
@@ -36,7 +37,6 @@ from ._layout import (
     REC_PROP_CRC,
     is_offset_name,
 )
-from .exceptions import CorruptedFileError
 
 __all__ = [
     "PHY_MISMATCH",

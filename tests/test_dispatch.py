@@ -15,7 +15,7 @@ import pytest
 
 from conftest import ListClock
 from rmqstore import MessageStore, StoreConfig, _pure, consumequeue, dispatch, index
-from rmqstore._layout import SCHEDULE_TOPIC
+from rmqstore.format.layout import SCHEDULE_TOPIC
 from test_kernels import _need_core
 
 RANDOM_FLAGS = [random.Random(19).randint(-(1 << 31), (1 << 31) - 1) for _ in range(2000)]

@@ -19,7 +19,7 @@ import pytest
 
 from conftest import ListClock
 from rmqstore import Message, MessageStore, StoreConfig, _pure
-from rmqstore._layout import MESSAGE_MAGIC_CODE_V2
+from rmqstore.format.layout import MESSAGE_MAGIC_CODE_V2
 from rmqstore.mapped_file import ReferenceResource
 from rmqstore.message import MessageExt
 from test_kernels import _need_core

@@ -11,7 +11,7 @@ import threading
 import time
 from typing import Any
 
-from .._layout import (
+from ..format.layout import (
     BORNHOST_V6_FLAG,
     CQ_STORE_UNIT_SIZE,
     MAX_PROPERTIES_LENGTH,

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from typing import NoReturn
 
-from .._ids import decode_host, offset_msg_id
-from .._layout import (
+from ..exceptions import IllegalMessageError, MessageTypeError, PropertiesSizeExceededError
+from ..format.ids import decode_host, offset_msg_id
+from ..format.layout import (
     BORNHOST_V6_FLAG,
     KEY_SEPARATOR,
     MAX_PROPERTIES_LENGTH,
@@ -18,7 +19,6 @@ from .._layout import (
     STOREHOSTADDRESS_V6_FLAG,
     TRANSACTION_MASK,
 )
-from ..exceptions import IllegalMessageError, MessageTypeError, PropertiesSizeExceededError
 
 __all__ = ["Message", "MessageExt"]
 

@@ -26,8 +26,8 @@ from collections.abc import Iterator
 
 from .. import _kernels as k
 from .. import arrow
-from .._layout import SCHEDULE_TOPIC
 from ..dispatch import consume_queue_mask, index_key_rows, index_mask, tags_code, tags_hash
+from ..format.layout import SCHEDULE_TOPIC
 from .source import _exchange, _held_lock
 
 __all__ = ["rebuild_consume_queues", "rebuild_index"]

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import os
 
-from .._layout import (
+from ..config import StoreConfig
+from ..exceptions import RmqStoreError
+from ..format.layout import (
     CQ_STORE_UNIT_SIZE,
     INDEX_ENTRY_SIZE,
     INDEX_HASH_SLOT_SIZE,
     INDEX_HEADER_SIZE,
 )
-from ..config import StoreConfig
-from ..exceptions import RmqStoreError
 from ..index import index_file_size, infer_index_geometry
 from ..walker import list_segments
 from ._common import _INDEX_HEADER, _common_size, _queue_dirs

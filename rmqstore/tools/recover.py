@@ -8,10 +8,10 @@ from __future__ import annotations
 import os
 
 from .. import _kernels as k
-from .._layout import (
+from ..config import StoreConfig
+from ..format.layout import (
     CQ_STORE_UNIT_SIZE,
 )
-from ..config import StoreConfig
 from ..walker import Segment, list_segments
 from ._common import _nonzero_end, _queue_dirs
 from .inference import infer_config

@@ -14,7 +14,11 @@ from array import array
 from typing import NamedTuple
 
 from .. import _kernels as k
-from .._layout import (
+from ..checkpoint import field_problems as checkpoint_field_problems
+from ..config import StoreConfig
+from ..dispatch import gets_consume_queue_unit, index_keys, tags_code
+from ..exceptions import CorruptedFileError, RmqStoreError
+from ..format.layout import (
     CHECKPOINT_FILE_SIZE,
     CQ_STORE_UNIT_SIZE,
     INDEX_ENTRY_SIZE,
@@ -29,10 +33,6 @@ from .._layout import (
     RECORD_SIZE_SLACK,
     TRANSACTION_MASK,
 )
-from ..checkpoint import field_problems as checkpoint_field_problems
-from ..config import StoreConfig
-from ..dispatch import gets_consume_queue_unit, index_keys, tags_code
-from ..exceptions import CorruptedFileError, RmqStoreError
 from ..index import header_problem, index_file_size, infer_index_geometry
 from ..offsets import CONSUMER_OFFSET_FILE, _read_offset_file
 from ..walker import PHY_MISMATCH, Segment, find_valid_record, list_segments, validate_record
