@@ -20,8 +20,8 @@ from .format.layout import (
     REC_STATUS_TEXT,
     RECORD_SIZE_SLACK,
 )
-from .mapped_file import MappedFileQueue
-from .walker import find_valid_record
+from .storage.mapped_file import MappedFileQueue
+from .storage.walker import find_valid_record
 
 __all__ = ["CommitLog"]
 

@@ -84,7 +84,7 @@ from .exceptions import (
     StoreClosedError,
     StoreReadOnlyError,
 )
-from .mapped_file import _NOFOLLOW, fsync_dir
+from .storage.mapped_file import _NOFOLLOW, fsync_dir
 
 __all__ = [
     "CONSUMER_OFFSET_FILE",

@@ -20,7 +20,7 @@ One clean-up round (:meth:`Retention.run`):
 
 Readers are never cut off: a segment is unmapped and dropped from its queue
 only while no reader holds a reference
-(:class:`~rmqstore.mapped_file.ReferenceResource`); when readers stay inside,
+(:class:`~rmqstore.storage.mapped_file.ReferenceResource`); when readers stay inside,
 the destroy fails for this round and is retried by the next (RocketMQ's
 ``reDeleteHangedFile``). Once ``destroy_maped_file_interval_forcibly`` ms have
 passed since the first attempt the file is unlinked anyway (RocketMQ's forced
@@ -44,7 +44,7 @@ import time
 from typing import NamedTuple
 
 from .exceptions import StoreClosedError
-from .mapped_file import fsync_dir
+from .storage.mapped_file import fsync_dir
 
 __all__ = ["CleanupReport", "Retention", "disk_usage_ratio"]
 

@@ -21,10 +21,8 @@ import weakref
 from typing import Any
 
 from . import _kernels as k
-from .checkpoint import StoreCheckpoint
 from .commitlog import CommitLog
 from .config import SYNC_FLUSH, StoreConfig
-from .consumequeue import ConsumeQueue, queue_dirs
 from .dispatch import consume_queue_mask, gets_consume_queue_unit, gets_index_entries, index_keys, tags_code
 from .exceptions import (
     ArgumentError,
@@ -54,8 +52,6 @@ from .format.layout import (
     SCHEDULE_TOPIC,
     STOREHOSTADDRESS_V6_FLAG,
 )
-from .index import IndexService
-from .mapped_file import _NOFOLLOW, ReferenceResource, open_no_follow
 from .message import (
     _INT64,
     MESSAGE_TYPES,
@@ -73,6 +69,10 @@ from .message import (
     encode_host,
     offset_msg_id,
 )
+from .storage.checkpoint import StoreCheckpoint
+from .storage.consumequeue import ConsumeQueue, queue_dirs
+from .storage.index import IndexService
+from .storage.mapped_file import _NOFOLLOW, ReferenceResource, open_no_follow
 
 __all__ = ["MessageStore"]
 

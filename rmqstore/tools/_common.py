@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import struct
 
-from ..consumequeue import queue_dirs
+from ..storage.consumequeue import queue_dirs
 
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")

@@ -16,8 +16,8 @@ from ..format.layout import (
     INDEX_HASH_SLOT_SIZE,
     INDEX_HEADER_SIZE,
 )
-from ..index import index_file_size, infer_index_geometry
-from ..walker import list_segments
+from ..storage.index import index_file_size, infer_index_geometry
+from ..storage.walker import list_segments
 from ._common import _INDEX_HEADER, _common_size, _queue_dirs
 
 

@@ -12,7 +12,7 @@ from ..config import StoreConfig
 from ..format.layout import (
     CQ_STORE_UNIT_SIZE,
 )
-from ..walker import Segment, list_segments
+from ..storage.walker import Segment, list_segments
 from ._common import _nonzero_end, _queue_dirs
 from .inference import infer_config
 

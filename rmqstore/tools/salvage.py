@@ -15,7 +15,7 @@ from ..dispatch import gets_consume_queue_unit
 from ..exceptions import RmqStoreError
 from ..format.layout import BORNHOST_V6_FLAG, STOREHOSTADDRESS_V6_FLAG
 from ..message import Message, decode_host
-from ..walker import Segment, find_valid_record, list_segments, prop_crc, validate_record
+from ..storage.walker import Segment, find_valid_record, list_segments, prop_crc, validate_record
 from ._common import _I32, _common_size, _nonzero_end, _rel
 from .inference import infer_config
 

@@ -14,7 +14,6 @@ from array import array
 from typing import NamedTuple
 
 from .. import _kernels as k
-from ..checkpoint import field_problems as checkpoint_field_problems
 from ..config import StoreConfig
 from ..dispatch import gets_consume_queue_unit, index_keys, tags_code
 from ..exceptions import CorruptedFileError, RmqStoreError
@@ -33,9 +32,10 @@ from ..format.layout import (
     RECORD_SIZE_SLACK,
     TRANSACTION_MASK,
 )
-from ..index import header_problem, index_file_size, infer_index_geometry
 from ..offsets import CONSUMER_OFFSET_FILE, _read_offset_file
-from ..walker import PHY_MISMATCH, Segment, find_valid_record, list_segments, validate_record
+from ..storage.checkpoint import field_problems as checkpoint_field_problems
+from ..storage.index import header_problem, index_file_size, infer_index_geometry
+from ..storage.walker import PHY_MISMATCH, Segment, find_valid_record, list_segments, validate_record
 from ._common import _I32, _I64, _INDEX_HEADER, _common_size, _first_nonzero, _nonzero_end, _queue_dirs, _rel
 from .inference import _header_geometry
 
