@@ -337,7 +337,7 @@ class MessageStore(k.StoreCore):
         self.recovery_report: dict = {}
         self._offsets = None  # ConsumerOffsetStore (offsets.py), created by consumer_offsets()
         # retention, disk space and follow mode (retention.py, docs/recovery.md#retention)
-        from .retention import Retention, disk_usage_ratio
+        from .service.retention import Retention, disk_usage_ratio
 
         self._disk_usage = disk_usage or disk_usage_ratio
         self._refs = ReferenceResource()  # readers: one hold per pull or lookup
@@ -2298,7 +2298,7 @@ class MessageStore(k.StoreCore):
         self._ensure_open()
         offsets = self._offsets
         if offsets is None:
-            from .offsets import CONSUMER_OFFSET_FILE, ConsumerOffsetStore
+            from .service.offsets import CONSUMER_OFFSET_FILE, ConsumerOffsetStore
 
             with self._lock:
                 self._ensure_open()  # (close persists and drops it under this lock)
@@ -2360,7 +2360,7 @@ class MessageStore(k.StoreCore):
 
         Raises StoreReadOnlyError, StoreClosedError, MessageTypeError,
         IllegalMessageError."""
-        from .consumer import Consumer
+        from .service.consumer import Consumer
 
         self._ensure_writable()
         return Consumer(self, group, topic, queue_ids=queue_ids, batch=batch, tags=tags, sync=sync)

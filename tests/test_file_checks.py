@@ -37,7 +37,7 @@ from rmqstore import (
     StoreConfig,
 )
 from rmqstore import _kernels as k
-from rmqstore.offsets import parse_offset_json
+from rmqstore.service.offsets import parse_offset_json
 from rmqstore.storage.checkpoint import StoreCheckpoint
 from rmqstore.tools import verify_store
 

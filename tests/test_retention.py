@@ -19,8 +19,8 @@ import pytest
 
 from conftest import no_hang
 from rmqstore import GetMessageStatus, Message, MessageStore, PutMessageStatus, StoreConfig
-from rmqstore import retention as retention_mod
 from rmqstore.exceptions import DiskFullError, RmqStoreError, StoreReadOnlyError
+from rmqstore.service import retention as retention_mod
 from rmqstore.tools import verify_store
 
 T0 = 1_700_000_000_000

@@ -32,7 +32,7 @@ from ..format.layout import (
     RECORD_SIZE_SLACK,
     TRANSACTION_MASK,
 )
-from ..offsets import CONSUMER_OFFSET_FILE, _read_offset_file
+from ..service.offsets import CONSUMER_OFFSET_FILE, _read_offset_file
 from ..storage.checkpoint import field_problems as checkpoint_field_problems
 from ..storage.index import header_problem, index_file_size, infer_index_geometry
 from ..storage.walker import PHY_MISMATCH, Segment, find_valid_record, list_segments, validate_record
