@@ -596,7 +596,7 @@ def _message_class(kernels: str):
     if kernels == "cython":
         from rmqstore._core import Message
     else:
-        from rmqstore._pure_message import Message
+        from rmqstore._pure.message import Message
     return Message
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from benchdata import make_messages
 from rmqstore import MessageStore, StoreConfig, _kernels
-from rmqstore._layout import STOP_LIMIT
+from rmqstore.format.layout import STOP_LIMIT
 
 SCAN_MB = int(os.environ.get("RMQSTORE_BENCH_SCAN_MB", "64"))
 BATCH = 8192  # records per decode_columns call: big enough to amortise, small enough for the cache

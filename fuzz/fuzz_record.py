@@ -6,7 +6,7 @@ import atheris
 
 with atheris.instrument_imports():
     from rmqstore import _kernels as k
-    from rmqstore._layout import REC_STATUS_TEXT
+    from rmqstore.format.layout import REC_STATUS_TEXT
 
 
 def test_one(data: bytes) -> None:

@@ -7,7 +7,6 @@ pure-Python twin (``rmqstore.IMPLEMENTATION`` says which one is live).
 
 from ._kernels import IMPLEMENTATION
 from .config import ASYNC_FLUSH, SYNC_FLUSH, StoreConfig
-from .consumer import Consumer
 from .exceptions import (
     ArgumentError,
     ConfigError,
@@ -35,7 +34,8 @@ from .message import (
     PutMessageStatus,
     new_unique_key,
 )
-from .offsets import ConsumerOffsetStore
+from .service.consumer import Consumer
+from .service.offsets import ConsumerOffsetStore
 from .store import MessageStore
 
 __version__ = "0.1.0"

@@ -157,7 +157,7 @@ class StoreState:
 
 @disjoint_base
 class Message:
-    """A message to store; see rmqstore._pure_message.Message (same fields,
+    """A message to store; see rmqstore._pure.message.Message (same fields,
     methods and errors)."""
 
     topic: Any
@@ -198,7 +198,7 @@ class Message:
 
 @disjoint_base
 class MessageExt:
-    """A stored record as read back; see rmqstore._pure_message.MessageExt."""
+    """A stored record as read back; see rmqstore._pure.message.MessageExt."""
 
     store_size: Any
     magic_code: Any

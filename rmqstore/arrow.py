@@ -33,7 +33,8 @@ except ImportError as e:  # pragma: no cover - depends on the environment
     raise ImportError(f"rmqstore.arrow needs pyarrow: pip install 'rmqstore[spark]' ({e})") from e
 
 from . import _kernels as k
-from ._layout import (
+from .exceptions import CorruptedFileError
+from .format.layout import (
     BLANK_MAGIC_CODE,
     CQ_STORE_UNIT_SIZE,
     POS_PHYSICALOFFSET,
@@ -41,9 +42,8 @@ from ._layout import (
     REC_BLANK,
     REC_STATUS_TEXT,
 )
-from .consumequeue import queue_dirs
-from .exceptions import CorruptedFileError
-from .walker import list_segments, map_readonly
+from .storage.consumequeue import queue_dirs
+from .storage.walker import list_segments, map_readonly
 
 __all__ = [
     "COLUMNS",

@@ -12,16 +12,16 @@ import logging
 import struct
 
 from . import _kernels as k
-from ._layout import (
+from .exceptions import CorruptedFileError
+from .format.layout import (
     BLANK_MAGIC_CODE,
     END_FILE_MIN_BLANK_LENGTH,
     POS_PHYSICALOFFSET,
     REC_STATUS_TEXT,
     RECORD_SIZE_SLACK,
 )
-from .exceptions import CorruptedFileError
-from .mapped_file import MappedFileQueue
-from .walker import find_valid_record
+from .storage.mapped_file import MappedFileQueue
+from .storage.walker import find_valid_record
 
 __all__ = ["CommitLog"]
 

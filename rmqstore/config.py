@@ -11,7 +11,8 @@ import dataclasses
 import re
 from dataclasses import dataclass, field, fields
 
-from ._layout import (
+from .exceptions import ConfigError
+from .format.layout import (
     CQ_STORE_UNIT_SIZE,
     INDEX_ENTRY_SIZE,
     INDEX_HASH_SLOT_SIZE,
@@ -19,7 +20,6 @@ from ._layout import (
     MAX_TOPIC_LENGTH_V1,
     MIN_RECORD_SIZE,
 )
-from .exceptions import ConfigError
 
 __all__ = ["StoreConfig", "ASYNC_FLUSH", "SYNC_FLUSH"]
 

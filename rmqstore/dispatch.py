@@ -28,7 +28,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from . import _kernels as k
-from ._layout import (
+from .format.layout import (
     KEY_SEPARATOR,
     PROPERTY_DELAY,
     PROPERTY_TAGS,

@@ -4,7 +4,7 @@
 ``MessageExt`` is a stored record as read back (RocketMQ's ``MessageExt``).
 Both are the live implementation's classes: the Cython core's
 (``rmqstore/_core.pyx``) or, with ``RMQSTORE_PURE_PYTHON=1`` or no built
-core, their pure-Python twins (``rmqstore/_pure_message.py``), with the same
+core, their pure-Python twins (``rmqstore/_pure/message.py``), with the same
 fields, methods and errors.
 """
 
@@ -12,13 +12,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from . import _pure_message
-from ._ids import _split_offset_msg_id as _split_offset_msg_id
-from ._ids import decode_host, decode_offset_msg_id, encode_host, new_unique_key, offset_msg_id
 from ._kernels import k
-from ._pure_message import _INT64 as _INT64
-from ._pure_message import _check_int as _check_int
+from ._pure import message as _pure_message
+from ._pure.message import _INT64 as _INT64
+from ._pure.message import _check_int as _check_int
 from ._status import GetMessageStatus, PutMessageStatus  # (defined once, for the core and the twin)
+from .format.ids import _split_offset_msg_id as _split_offset_msg_id
+from .format.ids import decode_host, decode_offset_msg_id, encode_host, new_unique_key, offset_msg_id
 
 __all__ = [
     "Message",
@@ -37,7 +37,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:  # (both implementations have the same shape)
-    from ._pure_message import Message, MessageExt
+    from ._pure.message import Message, MessageExt
 else:
     Message = k.Message
     MessageExt = k.MessageExt

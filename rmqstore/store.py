@@ -21,25 +21,8 @@ import weakref
 from typing import Any
 
 from . import _kernels as k
-from ._layout import (
-    BORNHOST_V6_FLAG,
-    CQ_STORE_UNIT_SIZE,
-    MAX_PROPERTIES_LENGTH,
-    MAX_TOPIC_LENGTH_V1,
-    MAX_TOPIC_LENGTH_V2,
-    PRE_BLANK_SIZE,
-    PROPERTY_CRC32,
-    PROPERTY_KEYS,
-    PROPERTY_TAGS,
-    PROPERTY_UNIQ_KEY,
-    REC_STATUS_TEXT,
-    SCHEDULE_TOPIC,
-    STOREHOSTADDRESS_V6_FLAG,
-)
-from .checkpoint import StoreCheckpoint
 from .commitlog import CommitLog
 from .config import SYNC_FLUSH, StoreConfig
-from .consumequeue import ConsumeQueue, queue_dirs
 from .dispatch import consume_queue_mask, gets_consume_queue_unit, gets_index_entries, index_keys, tags_code
 from .exceptions import (
     ArgumentError,
@@ -55,8 +38,21 @@ from .exceptions import (
     StoreLockedError,
     StoreReadOnlyError,
 )
-from .index import IndexService
-from .mapped_file import _NOFOLLOW, ReferenceResource, open_no_follow
+from .format.layout import (
+    BORNHOST_V6_FLAG,
+    CQ_STORE_UNIT_SIZE,
+    MAX_PROPERTIES_LENGTH,
+    MAX_TOPIC_LENGTH_V1,
+    MAX_TOPIC_LENGTH_V2,
+    PRE_BLANK_SIZE,
+    PROPERTY_CRC32,
+    PROPERTY_KEYS,
+    PROPERTY_TAGS,
+    PROPERTY_UNIQ_KEY,
+    REC_STATUS_TEXT,
+    SCHEDULE_TOPIC,
+    STOREHOSTADDRESS_V6_FLAG,
+)
 from .message import (
     _INT64,
     MESSAGE_TYPES,
@@ -74,6 +70,10 @@ from .message import (
     encode_host,
     offset_msg_id,
 )
+from .storage.checkpoint import StoreCheckpoint
+from .storage.consumequeue import ConsumeQueue, queue_dirs
+from .storage.index import IndexService
+from .storage.mapped_file import _NOFOLLOW, ReferenceResource, open_no_follow
 
 __all__ = ["MessageStore"]
 
@@ -340,7 +340,7 @@ class MessageStore(k.StoreCore):
         self.recovery_report: dict = {}
         self._offsets = None  # ConsumerOffsetStore (offsets.py), created by consumer_offsets()
         # retention, disk space and follow mode (retention.py, docs/recovery.md#retention)
-        from .retention import Retention, disk_usage_ratio
+        from .service.retention import Retention, disk_usage_ratio
 
         self._disk_usage = disk_usage or disk_usage_ratio
         self._refs = ReferenceResource()  # readers: one hold per pull or lookup
@@ -2320,7 +2320,7 @@ class MessageStore(k.StoreCore):
         self._ensure_open()
         offsets = self._offsets
         if offsets is None:
-            from .offsets import CONSUMER_OFFSET_FILE, ConsumerOffsetStore
+            from .service.offsets import CONSUMER_OFFSET_FILE, ConsumerOffsetStore
 
             with self._lock:
                 self._ensure_open()  # (close persists and drops it under this lock)
@@ -2382,7 +2382,7 @@ class MessageStore(k.StoreCore):
 
         Raises StoreReadOnlyError, StoreClosedError, MessageTypeError,
         IllegalMessageError."""
-        from .consumer import Consumer
+        from .service.consumer import Consumer
 
         self._ensure_writable()
         return Consumer(self, group, topic, queue_ids=queue_ids, batch=batch, tags=tags, sync=sync)

@@ -13,7 +13,7 @@ import pytest
 
 from conftest import golden_store
 from rmqstore import MessageStore, _pure
-from rmqstore import _layout as L
+from rmqstore.format import layout as L
 from test_kernels import k  # noqa: F401 - the fixture: each implementation in turn
 
 try:

@@ -39,7 +39,7 @@ from rmqstore import (
     StoreConfig,
     StoreReadOnlyError,
 )
-from rmqstore.offsets import encode_offset_json, parse_offset_json, split_offset_key
+from rmqstore.service.offsets import encode_offset_json, parse_offset_json, split_offset_key
 
 SMALL = dict(
     mapped_file_size_commit_log=64 * 1024,
@@ -580,7 +580,7 @@ def test_consumer_commits_each_message_when_the_next_is_asked_for(tmp_path):
 def test_consumer_commits_each_acknowledgement_once(tmp_path, monkeypatch, per_queue):
     """One commit per message acknowledged, none for a pull or a drained
     queue (with sync=True each would replace the file)."""
-    from rmqstore.offsets import ConsumerOffsetStore
+    from rmqstore.service.offsets import ConsumerOffsetStore
 
     commits: list = []
     real = ConsumerOffsetStore._commit_checked

@@ -869,7 +869,7 @@ GEOMETRIES = [(100, 300), (105, 299), (95, 301)]
 def test_index_geometry_of_the_golden_files(tmp_path):
     """RocketMQ's files fit their own geometry only; a read-only open without
     a config infers it, and names the file that breaks it."""
-    from rmqstore.index import _geometry_fits, infer_index_geometry
+    from rmqstore.storage.index import _geometry_fits, infer_index_geometry
 
     paths = _golden_index(tmp_path)
     for p in paths:
@@ -886,7 +886,7 @@ def test_index_geometry_of_the_golden_files(tmp_path):
     "slot-count-high", "slot-count-low", "count-past-n", "empty-file",
 ])
 def test_index_geometry_check_refuses_each_broken_rule(tmp_path, damage):
-    from rmqstore.index import _geometry_fits
+    from rmqstore.storage.index import _geometry_fits
 
     p = _golden_index(tmp_path)[0]
     data = read_bytes(p)
@@ -922,7 +922,7 @@ def test_index_geometry_check_agrees_with_its_definition(tmp_path_factory, patch
     """Bytes overwritten in the header, the slots and the first entries:
     _geometry_fits answers as the slot-by-slot definition, for the file's
     geometry and two others of its size."""
-    from rmqstore.index import _geometry_fits
+    from rmqstore.storage.index import _geometry_fits
 
     p = _golden_index(tmp_path_factory.mktemp("geo"))[1]
     for off, b in patches:

@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 
 from conftest import ListClock
-from rmqstore import MessageStore, StoreConfig, _pure, consumequeue, dispatch, index
-from rmqstore._layout import SCHEDULE_TOPIC
+from rmqstore import MessageStore, StoreConfig, _pure, dispatch
+from rmqstore.format.layout import SCHEDULE_TOPIC
+from rmqstore.storage import consumequeue, index
 from test_kernels import _need_core
 
 RANDOM_FLAGS = [random.Random(19).randint(-(1 << 31), (1 << 31) - 1) for _ in range(2000)]

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-import rmqstore.mapped_file as mapped_file
+import rmqstore.storage.mapped_file as mapped_file
 from rmqstore import FlushError, Message, MessageStore, StoreConfig, StoreLockedError
 
 SMALL = dict(

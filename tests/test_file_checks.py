@@ -37,8 +37,8 @@ from rmqstore import (
     StoreConfig,
 )
 from rmqstore import _kernels as k
-from rmqstore.checkpoint import StoreCheckpoint
-from rmqstore.offsets import parse_offset_json
+from rmqstore.service.offsets import parse_offset_json
+from rmqstore.storage.checkpoint import StoreCheckpoint
 from rmqstore.tools import verify_store
 
 T0 = 1_700_000_000_000
@@ -266,7 +266,7 @@ def test_a_lying_end_time_never_reaches_the_checkpoint(built, tmp_path):
 
 
 def test_healthy_index_files_have_no_header_problem(built):
-    from rmqstore.index import IndexService
+    from rmqstore.storage.index import IndexService
 
     idx = IndexService(built[0] / "index", S, N, read_only=True)
     idx.load()

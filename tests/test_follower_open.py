@@ -140,7 +140,7 @@ def test_follower_opens_beside_a_put_half_done(tmp_path, steps, slot):
     the slot count). A read-only open infers the geometry all the same and
     finds the keys."""
     from rmqstore import _kernels as k
-    from rmqstore._layout import INDEX_HEADER_SIZE
+    from rmqstore.format.layout import INDEX_HEADER_SIZE
 
     s, n = 64, 100
     cfg = StoreConfig(mapped_file_size_commit_log=1 << 20, max_hash_slot_num=s, max_index_num=n)

@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 
 import rmqstore
 from conftest import scaled
-from rmqstore import _layout as L
 from rmqstore import _pure
+from rmqstore.format import layout as L
 
 try:
     from rmqstore import _core

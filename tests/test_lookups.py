@@ -19,9 +19,9 @@ import pytest
 
 from conftest import ListClock
 from rmqstore import Message, MessageStore, StoreConfig, _pure
-from rmqstore._layout import MESSAGE_MAGIC_CODE_V2
-from rmqstore.mapped_file import ReferenceResource
+from rmqstore.format.layout import MESSAGE_MAGIC_CODE_V2
 from rmqstore.message import MessageExt
+from rmqstore.storage.mapped_file import ReferenceResource
 from test_kernels import _need_core
 
 T0 = 1_700_000_000_000

@@ -424,7 +424,7 @@ def test_offset_store_flush_interval(tmp_path):
 
 
 def test_asyncio_front_checks_wait_ms(store):
-    from rmqstore.aio import AsyncMessageStore
+    from rmqstore.service.aio import AsyncMessageStore
 
     async def main():
         a = AsyncMessageStore(store)

@@ -231,7 +231,7 @@ def test_a_failure_after_the_first_write_is_a_crash_the_next_open_recovers(tmp_p
     """The index cannot be rebuilt (no room for an index file): the open
     fails after it began writing, so abort stays, and the next open, once
     there is room, recovers everything."""
-    import rmqstore.index as index_mod
+    import rmqstore.storage.index as index_mod
     from rmqstore import DiskFullError
 
     root = tmp_path / "s"

@@ -14,8 +14,8 @@ import pytest
 
 from conftest import ListClock
 from rmqstore import ArgumentError, CorruptedFileError, GetMessageStatus, MessageStore, MessageTypeError, _pure
-from rmqstore.mapped_file import ReferenceResource
 from rmqstore.message import MessageExt
+from rmqstore.storage.mapped_file import ReferenceResource
 from test_kernels import _need_core
 from test_views import T0, TINY, N, _fill, cleaned_queues
 

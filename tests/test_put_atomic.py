@@ -93,8 +93,8 @@ def prepare_site(s, site: str) -> list:
 
 def fail_making(monkeypatch, site: str, error: str) -> None:
     """Every new file under *site*'s directory fails as the disk would."""
-    import rmqstore.index as index_mod
-    import rmqstore.mapped_file as mf_mod
+    import rmqstore.storage.index as index_mod
+    import rmqstore.storage.mapped_file as mf_mod
 
     real = mf_mod.allocate_file
     where = {"commitlog": "commitlog", "new-queue": "consumequeue", "queue-file": "consumequeue",
@@ -225,8 +225,8 @@ def test_retrying_after_random_faults_stores_each_message_once(tmp_path, monkeyp
     making fails at random; each call that raised is retried until it
     succeeds. At the end every message is stored exactly once, in its
     queue at consecutive offsets. RMQSTORE_PUT_FAULT_ROUNDS sets the rounds."""
-    import rmqstore.index as index_mod
-    import rmqstore.mapped_file as mf_mod
+    import rmqstore.storage.index as index_mod
+    import rmqstore.storage.mapped_file as mf_mod
 
     rounds = int(os.environ.get("RMQSTORE_PUT_FAULT_ROUNDS", "150"))
     rng = random.Random(1806)

@@ -23,7 +23,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rmqstore import _pure
-from rmqstore._pure_message import MESSAGE_FIELDS
+from rmqstore._pure.message import MESSAGE_FIELDS
 from rmqstore.message import (
     GetMessageStatus,
     Message,

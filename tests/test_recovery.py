@@ -48,11 +48,11 @@ from hypothesis.stateful import (
 
 from conftest import StepClock, no_hang, read_bytes, scaled
 from rmqstore import CorruptedFileError, GetMessageStatus, Message, MessageStore, StoreConfig
-from rmqstore.checkpoint import StoreCheckpoint
 from rmqstore.commitlog import CommitLog
-from rmqstore.consumequeue import ConsumeQueue
-from rmqstore.index import IndexService
-from rmqstore.mapped_file import MappedFile, MappedFileQueue
+from rmqstore.storage.checkpoint import StoreCheckpoint
+from rmqstore.storage.consumequeue import ConsumeQueue
+from rmqstore.storage.index import IndexService
+from rmqstore.storage.mapped_file import MappedFile, MappedFileQueue
 
 HOST = "10.0.0.7:10911"
 T0 = 1_700_000_000_000

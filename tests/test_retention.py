@@ -19,8 +19,8 @@ import pytest
 
 from conftest import no_hang
 from rmqstore import GetMessageStatus, Message, MessageStore, PutMessageStatus, StoreConfig
-from rmqstore import retention as retention_mod
 from rmqstore.exceptions import DiskFullError, RmqStoreError, StoreReadOnlyError
+from rmqstore.service import retention as retention_mod
 from rmqstore.tools import verify_store
 
 T0 = 1_700_000_000_000
@@ -533,7 +533,7 @@ def _enospc(*a, **k):
 
 
 def test_enospc_on_a_new_commitlog_file_writes_nothing(tmp_path, monkeypatch):
-    import rmqstore.mapped_file as mfmod
+    import rmqstore.storage.mapped_file as mfmod
 
     clock = FakeClock()
     with open_store(tmp_path, clock) as s:
@@ -557,7 +557,7 @@ def test_enospc_on_a_new_commitlog_file_writes_nothing(tmp_path, monkeypatch):
 
 
 def test_enospc_mid_batch_stores_nothing_of_the_batch(tmp_path, monkeypatch):
-    import rmqstore.mapped_file as mfmod
+    import rmqstore.storage.mapped_file as mfmod
 
     clock = FakeClock()
     with open_store(tmp_path, clock, mapped_file_size_consume_queue=20_000) as s:  # only the CommitLog rolls
@@ -579,7 +579,7 @@ def test_enospc_mid_batch_stores_nothing_of_the_batch(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("flush", ["ASYNC_FLUSH", "SYNC_FLUSH"])
 def test_enospc_on_a_consume_queue_file_writes_nothing(tmp_path, monkeypatch, flush):
-    import rmqstore.mapped_file as mfmod
+    import rmqstore.storage.mapped_file as mfmod
 
     clock = FakeClock()
     with open_store(tmp_path, clock, flush_disk_type=flush) as s:

@@ -163,7 +163,7 @@ def test_a_mapped_file_holds_one_descriptor_where_python_allows(tmp_path):
     """A store maps a file per queue, so descriptors count against ulimit -n:
     one per mapped file, as RocketMQ's FileChannel, on Python 3.13+ (mmap's
     trackfd=False); before 3.13 mmap keeps a copy of its own."""
-    from rmqstore.mapped_file import MappedFile
+    from rmqstore.storage.mapped_file import MappedFile
 
     before = _fds()
     files = [MappedFile(tmp_path / f"{i * 4096:020d}", 4096, create=True) for i in range(10)]

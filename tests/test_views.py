@@ -12,7 +12,7 @@ import pytest
 
 from conftest import ListClock
 from rmqstore import CorruptedFileError, GetMessageStatus, Message, MessageStore, StoreConfig, _pure
-from rmqstore.mapped_file import ReferenceResource
+from rmqstore.storage.mapped_file import ReferenceResource
 from test_kernels import _need_core
 
 T0 = 1_700_000_000_000

@@ -1,4 +1,4 @@
-"""Long polling (get_messages wait_ms) and the asyncio front (rmqstore.aio)."""
+"""Long polling (get_messages wait_ms) and the asyncio front (rmqstore.service.aio)."""
 
 import asyncio
 import threading
@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from rmqstore import GetMessageStatus, Message, MessageStore, StoreConfig
-from rmqstore.aio import AsyncMessageStore
+from rmqstore.service.aio import AsyncMessageStore
 
 SMALL = StoreConfig(
     mapped_file_size_commit_log=64 * 1024, mapped_file_size_consume_queue=20 * 64,

@@ -1,4 +1,4 @@
-"""rmqstore.walker: the read-only walker of store files (listing, mapping,
+"""rmqstore.storage.walker: the read-only walker of store files (listing, mapping,
 record validation, the resynchronising search after damage), against the
 golden stores RocketMQ wrote (tests/data/golden)."""
 
@@ -11,7 +11,7 @@ import pytest
 
 from conftest import dump_messages, golden_store, load_dump
 from rmqstore.exceptions import CorruptedFileError
-from rmqstore.walker import (
+from rmqstore.storage.walker import (
     PHY_MISMATCH,
     Segment,
     find_valid_record,

@@ -11,7 +11,7 @@ All multi-byte integers are big-endian (docs/format.md#conventions).
 
 The package is the core's twin file by file, one concept per module; this
 module exports the names the core exports (``__all__``), with ``Message`` and
-``MessageExt`` from ``rmqstore/_pure_message.py``:
+``MessageExt`` from ``message``:
 
 - ``codec``: hashes, the masked CRC-32, property blobs, and writing, checking, decoding and reading records;
 - ``columns``: bulk decoding of records into numpy columns;
@@ -25,54 +25,43 @@ module exports the names the core exports (``__all__``), with ``Message`` and
 
 from __future__ import annotations
 
-# every kernel from its module; the ``name as name`` imports re-export helpers
-# that tests use and the core's comments name (``_pure._bounds``, ``_pure.VIEW_UNIT`` ...)
-from .._pure_message import Message, MessageExt
-from .appender import (
-    Appender,
-    AppendLock,
-    append_dispatch,
-    delay_level,
-    gets_consume_queue_unit,
-    gets_index_entries,
-)
-from .codec import _encoded_props_len as _encoded_props_len
-from .codec import _find_crc_property as _find_crc_property
-from .codec import (
-    check_record,
-    decode_record,
-    encode_record,
-    index_key_hash,
-    java_hash,
-    masked_crc32,
-    parse_properties,
-    read_record,
-    read_store_timestamp,
-    record_size,
-    scan_records,
-    tags_hash,
-    write_record,
-)
-from .columns import decode_columns, decode_columns_at
-from .consumequeue import cq_get, cq_put, cq_scan, cq_search_time, cq_units
-from .gates import PutGate, ReadGate
-from .index import _index_keys as _index_keys
-from .index import index_put, index_put_keys, index_select
-from .reads import VIEW_UNIT as VIEW_UNIT
-from .reads import _bounds as _bounds
-from .reads import _unit_record as _unit_record
-from .reads import pull_bounds, pull_messages, pull_units, pull_views, query_keyed, read_ext, read_keyed, time_lookup
-from .state import (
-    CommitLogBase,
-    ConsumeQueueBase,
-    IndexRegion,
-    IndexServiceBase,
-    MappedQueue,
-    MappedRegion,
-    ReferenceResource,
-    StoreCore,
-    StoreState,
-)
+import importlib
+
+# where each name lives: loaded on first use (PEP 562), so that importing
+# one module of the twin (the core uses ``message``'s helpers) does not load
+# them all; the underscored names are helpers tests use and the core's
+# comments name (``_pure._bounds``, ``_pure.VIEW_UNIT`` ...)
+_HOMES = {
+    "appender": ("Appender", "AppendLock", "append_dispatch", "delay_level", "gets_consume_queue_unit",
+                 "gets_index_entries"),
+    "codec": ("_encoded_props_len", "_find_crc_property", "check_record", "decode_record", "encode_record",
+              "index_key_hash", "java_hash", "masked_crc32", "parse_properties", "read_record",
+              "read_store_timestamp", "record_size", "scan_records", "tags_hash", "write_record"),
+    "columns": ("decode_columns", "decode_columns_at"),
+    "consumequeue": ("cq_get", "cq_put", "cq_scan", "cq_search_time", "cq_units"),
+    "gates": ("PutGate", "ReadGate"),
+    "index": ("_index_keys", "index_put", "index_put_keys", "index_select"),
+    "message": ("Message", "MessageExt"),
+    "reads": ("VIEW_UNIT", "_bounds", "_unit_record", "pull_bounds", "pull_messages", "pull_units", "pull_views",
+              "query_keyed", "read_ext", "read_keyed", "time_lookup"),
+    "state": ("CommitLogBase", "ConsumeQueueBase", "IndexRegion", "IndexServiceBase", "MappedQueue",
+              "MappedRegion", "ReferenceResource", "StoreCore", "StoreState"),
+}
+_HOME = {name: module for module, names in _HOMES.items() for name in names}
+
+
+def __getattr__(name: str):
+    module = _HOME.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list:
+    return sorted(set(globals()) | set(_HOME))
+
 
 # the core's __all__, in its order
 __all__ = [

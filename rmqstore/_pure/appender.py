@@ -11,7 +11,7 @@ import threading
 import time
 from typing import Any
 
-from .._layout import (
+from ..format.layout import (
     BORNHOST_V6_FLAG,
     CQ_STORE_UNIT_SIZE,
     MAX_PROPERTIES_LENGTH,
@@ -23,10 +23,10 @@ from .._layout import (
     TRANSACTION_NOT_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
 )
-from .._pure_message import MESSAGE_FIELDS
 from .codec import _I64, _encoded_props_len, _fields, record_size, tags_hash, write_record
 from .consumequeue import _check_unit_pos, cq_put
 from .index import _check_index_buf, _check_keys, _index_count, _index_keys, index_put_keys
+from .message import MESSAGE_FIELDS
 from .state import StoreState
 
 # --- dispatch rules (the put path's; rmqstore/dispatch.py has the same for the layers above) ---

@@ -10,7 +10,7 @@ import operator
 import struct
 import zlib
 
-from .._layout import (
+from ..format.layout import (
     BLANK_MAGIC_CODE,
     BORNHOST_V6_FLAG,
     CRC32_RESERVED_LEN,
@@ -317,7 +317,7 @@ def check_record(buf, pos: int, limit: int, check_crc: bool, verify_prop_crc: in
     """Validate the record at ``buf[pos:limit]`` (``checkMessageAndReturnSize``, docs/format.md#record-validation).
 
     Returns the record size (> 0) for a valid message, ``REC_BLANK`` (0) for
-    the END_OF_FILE record, or a negative ``REC_*`` code (see ``_layout``).
+    the END_OF_FILE record, or a negative ``REC_*`` code (see ``format.layout``).
     TOTALSIZE is checked against ``[MIN_RECORD_SIZE, max_size]`` and the bytes
     left before anything is read (docs/recovery.md#pitfall-unchecked-record-size). With *check_crc*, *verify_prop_crc*
     selects what is verified: 0 the body CRC; 1 the ``__CRC32#`` property

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import struct
 
-from .._layout import REC_BAD_OFFSET, REC_BLANK, STOP_END, STOP_LIMIT
+from ..format.layout import REC_BAD_OFFSET, REC_BLANK, STOP_END, STOP_LIMIT
 from .codec import _I32, _I64, _SIZE_MAGIC, _fields, _stored_topic, check_record, decode_record, read_record
 
 # --- bulk decoding into columns --------------------------------------------

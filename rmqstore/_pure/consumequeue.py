@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import struct
 
-from .._layout import CQ_STORE_UNIT_SIZE, PRE_BLANK_SIZE
+from ..format.layout import CQ_STORE_UNIT_SIZE, PRE_BLANK_SIZE
 from .codec import _I32, _I64, _fields, _jdiv, read_store_timestamp
 
 _CQ_UNIT = struct.Struct(">qiq")

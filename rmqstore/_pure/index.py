@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import struct
 
-from .._layout import INDEX_ENTRY_SIZE, INDEX_HASH_SLOT_SIZE, INDEX_HEADER_SIZE, KEY_SEPARATOR
+from ..format.layout import INDEX_ENTRY_SIZE, INDEX_HASH_SLOT_SIZE, INDEX_HEADER_SIZE, KEY_SEPARATOR
 from .codec import _I32, _I64, _INT_MAX, _fields, _jdiv, index_key_hash, java_hash
 
 _INDEX_ENTRY = struct.Struct(">iqii")

@@ -9,8 +9,8 @@ from __future__ import annotations
 import operator
 import struct
 
-from .._layout import BORNHOST_V6_FLAG, CQ_STORE_UNIT_SIZE, PRE_BLANK_SIZE, STOREHOSTADDRESS_V6_FLAG
 from .._status import GetMessageStatus
+from ..format.layout import BORNHOST_V6_FLAG, CQ_STORE_UNIT_SIZE, PRE_BLANK_SIZE, STOREHOSTADDRESS_V6_FLAG
 from .codec import _stored_topic, parse_properties, read_record
 from .consumequeue import _CQ_UNIT, _check_view
 

@@ -26,8 +26,8 @@ from collections.abc import Iterator
 
 from .. import _kernels as k
 from .. import arrow
-from .._layout import SCHEDULE_TOPIC
 from ..dispatch import consume_queue_mask, index_key_rows, index_mask, tags_code, tags_hash
+from ..format.layout import SCHEDULE_TOPIC
 from .source import _exchange, _held_lock
 
 __all__ = ["rebuild_consume_queues", "rebuild_index"]
@@ -135,7 +135,7 @@ def _write_queues(batches, staging: str, file_size: int) -> Iterator:
     ConsumeQueue files written, one summary row per queue out."""
     import pyarrow as pa
 
-    from ..consumequeue import ConsumeQueue
+    from ..storage.consumequeue import ConsumeQueue
 
     cq = None
     done: list = []
@@ -281,7 +281,7 @@ def _write_index_files(batches, staging: str, names: list, slots: int, entries: 
     """mapInArrow: numbered entries sorted by number in, index files out."""
     import pyarrow as pa
 
-    from ..index import IndexFile
+    from ..storage.index import IndexFile
 
     per_file = entries - 1
     current = None
@@ -396,7 +396,7 @@ def rebuild_index(spark, store_dir, config=None, partitions: int | None = None) 
 
 def _empty_index_file(staging: str, name: str, slots: int, entries: int) -> None:
     """The file a store makes for its first record when no record has a key: header only."""
-    from ..index import IndexFile
+    from ..storage.index import IndexFile
 
     f = IndexFile(os.path.join(staging, name), slots, entries, create=True)
     f.flush()

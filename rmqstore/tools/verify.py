@@ -1,18 +1,9 @@
-"""Tools for damaged stores: ``verify``, ``salvage`` and ``recover``.
-
-* :func:`verify_store` reads every file of a store (read-only mappings; it
-  never opens anything writable and never calls ``MessageStore.open``) and
-  returns the list of :class:`Problem` found, each with the file (relative to
-  the store root) and the byte offset in that file.
-* :func:`salvage_store` copies every message that still validates (body CRC,
-  ``__CRC32#`` when present, stored physical offset) into a new store,
-  resynchronising after damaged regions; the source is only read.
-* :func:`recover_store` opens the store writable (which runs recovery,
-  docs/recovery.md#recovery) and closes it again, returning ``MessageStore.recovery_report``.
-
-File sizes and the index geometry of the store are inferred from its files
-(:func:`infer_config`), so stores written with non-default sizes work.
-"""
+"""``verify``: :func:`verify_store` reads every file of a store (read-only
+mappings; it never opens anything writable and never calls
+``MessageStore.open``) and returns the list of :class:`Problem` found, each
+with the file (relative to the store root) and the byte offset in that file.
+The CommitLog walk keeps what it reached in a :class:`_RecordTable`, against
+which the ConsumeQueues and index files are checked (``_Verifier``)."""
 
 from __future__ import annotations
 
@@ -22,9 +13,11 @@ import struct
 from array import array
 from typing import NamedTuple
 
-from . import _kernels as k
-from ._layout import (
-    BORNHOST_V6_FLAG,
+from .. import _kernels as k
+from ..config import StoreConfig
+from ..dispatch import gets_consume_queue_unit, index_keys, tags_code
+from ..exceptions import CorruptedFileError, RmqStoreError
+from ..format.layout import (
     CHECKPOINT_FILE_SIZE,
     CQ_STORE_UNIT_SIZE,
     INDEX_ENTRY_SIZE,
@@ -37,37 +30,20 @@ from ._layout import (
     REC_PROP_CRC,
     REC_STATUS_TEXT,
     RECORD_SIZE_SLACK,
-    STOREHOSTADDRESS_V6_FLAG,
     TRANSACTION_MASK,
 )
-from .checkpoint import field_problems as checkpoint_field_problems
-from .config import StoreConfig
-from .consumequeue import queue_dirs
-from .dispatch import gets_consume_queue_unit, index_keys, tags_code
-from .exceptions import CorruptedFileError, RmqStoreError
-from .index import header_problem, index_file_size, infer_index_geometry
-from .message import Message, decode_host
-from .offsets import CONSUMER_OFFSET_FILE, _read_offset_file
-from .walker import PHY_MISMATCH, Segment, find_valid_record, list_segments, prop_crc, validate_record
+from ..service.offsets import CONSUMER_OFFSET_FILE, _read_offset_file
+from ..storage.checkpoint import field_problems as checkpoint_field_problems
+from ..storage.index import header_problem, index_file_size, infer_index_geometry
+from ..storage.walker import PHY_MISMATCH, Segment, find_valid_record, list_segments, validate_record
+from ._common import _I32, _I64, _INDEX_HEADER, _common_size, _first_nonzero, _nonzero_end, _queue_dirs, _rel
+from .inference import _header_geometry
 
-__all__ = [
-    "Problem",
-    "verify_store",
-    "salvage_store",
-    "recover_store",
-    "infer_config",
-]
-
-_I32 = struct.Struct(">i")
-_I64 = struct.Struct(">q")
-_INDEX_HEADER = struct.Struct(">qqqqii")
 _INDEX_ENTRY = struct.Struct(">iqii")
 
 _STATUS_TEXT = dict(REC_STATUS_TEXT)
 _STATUS_TEXT[PHY_MISMATCH] = "PHYSICALOFFSET field disagrees with the record's position"
 
-_ZCHUNK = 1 << 20
-_ZEROS = bytes(_ZCHUNK)
 #: smallest tags code that is a ConsumeQueue extension address (docs/format.md#tags-code)
 _CQ_EXT_ADDRESS_MAX = -(1 << 31) - 1
 
@@ -91,113 +67,10 @@ class Problem(NamedTuple):
         return f"{self.severity} {self.file}@{self.offset}: {self.problem}"
 
 
-# --- small helpers --------------------------------------------------------------------------------
-
-
-def _first_nonzero(buf, start: int, end: int) -> int:
-    """Position of the first non-zero byte in ``buf[start:end]``, or -1."""
-    p = start
-    while p < end:
-        q = min(end, p + _ZCHUNK)
-        chunk = buf[p:q]
-        if chunk != _ZEROS[: q - p]:
-            return p + len(chunk) - len(chunk.lstrip(b"\0"))
-        p = q
-    return -1
-
-
-def _nonzero_end(buf, start: int, end: int) -> int:
-    """Position just past the last non-zero byte of ``buf[start:end]``, or *start*."""
-    q = end
-    while q > start:
-        p = max(start, q - _ZCHUNK)
-        chunk = buf[p:q]
-        if chunk != _ZEROS[: q - p]:
-            return p + len(chunk.rstrip(b"\0"))
-        q = p
-    return start
-
-
-def _common_size(sizes) -> int:
-    """The size most files have (ties: the larger), as ``MappedFileQueue.load``."""
-    return max(set(sizes), key=lambda n: (sizes.count(n), n))
-
-
 def _key_hashes(topic: str, props: dict) -> frozenset:
     """Key hashes of a record: ``topic#UNIQ_KEY``, ``topic#k`` per KEYS piece (docs/format.md#building-the-index)."""
     keys = index_keys(props.get(PROPERTY_UNIQ_KEY), props.get(PROPERTY_KEYS))
     return frozenset(k.index_key_hash(f"{topic}#{x}") for x in keys)
-
-
-def _rel(root: str, path: str) -> str:
-    return os.path.relpath(path, root).replace(os.sep, "/")
-
-
-# --- configuration inference -----------------------------------------------------------------------
-
-
-def infer_config(root, base: StoreConfig | None = None):
-    """A :class:`StoreConfig` whose file sizes match the store in *root*:
-    CommitLog segment size, ConsumeQueue file size (the most common sizes) and
-    the index geometry (``infer_index_geometry``). Everything else comes from
-    *base* (default: RocketMQ's defaults). Returns ``(config, notes)``, notes
-    being a list of texts about values that could not be inferred."""
-    root = os.fspath(root)
-    cfg = base if base is not None else StoreConfig()
-    notes: list = []
-    changes: dict = {}
-    segs, _ = list_segments(os.path.join(root, "commitlog"))
-    sizes = [os.path.getsize(p) for _, _, p in segs]
-    sizes = [s for s in sizes if s > 0]
-    if sizes:
-        fs = _common_size(sizes)
-        if fs >= 4096:
-            changes["mapped_file_size_commit_log"] = fs
-        else:
-            notes.append(f"CommitLog segments of {fs} bytes are below StoreConfig's minimum; "
-                         f"using {cfg.mapped_file_size_commit_log}")
-    cq_sizes = []
-    for _topic, _qid, qdir in _queue_dirs(root):
-        for _, _, p in list_segments(qdir)[0]:
-            n = os.path.getsize(p)
-            if n > 0:
-                cq_sizes.append(n)
-    if cq_sizes:
-        cs = _common_size(cq_sizes)
-        if cs % CQ_STORE_UNIT_SIZE == 0:
-            changes["mapped_file_size_consume_queue"] = cs
-        else:
-            notes.append(f"ConsumeQueue files of {cs} bytes are not whole units; "
-                         f"using {cfg.mapped_file_size_consume_queue}")
-    idx, _ = list_segments(os.path.join(root, "index"))
-    if idx:
-        paths = [p for _, _, p in idx]
-        try:
-            s, n = infer_index_geometry(paths, cfg.max_hash_slot_num, cfg.max_index_num)
-            changes["max_hash_slot_num"], changes["max_index_num"] = s, n
-        except (RmqStoreError, ValueError, OSError) as e:
-            sizes = [os.path.getsize(p) for p in paths]
-            geo = _header_geometry(paths, _common_size(sizes))
-            if geo is not None:
-                changes["max_hash_slot_num"], changes["max_index_num"] = geo
-                notes.append(f"index geometry taken from the index headers ({e})")
-            else:
-                notes.append(f"index geometry not inferred ({e}); "
-                             f"using {cfg.max_hash_slot_num} slots x {cfg.max_index_num} entries")
-    if changes:
-        cfg = cfg.replace(**changes)
-    return cfg, notes
-
-
-def _queue_dirs(root: str):
-    """``consumequeue.queue_dirs``; none where ``consumequeue`` is not a directory."""
-    try:
-        return queue_dirs(root)
-    except NotADirectoryError:
-        return []
-
-
-# --- verify ---------------------------------------------------------------------------------------
 
 
 class _Rec(NamedTuple):
@@ -736,27 +609,6 @@ class _Verifier:
                            f"{why[bak]}; the file itself is {state[path]}: a store refuses the offsets")
 
 
-def _header_geometry(paths, size: int):
-    """Fallback geometry when ``infer_index_geometry`` rejects damaged files:
-    the geometry implied by the largest ``indexCount`` of any file (a full
-    file's count is ``index_num``) whose arithmetic fits the file size, or the
-    defaults if they fit. None when nothing fits."""
-    counts = []
-    for p in paths:
-        with open(p, "rb") as fh:
-            head = fh.read(INDEX_HEADER_SIZE)
-        if len(head) == INDEX_HEADER_SIZE:
-            counts.append(_INDEX_HEADER.unpack(head)[5])
-    default = StoreConfig()
-    if index_file_size(default.max_hash_slot_num, default.max_index_num) == size:
-        return default.max_hash_slot_num, default.max_index_num
-    for n in sorted(set(counts), reverse=True):
-        rest = size - INDEX_HEADER_SIZE - INDEX_ENTRY_SIZE * n
-        if n > 1 and rest > 0 and rest % INDEX_HASH_SLOT_SIZE == 0:
-            return rest // INDEX_HASH_SLOT_SIZE, n
-    return None
-
-
 def verify_store(root, config: StoreConfig | None = None) -> list:
     """Check every file of the store in *root* without writing anything.
 
@@ -786,307 +638,3 @@ def verify_store(root, config: StoreConfig | None = None) -> list:
     finally:
         v.close()
     return v.problems
-
-
-# --- salvage --------------------------------------------------------------------------------------
-
-
-def _ordered_properties(blob: bytes):
-    """Ordered dict from a property blob keeping empty values, so the store
-    re-encodes the same bytes; ``(dict, exact)``. When the blob cannot be
-    rebuilt (invalid UTF-8, a piece without 0x01, duplicate or empty names, a
-    missing final 0x02), RocketMQ's decoding is used and *exact* is False
-    (pairs whose value holds 0x01, which a Message cannot carry, are dropped)."""
-    raw = bytes(blob)
-    text = raw.decode("utf-8", "replace")
-    out: dict = {}
-    pieces = text.split("\x02")
-    if pieces[-1] == "":
-        pieces.pop()
-    exact = True
-    for piece in pieces:
-        name, sep, value = piece.partition("\x01")
-        if not sep or not name or name in out or "\x01" in value:
-            exact = False
-            break
-        out[name] = value
-    if exact and "".join(f"{a}\x01{b}\x02" for a, b in out.items()).encode("utf-8") == raw:
-        return out, True
-    props = k.parse_properties(raw)
-    return {a: b for a, b in props.items() if "\x01" not in b}, False
-
-
-def salvage_store(src, out, config: StoreConfig | None = None) -> dict:
-    """Copy every verifiable message of the store in *src* into a new store at
-    *out* (which must not exist or be an empty directory). *src* is only read.
-
-    Each CommitLog segment is walked from position 0; after a record that
-    does not validate (body CRC, ``__CRC32#`` when present, stored physical
-    offset) the walk resynchronises at the next valid record, and the skipped
-    bytes are reported. The new store gets the source's file sizes and index
-    geometry (inferred, see :func:`infer_config`; *config* supplies the rest),
-    the original store timestamps, hosts and fields; queue offsets are
-    renumbered densely per queue and prepared-transaction offsets remapped to
-    the new physical offsets.
-
-    Returns a report dict: ``records_found``, ``messages_copied``,
-    ``bytes_skipped``, ``bad_regions`` (list of ``(file, offset, length)``),
-    ``not_copied`` (``(file, offset, reason)``), ``queue_offsets_renumbered``,
-    ``properties_rewritten``, ``config`` and ``notes``.
-
-    Raises:
-        FileNotFoundError: *src* is not a directory.
-        FileExistsError: *out* exists and is not an empty directory.
-        ValueError: *out* is inside *src*.
-    """
-    from .store import MessageStore
-
-    src = os.path.abspath(os.fspath(src))
-    out = os.path.abspath(os.fspath(out))
-    if not os.path.isdir(src):
-        raise FileNotFoundError(f"no store directory at {src}")
-    if os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)):
-        raise FileExistsError(f"{out} exists and is not an empty directory")
-    real_src, real_out = os.path.realpath(src), os.path.realpath(out)
-    if real_out == real_src or real_out.startswith(real_src.rstrip(os.sep) + os.sep):
-        raise ValueError(f"the output {out} must not be inside the source store {src}")
-
-    cfg, notes = infer_config(src, config)
-    files, _ = list_segments(os.path.join(src, "commitlog"))
-    segs: list = []
-    bad_regions: list = []
-    records = _Found()
-    try:
-        for start, _name, path in files:
-            ro = Segment(path, _rel(src, path), start, follow_links=True)
-            if ro.size == 0:
-                ro.close()
-                continue
-            segs.append(ro)
-        fs = cfg.mapped_file_size_commit_log
-        if segs:
-            fs = _common_size([s.size for s in segs])
-        max_size = max(fs, 1)
-        for si, seg in enumerate(segs):
-            _salvage_segment(si, seg, si == len(segs) - 1, fs, max_size, records, bad_regions)
-        changes: dict = {}
-        if records.max_body > cfg.max_message_size:
-            changes["max_message_size"] = records.max_body
-        if sum(records.has_crc) * 2 > len(records) and not cfg.enabled_append_prop_crc:
-            changes["enabled_append_prop_crc"] = True
-        if changes:
-            cfg = cfg.replace(**changes)
-        report = {
-            "source": src,
-            "output": out,
-            "records_found": len(records),
-            "messages_copied": 0,
-            "bytes_skipped": sum(r[2] for r in bad_regions),
-            "bad_regions": bad_regions,
-            "not_copied": [],
-            "queue_offsets_renumbered": 0,
-            "properties_rewritten": 0,
-            "config": {
-                "mapped_file_size_commit_log": cfg.mapped_file_size_commit_log,
-                "mapped_file_size_consume_queue": cfg.mapped_file_size_consume_queue,
-                "max_hash_slot_num": cfg.max_hash_slot_num,
-                "max_index_num": cfg.max_index_num,
-            },
-            "notes": notes + ["queue offsets are renumbered densely per queue, in CommitLog order"],
-        }
-        now = [0]
-        store = MessageStore.open(out, config=cfg, store_host="127.0.0.1:10911", clock=lambda: now[0])
-        try:
-            _copy_records(store, segs, records, now, report)
-        finally:
-            store.close()
-    finally:
-        for s in segs:
-            s.close()
-    return report
-
-
-class _Found:
-    """The valid records a salvage walk found, as columns (``array``): 13
-    bytes a record (a tuple each took ~250, and a 100 GB CommitLog holds
-    ~250M records)."""
-
-    def __init__(self):
-        self.segment, self.pos, self.has_crc = array("i"), array("q"), array("b")
-        self.max_body = 0  # the longest body found
-        self.referenced: set = set()  # the prepared-transaction offsets the records hold
-
-    def add(self, si: int, pos: int, has_crc: bool, body_len: int, prepared: int) -> None:
-        self.segment.append(si)
-        self.pos.append(pos)
-        self.has_crc.append(has_crc)
-        self.max_body = max(self.max_body, body_len)
-        self.referenced.add(prepared)
-
-    def __len__(self) -> int:
-        return len(self.pos)
-
-
-def _salvage_segment(
-    si, seg: Segment, is_last: bool, fs: int, max_size: int, records: _Found, bad_regions: list
-) -> None:
-    buf, n = seg.buf, seg.size
-    data_end = _nonzero_end(buf, 0, n)
-    pos = 0
-    while pos < data_end:
-        st, fields = validate_record(buf, pos, n, seg.start + pos, max_size)
-        if st > 0:
-            crc = prop_crc(buf, pos, st, fields[16])
-            records.add(si, pos, crc is not None, _body_len(buf, pos, fields), fields[13])
-            pos += st
-            continue
-        if st == 0:
-            return  # blank record: the rest of the segment is filler
-        found = find_valid_record(buf, pos + 1, n, seg.start, max_size, prop_crc_tail=True, blank_end=fs,
-                                  ranges=seg.data_ranges(pos + 1))
-        if found is None:
-            end = data_end if is_last else n
-            bad_regions.append((seg.rel, pos, end - pos))
-            return
-        bad_regions.append((seg.rel, pos, found[0] - pos))
-        pos = found[0]
-        if found[1] == 0:
-            return
-    if not is_last and pos < n:
-        # zeros where the records and the blank record of a full segment should be
-        bad_regions.append((seg.rel, pos, n - pos))
-
-
-def _body_len(buf, pos: int, fields) -> int:
-    sys_flag = fields[7]
-    bw = 20 if sys_flag & BORNHOST_V6_FLAG else 8
-    sw = 20 if sys_flag & STOREHOSTADDRESS_V6_FLAG else 8
-    return _I32.unpack_from(buf, pos + 68 + bw + sw)[0]
-
-
-def _copy_records(store, segs, records: _Found, now, report) -> None:
-    remap: dict = {}  # old -> new physical offset, of the records others name as their prepared one
-    default_crc = store.config.enabled_append_prop_crc
-    for si, pos, has_crc in zip(records.segment, records.pos, records.has_crc):
-        seg = segs[si]
-        f = k.decode_record(seg.buf, pos, True)
-        old_phys = seg.start + pos
-        props, exact = _ordered_properties(f[16])
-        if not exact:
-            report["properties_rewritten"] += 1
-        try:
-            msg = Message(
-                f[15], f[14], queue_id=f[3], flag=f[4], properties=props, born_timestamp=f[8],
-                born_host=decode_host(f[9]), store_host=decode_host(f[11]), reconsume_times=f[12],
-                sys_flag=f[7], prepared_transaction_offset=remap.get(f[13], f[13]),
-            )
-            now[0] = f[10]
-            if hasattr(store, "_append_crc"):
-                # a store may mix records with and without __CRC32#: keep each as it was
-                store._append_crc = has_crc
-            r = store.put_message(msg)
-        except (RmqStoreError, ValueError, TypeError, OverflowError) as e:
-            report["not_copied"].append((seg.rel, pos, str(e)))
-            continue
-        finally:
-            if hasattr(store, "_append_crc"):
-                store._append_crc = default_crc
-        if old_phys in records.referenced:
-            remap[old_phys] = r.wrote_offset
-        report["messages_copied"] += 1
-        if gets_consume_queue_unit(f[7]) and r.queue_offset != f[5]:
-            report["queue_offsets_renumbered"] += 1
-
-
-# --- recover --------------------------------------------------------------------------------------
-
-
-def _commitlog_data_end(root: str) -> int:
-    """Physical offset just past the last non-zero byte of the CommitLog (0 if none)."""
-    files, _ = list_segments(os.path.join(root, "commitlog"))
-    for start, _name, path in reversed(files):
-        if os.path.getsize(path) == 0:
-            continue
-        ro = Segment(path, path, start, follow_links=True)
-        try:
-            end = _nonzero_end(ro.buf, 0, ro.size)
-        finally:
-            ro.close()
-        if end > 0:
-            return start + end
-    return 0
-
-
-def _queue_ends(root: str) -> dict:
-    """``{(topic, qid): units}``: where each ConsumeQueue's valid units end
-    (the recovery scan of its last file, docs/recovery.md#consumequeue-recovery)."""
-    out = {}
-    for topic, qid, qdir in _queue_dirs(root):
-        files, _ = list_segments(qdir)
-        end = 0
-        for start, _name, path in files:
-            if os.path.getsize(path) == 0:
-                continue
-            ro = Segment(path, path, start, follow_links=True)
-            try:
-                valid_end, _ = k.cq_scan(ro.buf, 0, ro.size)
-            finally:
-                ro.close()
-            if valid_end > 0:
-                end = start + valid_end
-        out[(topic, qid)] = end // CQ_STORE_UNIT_SIZE
-    return out
-
-
-def recover_store(root, config: StoreConfig | None = None) -> dict:
-    """Run recovery on the store in *root* explicitly: open it writable (which
-    recovers, docs/recovery.md#recovery) and close it (clean shutdown).
-
-    Returns ``MessageStore.recovery_report`` (``last_exit_ok``,
-    ``process_offset``, ``stopped_because``, ``truncated_bytes``,
-    ``start_file``, ...) plus ``store``, ``data_end_before`` (physical offset
-    past the last non-zero CommitLog byte before recovery),
-    ``data_bytes_dropped`` (``data_end_before - process_offset`` when
-    positive: bytes recovery cut off, zeros inside them included),
-    ``consume_queue_units_dropped`` and ``config`` (the inferred file sizes).
-
-    Raises:
-        StoreLockedError: another writer holds the store.
-        FileNotFoundError: *root* is not a directory, or holds none of a
-            store's files (nothing is created there).
-        CorruptedFileError, ConfigError: the store cannot be opened.
-    """
-    from .store import MessageStore
-
-    root = os.path.abspath(os.fspath(root))
-    if not os.path.isdir(root):
-        raise FileNotFoundError(f"no store directory at {root}")
-    if not any(os.path.exists(os.path.join(root, n)) for n in ("commitlog", "consumequeue", "index", "checkpoint")):
-        raise FileNotFoundError(
-            f"{root} does not look like a store (no commitlog/, consumequeue/, index/ or checkpoint)"
-        )
-    cfg, notes = infer_config(root, config)
-    data_end = _commitlog_data_end(root)
-    ends_before = _queue_ends(root)
-    store = MessageStore.open(root, config=cfg)
-    try:
-        report = dict(store.recovery_report)
-        ends_after = {q: store.get_max_offset_in_queue(*q) for q in store.queues()}
-    finally:
-        store.close()
-    dropped_units = sum(max(0, n - ends_after.get(q, 0)) for q, n in ends_before.items())
-    process = report.get("process_offset", 0)
-    report.update(
-        store=root,
-        data_end_before=data_end,
-        data_bytes_dropped=max(0, data_end - process),
-        consume_queue_units_dropped=dropped_units,
-        config={
-            "mapped_file_size_commit_log": cfg.mapped_file_size_commit_log,
-            "mapped_file_size_consume_queue": cfg.mapped_file_size_consume_queue,
-            "max_hash_slot_num": cfg.max_hash_slot_num,
-            "max_index_num": cfg.max_index_num,
-        },
-        notes=notes,
-    )
-    return report

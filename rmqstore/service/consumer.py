@@ -1,0 +1,307 @@
+"""A pull consumer over one store: read, hand out, commit (at-least-once).
+
+:class:`Consumer` is what :meth:`MessageStore.consumer` returns. It plays the
+part of a RocketMQ consumer of one group subscribed to one topic that owns
+every queue it reads (no rebalancing: one consumer per group, topic and queue
+at a time), with the broker's offset table as its offset store
+(``RemoteBrokerOffsetStore`` + ``ConsumerOffsetManager``).
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+
+from ..exceptions import (
+    IllegalMessageError,
+    MessageTypeError,
+    StoreClosedError,
+    StoreReadOnlyError,
+)
+from ..message import GetMessageStatus, MessageExt
+from .offsets import _check_name, _check_queue_id, offset_key
+
+__all__ = ["Consumer"]
+
+log = logging.getLogger("rmqstore.consumer")
+
+_I32_MAX = (1 << 31) - 1
+
+# statuses after which a queue has nothing more to give right now
+_EMPTY = frozenset({
+    GetMessageStatus.OFFSET_OVERFLOW_ONE,
+    GetMessageStatus.NO_MESSAGE_IN_QUEUE,
+    GetMessageStatus.NO_MATCHED_LOGIC_QUEUE,
+})
+
+
+class Consumer:
+    """Iterate over the messages of *topic* that consumer group *group* has not
+    consumed yet, committing its progress (at-least-once delivery).
+
+    Each queue starts at the group's committed offset (see
+    :meth:`MessageStore.get_committed_offset`), or at the queue's first stored
+    message when the group never committed one (RocketMQ's
+    CONSUME_FROM_FIRST_OFFSET for a new group). Messages are pulled in batches
+    of *batch* per queue and handed out one at a time, taking the queues in
+    turn (round robin: one message of each queue that has one, then the next
+    round), in queue-offset order within a queue.
+
+    Delivery contract: the message returned by ``next()`` is *in flight* until
+    the caller asks for the following one; asking means "processed", and the
+    offset after it is committed then, before the next message is returned.
+    So a crash (or an exception in the caller's loop) re-delivers at most the
+    in-flight message of the crashed consumer; nothing is skipped. Messages a
+    tag filter leaves out count as consumed.
+
+    Iteration ends (``StopIteration``) when every queue is drained; it does not
+    wait for new messages. The consumer can be iterated again later (a new
+    ``for`` loop continues where the last one stopped, finding messages stored
+    since), and a new consumer of the same group continues from the committed
+    offsets, e.g. after a restart. Queues of the topic created later are found
+    when *queue_ids* is None.
+
+    Use :meth:`commit` to acknowledge the in-flight message when leaving a loop
+    early after processing it, and :meth:`close` (or ``with``) at the end.
+
+    Args:
+        store (MessageStore): open and writable.
+        group (str), topic (str): non-empty, without ``@``.
+        queue_ids (iterable[int] | None): the queues to read; None = every queue
+            the topic has (now and later).
+        batch (int): messages pulled per queue at a time (RocketMQ
+            ``pullBatchSize``, default 32), 1 .. 2**31-1.
+        tags (str | list[str] | None): tag filter as in
+            :meth:`MessageStore.get_messages` (``"TagA || TagB"``).
+        sync (bool | None): whether each commit is on disk before the next
+            message is returned; None = the offset store's default (True).
+            False defers commits to the offset store's periodic persist (a
+            crash then re-delivers what the last interval committed).
+
+    Raises:
+        MessageTypeError, IllegalMessageError: bad arguments.
+        StoreReadOnlyError: the store is read-only (a consumer commits).
+        StoreClosedError: the store is closed, now or when iterating.
+
+    Not thread-safe: one thread iterates a consumer.
+    """
+
+    def __init__(self, store, group: str, topic: str, queue_ids=None, batch: int = 32, tags=None, sync=None):
+        _check_name("group", group)
+        _check_name("topic", topic)
+        if isinstance(batch, bool) or not isinstance(batch, int):
+            raise MessageTypeError(f"batch must be an int in [1, {_I32_MAX}], got {type(batch).__name__}")
+        if not 1 <= batch <= _I32_MAX:  # a pull's max_count
+            raise IllegalMessageError(f"batch must be in [1, {_I32_MAX}], got {batch}")
+        if queue_ids is not None:
+            if isinstance(queue_ids, int):
+                raise MessageTypeError("queue_ids must be an iterable of int or None")
+            queue_ids = sorted({_check_queue_id(q) for q in queue_ids})
+        if store.closed:
+            raise StoreClosedError(f"store {store.root_dir} is closed")
+        if store.read_only:
+            raise StoreReadOnlyError(f"store {store.root_dir} is open read-only: a consumer needs to commit")
+        self.store = store
+        self.group = group
+        self.topic = topic
+        self.batch = batch
+        self.tags = tags
+        self.sync = sync
+        self._offsets = store.consumer_offsets()
+        self._key = offset_key(group, topic)
+        self._fixed = queue_ids
+        self._queues: list = list(queue_ids) if queue_ids is not None else self._discover()
+        self._pos: dict = {}  # queue id -> next queue offset to pull
+        self._acked: dict = {}  # queue id -> offset everything before which is processed or filtered out
+        self._committed: dict = {}  # queue id -> offset last committed by us (or found committed)
+        # queue ids whose _acked may differ from _committed (a commit per message looks at these only)
+        self._dirty: set = set()
+        self._buf: dict = {}  # queue id -> deque of pulled messages not handed out yet
+        self._inflight: tuple | None = None  # (queue id, offset after the message last handed out)
+        self._rr = 0
+        self._closed = False
+        self.delivered = 0  # messages handed out by this consumer
+
+    # --- queues and positions ---------------------------------------------------------
+
+    def _discover(self) -> list:
+        topic = self.topic
+        return [q for t, q in self.store.queues() if t == topic]
+
+    def _init_queue(self, q: int) -> None:
+        c = self._offsets.get(self.group, self.topic, q)
+        start = self.store.get_min_offset_in_queue(self.topic, q) if c is None else c
+        self._pos[q] = self._acked[q] = start
+        if c is not None:
+            self._committed[q] = c
+        self._buf[q] = collections.deque()
+
+    def positions(self) -> dict:
+        """``{queue_id: offset}``: where each queue seen so far goes on (the next
+        message not handed out yet)."""
+        out = {}
+        for q, pos in self._pos.items():
+            buf = self._buf[q]
+            out[q] = buf[0].queue_offset if buf else pos
+        return out
+
+    def committed(self) -> dict:
+        """``{queue_id: offset}`` committed for the queues seen so far (by this
+        consumer, or found committed when it started)."""
+        return dict(self._committed)
+
+    @property
+    def in_flight(self):
+        """``(queue_id, queue_offset)`` of the message handed out and not yet
+        acknowledged, or None."""
+        if self._inflight is None:
+            return None
+        return self._inflight[0], self._inflight[1] - 1
+
+    # --- iteration -----------------------------------------------------------------------
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> MessageExt:
+        if self._closed or self.store.closed:
+            self._ensure_open()  # raises
+        if self._inflight is not None:
+            self._ack_inflight()
+        if self._dirty:
+            self._commit_acked()
+        m = self._next_message()
+        if m is None and self._fixed is None:
+            found = self._discover()  # queues created since
+            if found != self._queues:
+                self._queues = found
+                m = self._next_message()
+        if m is None:
+            self._commit_acked()  # progress made over filtered-out messages
+            raise StopIteration
+        self._inflight = (m.queue_id, m.queue_offset + 1)
+        self.delivered += 1
+        return m
+
+    def _next_message(self):
+        queues = self._queues
+        n = len(queues)
+        if n:  # most calls: the next queue in turn has a pulled message waiting
+            q = queues[self._rr % n]
+            buf = self._buf.get(q)
+            if buf:
+                self._rr = (self._rr + 1) % n
+                return buf.popleft()
+        for i in range(n):
+            q = queues[(self._rr + i) % n]
+            m = self._take(q)
+            if m is not None:
+                self._rr = (self._rr + i + 1) % n
+                return m
+        return None
+
+    def _take(self, q: int):
+        if q not in self._pos:
+            self._init_queue(q)
+        buf = self._buf[q]
+        if buf:
+            return buf.popleft()
+        # nothing of q is buffered or in flight: everything before pos is done
+        self._acked[q] = max(self._acked[q], self._pos[q])
+        self._dirty.add(q)  # (also for what the pulls below skip, and a new group's start)
+        store, topic = self.store, self.topic
+        while True:
+            pos = self._pos[q]
+            r = store.get_messages(topic, q, pos, self.batch, self.tags)
+            if r.status is GetMessageStatus.FOUND:
+                buf.extend(r.messages)
+                self._pos[q] = r.next_begin_offset
+                return buf.popleft()
+            if r.status in _EMPTY:
+                return None
+            # NO_MATCHED_MESSAGE / MESSAGE_WAS_REMOVING: moved on past units it
+            # skipped; OFFSET_TOO_SMALL / OFFSET_OVERFLOW_BADLY: corrected to the
+            # queue's min / max offset (RocketMQ's broker-side correction)
+            if r.status in (GetMessageStatus.OFFSET_TOO_SMALL, GetMessageStatus.OFFSET_OVERFLOW_BADLY):
+                log.warning(
+                    "group %s: %s queue %d offset %d is %s; moving to %d",
+                    self.group, topic, q, pos, r.status.name, r.next_begin_offset,
+                )
+            nxt = r.next_begin_offset
+            if nxt == pos:
+                return None
+            self._pos[q] = nxt
+            self._acked[q] = nxt
+
+    def _ack_inflight(self) -> None:
+        if self._inflight is None:
+            return
+        q, nxt = self._inflight
+        self._inflight = None
+        acked = self._acked
+        acked[q] = max(acked[q], nxt)
+        if not self._buf[q] and self._pos[q] > acked[q]:
+            acked[q] = self._pos[q]  # the rest of the batch was filtered out
+        self._dirty.add(q)
+
+    def _commit_acked(self) -> None:
+        acked, committed, dirty = self._acked, self._committed, self._dirty
+        if len(dirty) == 1:  # (a message at a time: its queue only)
+            q = dirty.pop()
+            if committed.get(q) == acked[q]:
+                return
+            changed = {q: acked[q]}
+        else:
+            changed = {q: acked[q] for q in dirty if committed.get(q) != acked[q]}
+            dirty.clear()
+            if not changed:
+                return
+        try:
+            self._offsets._commit_checked(self._key, changed, self.sync)
+        except BaseException:
+            dirty.update(changed)  # not committed (closed offset store, ...): the next commit tries again
+            raise
+        committed.update(changed)
+
+    # --- ending -------------------------------------------------------------------------
+
+    def commit(self) -> None:
+        """Acknowledge the in-flight message (processed) and commit every queue's
+        progress now. Raises StoreClosedError, OSError (see
+        :meth:`ConsumerOffsetStore.commit`)."""
+        self._ensure_open()
+        self._ack_inflight()
+        self._commit_acked()
+
+    def close(self) -> None:
+        """Commit the acknowledged progress (not the in-flight message, which the
+        group gets again) and stop; idempotent. Does nothing more when the
+        store is already closed."""
+        if self._closed:
+            return
+        self._closed = True
+        self._inflight = None
+        if not self.store.closed:
+            self._commit_acked()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _ensure_open(self) -> None:
+        if self._closed:
+            raise StoreClosedError(f"consumer {self.group} of {self.topic} is closed")
+        if self.store.closed:
+            raise StoreClosedError(f"store {self.store.root_dir} is closed")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        return (
+            f"<Consumer group={self.group!r} topic={self.topic!r} queues={self._queues} "
+            f"delivered={self.delivered}{' closed' if self._closed else ''}>"
+        )

@@ -1,0 +1,308 @@
+"""Retention and disk space: RocketMQ's CleanCommitLogService and
+CleanConsumeQueueService (docs/recovery.md#retention), and the disk-usage probe behind write
+refusal (DISK_FULL, docs/recovery.md#disk-space).
+
+One clean-up round (:meth:`Retention.run`):
+
+1. CommitLog: when the local hour is one of ``delete_when``, or disk use is
+   above ``disk_max_used_space_ratio`` (or unknown), or a caller asked for it,
+   delete non-current segments from the oldest on while each is expired —
+   ``now >= time + file_reserved_time`` where *time* is the segment's last
+   record's store time (its mtime when it holds none; docs/recovery.md#pitfall-retention-by-mtime) — or, when use
+   is above the clean-forcibly level (and ``clean_file_forcibly_enable``),
+   regardless of age. At most ``delete_file_batch_max`` files per round,
+   ``delete_commit_log_files_interval`` ms apart. The current (last) segment
+   is never deleted.
+2. ConsumeQueues and index, when the CommitLog minimum moved: delete queue
+   files whose last unit points below it (docs/recovery.md#retention), correct each queue's
+   minimum offset (docs/recovery.md#queue-minimum-offset), delete index files that index only records below it
+   (docs/recovery.md#retention).
+
+Readers are never cut off: a segment is unmapped and dropped from its queue
+only while no reader holds a reference
+(:class:`~rmqstore.storage.mapped_file.ReferenceResource`); when readers stay inside,
+the destroy fails for this round and is retried by the next (RocketMQ's
+``reDeleteHangedFile``). Once ``destroy_maped_file_interval_forcibly`` ms have
+passed since the first attempt the file is unlinked anyway (RocketMQ's forced
+destroy) and marked unavailable; its mapping, which keeps serving the readers
+inside, is closed by the first later round that finds no reader. (On POSIX the
+space of an unlinked file returns when its last mapping closes, so forcing
+the unmapping would gain nothing and could fail a read.)
+
+Times are the store's clock (``MessageStore.open(clock=)``, ms since epoch);
+disk use comes from the store's probe (``MessageStore.open(disk_usage=)``), so
+tests need neither waiting nor a full disk.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import threading
+import time
+from typing import NamedTuple
+
+from ..exceptions import StoreClosedError
+from ..storage.mapped_file import fsync_dir
+
+__all__ = ["CleanupReport", "Retention", "disk_usage_ratio"]
+
+log = logging.getLogger("rmqstore.retention")
+
+# how long one destroy waits for readers to leave before it counts as failed
+# (RocketMQ's destroy does not wait at all; reads here last microseconds)
+_EXCLUSIVE_WAIT = 1.0
+
+
+def disk_usage_ratio(path) -> float:
+    """Used fraction of the file system holding *path*, RocketMQ's
+    ``UtilAll.getDiskPartitionSpaceUsedPercent`` (docs/recovery.md#disk-space):
+    ``used = total - free``, ``ratio = ceil(100 * used / (used + usable)) / 100``
+    where *usable* is what an unprivileged process may still allocate.
+    Returns -1.0 when it cannot be determined (RocketMQ treats that as a
+    reason to clean)."""
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return -1.0
+    total = st.f_blocks * st.f_frsize
+    if total <= 0:
+        return -1.0
+    used = total - st.f_bfree * st.f_frsize
+    entire = used + st.f_bavail * st.f_frsize
+    if entire <= 0:
+        return -1.0
+    return math.ceil(100 * used / entire) / 100
+
+
+class CleanupReport(NamedTuple):
+    """What one clean-up round did.
+
+    Attributes:
+        commit_log_files (tuple[str]): CommitLog segments deleted, oldest first.
+        consume_queue_files (tuple[str]): ConsumeQueue files deleted.
+        index_files (tuple[str]): index files deleted.
+        min_physical_offset (int): the CommitLog's first offset afterwards.
+        reason (str): why CommitLog deletion ran: ``"time"`` (a ``delete_when``
+            hour), ``"space"`` (disk use), ``"manual"`` (``delete_expired``),
+            joined by ``+``; ``""`` when it did not run.
+        clean_at_once (bool): files were deleted regardless of age.
+        disk_ratio (float): used fraction of the CommitLog's file system
+            (-1.0 unknown).
+        busy (bool): an expired file stayed mapped because readers held it
+            (retried next round; unlinked anyway after
+            ``destroy_maped_file_interval_forcibly``, then dropped from the
+            queue by the first round that finds no reader).
+    """
+
+    commit_log_files: tuple
+    consume_queue_files: tuple
+    index_files: tuple
+    min_physical_offset: int
+    reason: str
+    clean_at_once: bool
+    disk_ratio: float
+    busy: bool
+
+    @property
+    def deleted(self) -> int:
+        """Number of CommitLog segments deleted."""
+        return len(self.commit_log_files)
+
+
+class Retention:
+    """The clean-up of one writable :class:`~rmqstore.store.MessageStore`.
+    Rounds are serialised (``_lock``, which the store's ``close()`` takes
+    too, so it never unmaps a file under a round); use the store's
+    ``run_maintenance`` / ``delete_expired``."""
+
+    def __init__(self, store) -> None:
+        self.store = store
+        self._lock = threading.Lock()
+        self._cq_cleaned_at = -1  # CommitLog minimum the CQ/index cleaner last ran for
+
+    # --- decisions (docs/recovery.md#retention) ----------------------------------
+
+    def is_time_to_delete(self, now_ms: int) -> bool:
+        """RocketMQ ``isTimeToDelete``: the local hour of *now_ms* is one of
+        ``delete_when``'s hours (true for the whole hour)."""
+        return time.localtime(now_ms / 1000).tm_hour in self.store.config.delete_hours
+
+    def space_to_delete(self) -> tuple:
+        """RocketMQ ``isSpaceToDelete`` for the CommitLog's and the
+        ConsumeQueues' file systems. Returns ``(to_delete, clean_immediately,
+        physic_ratio)``; sets the store's DISK_FULL state above the warning
+        level and clears it at or below the clean-forcibly level."""
+        store, cfg = self.store, self.store.config
+        warn, forcibly = cfg.disk_space_warning_level, cfg.disk_space_clean_forcibly_level
+        physic = store._probe_disk(store.commitlog.queue.directory)
+        logics = store._probe_disk(os.path.join(store.root_dir, "consumequeue"))
+        for ratio in (physic, logics):
+            if ratio > warn:
+                store._set_disk_full(True, ratio)
+                return True, True, physic
+            if ratio > forcibly:
+                return True, True, physic
+            store._set_disk_full(False, ratio)
+        limit = cfg.disk_max_used_space_level
+        to_delete = physic < 0 or physic > limit or logics < 0 or logics > limit
+        return to_delete, False, physic
+
+    # --- one round --------------------------------------------------------------
+
+    def run(self, manual: bool = False, force: bool = False, reserved_hours=None) -> CleanupReport:
+        """One clean-up round (RocketMQ's clean-resource task).
+
+        Args:
+            manual (bool): delete expired files now whatever the hour
+                (RocketMQ ``executeDeleteFilesManually``).
+            force (bool): with *manual*: every non-current segment, regardless
+                of age and disk use.
+            reserved_hours (int | None): age limit in hours instead of
+                ``file_reserved_time``.
+
+        Raises StoreClosedError when the store closed (``close()`` waits for
+        a round in progress, holding this lock, then closes it).
+        """
+        store, cfg = self.store, self.store.config
+        with self._lock:
+            if store._closed:
+                raise StoreClosedError(f"store {store.root_dir} is closed")
+            now = store._clock()
+            to_delete, immediately, ratio = self.space_to_delete()
+            reasons = []
+            if self.is_time_to_delete(now):
+                reasons.append("time")
+            if to_delete:
+                reasons.append("space")
+            if manual:
+                reasons.append("manual")
+            deleted: list = []
+            busy = False
+            clean_at_once = force or (cfg.clean_file_forcibly_enable and immediately)
+            if reasons:
+                hours = cfg.file_reserved_time if reserved_hours is None else reserved_hours
+                deleted, busy = self._delete_commit_log(hours * 3_600_000, clean_at_once, now)
+                if not deleted and to_delete:
+                    log.warning("disk use of %s is %.2f but no CommitLog file could be deleted", store.root_dir, ratio)
+            cq_files: list = []
+            index_files: list = []
+            cl_min = store.commitlog.min_offset()
+            if cl_min != self._cq_cleaned_at:
+                cq_files, index_files, done = self._clean_logics(cl_min)
+                if done:
+                    self._cq_cleaned_at = cl_min
+            return CleanupReport(
+                tuple(deleted), tuple(cq_files), tuple(index_files), store.commitlog.min_offset(),
+                "+".join(reasons), bool(reasons) and clean_at_once, ratio, busy,
+            )
+
+    # --- CommitLog (docs/recovery.md#retention) --------------------------------------
+
+    def _delete_commit_log(self, expired_ms: int, clean_at_once: bool, now: int) -> tuple:
+        store, cfg = self.store, self.store.config
+        cl = store.commitlog
+        candidates = list(cl.queue.files[:-1])
+        deleted: list = []
+        busy = False
+        for i, mf in enumerate(candidates):
+            unlinked_before = not mf.available  # forced earlier: reported then
+            if not unlinked_before and not clean_at_once and now < cl.file_timestamp(mf) + expired_ms:
+                break  # files go from the head only: a younger one ends the round
+            outcome = self._destroy_commit_log_head(mf, now)
+            if outcome == "busy":
+                busy = True
+                break
+            if not unlinked_before:
+                deleted.append(mf.path)
+                log.info("deleted CommitLog file %s", mf.path)
+            if outcome == "unlinked":
+                busy = True  # still mapped for the readers inside: dropped by a later round
+                break
+            if len(deleted) >= cfg.delete_file_batch_max:
+                break
+            pause = cfg.delete_commit_log_files_interval
+            if pause > 0 and i + 1 < len(candidates) and store._stop.wait(pause / 1000):
+                break  # the store is closing
+        return deleted, busy
+
+    def _destroy_commit_log_head(self, mf, now: int) -> str:
+        """RocketMQ ``MappedFile.destroy(intervalForcibly)`` for the first
+        segment: ``"gone"`` (unmapped, dropped, unlinked), ``"unlinked"``
+        (forced: the file is deleted but readers still use the mapping) or
+        ``"busy"`` (readers inside; try again next round)."""
+        store = self.store
+        cl = store.commitlog
+        if not cl.queue.files or cl.queue.files[0] is not mf:
+            return "busy"
+        if mf.first_shutdown_ms == 0:
+            mf.first_shutdown_ms = now
+        refs = store._refs
+        if refs.acquire_exclusive(_EXCLUSIVE_WAIT):
+            try:
+                with store._flush_lock:  # no CommitLog sync walks the segments meanwhile
+                    gone = cl.queue.delete_first(1)
+            finally:
+                refs.release_exclusive()
+            cl.forget(gone)
+            return "gone" if gone else "busy"
+        if mf.available and now - mf.first_shutdown_ms >= store.config.destroy_maped_file_interval_forcibly:
+            log.warning("readers still hold %s after the forcible interval; unlinking it now", mf.path)
+            with store._flush_lock:
+                mf.flush(0)
+            mf.available = False
+            try:
+                os.unlink(mf.path)
+            except FileNotFoundError:
+                pass
+            fsync_dir(cl.queue.directory)
+            return "unlinked"
+        log.info("CommitLog file %s is being read; deleting it later", mf.path)
+        return "busy"
+
+    # --- ConsumeQueues and index (docs/recovery.md#retention) ---------------------------
+
+    def _clean_logics(self, cl_min: int) -> tuple:
+        """Delete queue and index files below *cl_min* and correct minimum
+        offsets. Returns ``(cq_paths, index_paths, complete)``."""
+        store, cfg = self.store, self.store.config
+        refs = store._refs
+        cq_paths: list = []
+        index_paths: list = []
+        complete = True
+        for key in sorted(store._cqs):
+            cq = store._cqs.get(key)
+            if cq is None:
+                continue
+            n = cq.expired_head_count(cl_min)
+            unit = cq.get_unit(cq.min_offset_in_queue())
+            if n == 0 and (unit is None or unit[0] >= cl_min):
+                continue  # nothing below the minimum in this queue
+            if not refs.acquire_exclusive(_EXCLUSIVE_WAIT):
+                complete = False
+                continue
+            try:
+                with store._dispatch_lock:  # dispatch appends to the same file list
+                    gone = cq.queue.delete_first(n) if n else []
+                    cq.correct_min_offset(cl_min)
+            finally:
+                refs.release_exclusive()
+            cq_paths.extend(mf.path for mf in gone)
+            pause = cfg.delete_consume_queue_files_interval
+            if gone and pause > 0 and store._stop.wait(pause / 1000):
+                return cq_paths, index_paths, False
+        n = store.index.expired_head_count(cl_min)
+        if n:
+            if refs.acquire_exclusive(_EXCLUSIVE_WAIT):
+                try:
+                    with store._dispatch_lock:
+                        index_paths = store.index.delete_first(n)
+                finally:
+                    refs.release_exclusive()
+            else:
+                complete = False
+        if cq_paths or index_paths:
+            log.info("deleted %d ConsumeQueue and %d index file(s) below physical offset %d",
+                     len(cq_paths), len(index_paths), cl_min)
+        return cq_paths, index_paths, complete
