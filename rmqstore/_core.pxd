@@ -1,7 +1,7 @@
 # The core's classes whose state other kernels read directly (C fields, no
 # attribute lookups). Their docstrings and methods are in _core.pyx's units
 # (_core_units/state.pxi, message.pxi and gates.pxi); the
-# pure-Python twins are in _pure_message.py (Message, MessageExt) and
+# pure-Python twins are in _pure/message.py (Message, MessageExt) and
 # the _pure package (the rest). The store's Python classes (MappedFile,
 # MappedFileQueue, CommitLog, ConsumeQueue, IndexFile, IndexService)
 # subclass the ones they share state through.
@@ -38,7 +38,7 @@ cdef class StoreState:
 cdef class MappedRegion:
     # A mapped segment as the kernels use it: the mapping, where the file
     # starts in its log, its size and the write position (bytes appended).
-    # MappedFile (mapped_file.py) adds the file's lifecycle on top.
+    # MappedFile (storage/mapped_file.py) adds the file's lifecycle on top.
     cdef public object mm
     cdef public long long file_from_offset
     cdef public Py_ssize_t file_size, wrote_position
@@ -47,7 +47,7 @@ cdef class MappedRegion:
 cdef class MappedQueue:
     # A log's segments as the kernels walk them: MappedRegion objects in
     # offset order and their common size in bytes (None: a read-only queue
-    # not yet sized). MappedFileQueue (mapped_file.py) adds the directory.
+    # not yet sized). MappedFileQueue (storage/mapped_file.py) adds the directory.
     cdef public list files
     cdef public object file_size
 

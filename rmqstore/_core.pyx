@@ -41,8 +41,8 @@ import time
 import weakref
 
 from ._status import GetMessageStatus
-from rmqstore import _pure_message as _pm
-from rmqstore._ids import decode_host as _decode_host
+from rmqstore._pure import message as _pm
+from rmqstore.format.ids import decode_host as _decode_host
 
 __all__ = [
     "Message",

@@ -338,7 +338,7 @@ class MessageStore(k.StoreCore):
         self._waiting = 0  # pulls waiting: dispatch notifies only when there are some
         self.last_exit_ok = True
         self.recovery_report: dict = {}
-        self._offsets = None  # ConsumerOffsetStore (offsets.py), created by consumer_offsets()
+        self._offsets = None  # ConsumerOffsetStore (service/offsets.py), created by consumer_offsets()
         # retention, disk space and follow mode (retention.py, docs/recovery.md#retention)
         from .service.retention import Retention, disk_usage_ratio
 
@@ -1055,7 +1055,7 @@ class MessageStore(k.StoreCore):
         segments go per call, ``delete_commit_log_files_interval`` ms apart;
         segments a reader is inside are retried on the next call.
 
-        Returns a :class:`~rmqstore.retention.CleanupReport`; its ``deleted``
+        Returns a :class:`~rmqstore.service.retention.CleanupReport`; its ``deleted``
         is the number of CommitLog segments deleted.
 
         Raises StoreReadOnlyError, StoreClosedError; OSError from unlinking.
@@ -1076,7 +1076,7 @@ class MessageStore(k.StoreCore):
         clean-forcibly level), let ConsumeQueues and index follow, update the
         disk-full state. On a read-only store: :meth:`refresh` only.
 
-        Returns a :class:`~rmqstore.retention.CleanupReport` (None when read-only).
+        Returns a :class:`~rmqstore.service.retention.CleanupReport` (None when read-only).
         Raises StoreClosedError."""
         self._ensure_open()
         if self.read_only:
@@ -2310,7 +2310,7 @@ class MessageStore(k.StoreCore):
     # --- consumer groups (RocketMQ ConsumerOffsetManager, config/consumerOffset.json) ---
 
     def consumer_offsets(self):
-        """The store's :class:`~rmqstore.offsets.ConsumerOffsetStore` over
+        """The store's :class:`~rmqstore.service.offsets.ConsumerOffsetStore` over
         ``<root_dir>/config/consumerOffset.json``, loaded on first use (from
         ``.bak`` when the file is missing or does not parse). Commits through it
         are on disk when they return unless made with ``sync=False``.
@@ -2370,7 +2370,7 @@ class MessageStore(k.StoreCore):
         return self.consumer_offsets().get(group, topic, queue_id)
 
     def consumer(self, group: str, topic: str, queue_ids=None, batch: int = 32, tags=None, sync=None):
-        """A :class:`~rmqstore.consumer.Consumer` of *topic* for consumer group
+        """A :class:`~rmqstore.service.consumer.Consumer` of *topic* for consumer group
         *group*: an iterator of :class:`MessageExt` from the group's committed
         offsets (a queue's first message when none), round robin over the
         queues (*queue_ids*, or every queue of the topic), committing each

@@ -678,7 +678,7 @@ def check_record(buf, pos, limit, bint check_crc, int verify_prop_crc, max_size)
     """Validate the record at ``buf[pos:limit]`` (RocketMQ ``checkMessageAndReturnSize``).
 
     Returns the record size (> 0) for a valid message, ``REC_BLANK`` (0) for
-    the END_OF_FILE record, or a negative ``REC_*`` code (see ``_layout``).
+    the END_OF_FILE record, or a negative ``REC_*`` code (see ``rmqstore.format.layout``).
     TOTALSIZE is checked against ``[MIN_RECORD_SIZE, max_size]`` and the bytes
     left before anything is read. With *check_crc*, *verify_prop_crc*
     selects what is verified: 0 the body CRC; 1 the ``__CRC32#`` property

@@ -1,8 +1,8 @@
 # The record, unit and index layout constants as C enums, and _LAYOUT, their
-# values for tests/test_kernels.py to compare with rmqstore/_layout.py.
+# values for tests/test_kernels.py to compare with rmqstore/format/layout.py.
 
 
-# Same values as rmqstore/_layout.py (checked by tests/test_kernels.py).
+# Same values as rmqstore/format/layout.py (checked by tests/test_kernels.py).
 cdef enum:
     MESSAGE_MAGIC_CODE = -626843481
     MESSAGE_MAGIC_CODE_V2 = -626843477

@@ -80,7 +80,7 @@ cdef class Message:
         IllegalMessageError: a value is out of range or holds a separator.
 
     The attributes may be changed after the message is made; a put checks
-    them again. The Cython core's class; ``rmqstore._pure_message.Message``
+    them again. The Cython core's class; ``rmqstore._pure.message.Message``
     is its pure-Python twin.
     """
 
@@ -160,7 +160,7 @@ cdef class MessageExt:
     reconsume_times, prepared_transaction_offset, body_crc, store_size (record
     bytes), properties (dict in stored order, RocketMQ's decoding rules),
     msg_id (offset message id), tags, keys, unique_key (from the properties),
-    magic_code. The Cython core's class; ``rmqstore._pure_message.MessageExt``
+    magic_code. The Cython core's class; ``rmqstore._pure.message.MessageExt``
     is its pure-Python twin.
     """
 
