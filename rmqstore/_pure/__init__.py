@@ -17,6 +17,7 @@ module exports the names the core exports (``__all__``), with ``Message`` and
 - ``columns``: bulk decoding of records into numpy columns;
 - ``consumequeue``: ConsumeQueue units, the recovery scan and the search by store time;
 - ``index``: IndexFile keys, put and select;
+- ``put_path``: the dispatch rules the put path applies;
 - ``appender``: the put path (``append_dispatch``, ``Appender``, ``AppendLock``);
 - ``state``: the state classes the kernels read and write, reader references, ``StoreCore``;
 - ``reads``: pulls, keyed reads and whole lookups under a reader reference;
@@ -32,8 +33,8 @@ import importlib
 # them all; the underscored names are helpers tests use and the core's
 # comments name (``_pure._bounds``, ``_pure.VIEW_UNIT`` ...)
 _HOMES = {
-    "appender": ("Appender", "AppendLock", "append_dispatch", "delay_level", "gets_consume_queue_unit",
-                 "gets_index_entries"),
+    "appender": ("Appender", "AppendLock", "append_dispatch"),
+    "put_path": ("delay_level", "gets_consume_queue_unit", "gets_index_entries"),
     "codec": ("_encoded_props_len", "_find_crc_property", "check_record", "decode_record", "encode_record",
               "index_key_hash", "java_hash", "masked_crc32", "parse_properties", "read_record",
               "read_store_timestamp", "record_size", "scan_records", "tags_hash", "write_record"),
