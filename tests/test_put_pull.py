@@ -1147,3 +1147,18 @@ def test_columns_of_a_topic_with_no_bound_queue_go_step_by_step(k, topic):
     assert f.ap.check_columns(topic, [b"x", b"y"], [1, 1], None, None, None, 0)[0] == 0
     assert f.ap.put_columns(topic, [b"x", b"y"], [1, 1], None, None, None, 0, TS, *out) == 0
     assert f.state() == before
+
+
+def test_the_index_room_is_counted_exactly_near_a_full_file(k):
+    """A put checks the index file's room against a cheap bound of its keys
+    (k keys take at least 2k - 1 characters); near a full file the exact
+    count decides: a record whose keys fit is written, not declined."""
+    fast, slow = Files(k), Files(k)
+    for f in (fast, slow):  # the file takes 11 entries (its count starts at 1): 10 taken, room for one
+        k.index_put_keys(f.index.mm, HSN, INUM, TOPIC + "#", [f"x{i}" for i in range(10)], 1, TS)
+    spaced = Message(TOPIC, b"one key", queue_id=1, keys="   a   ")  # bound 4, one key
+    assert fast.ap.put(spaced, TS) == steps(k, slow, spaced, TS)
+    assert fast.state() == slow.state()
+    before = fast.state()
+    assert fast.ap.put(Message(TOPIC, b"two keys", queue_id=1, keys="b c"), TS) is None  # no room for two
+    assert fast.state() == before

@@ -660,8 +660,9 @@ cdef class Appender:
         non-empty space-separated key; none when the index is off or for a
         transaction rollback), without
         reading the keys: k keys take at least 2k - 1 characters. For plan,
-        where reserving room early costs nothing and a count per character
-        would cost every put."""
+        where reserving room early costs nothing, and _row's room check,
+        which counts exactly only near a full index file: a count per
+        character would cost every put."""
         if not self.index_enable or not _gets_index_entries(<uint32_t>sys_flag):
             return 0
         return (1 if _nonempty(uniq) else 0) + ((PyUnicode_GET_LENGTH(keys) + 1) // 2 if _nonempty(keys) else 0)
@@ -822,8 +823,8 @@ cdef class Appender:
         tags_code = _tags_hash(tags)
         if r.delay_level > 0:  # the delay rule: the delivery time
             tags_code = b.ts + self.delay_ms[r.delay_level - 1]
-        if indexed:
-            n_keys = _index_keys(uniq, keys, 0, NULL, 0, 0, 0, 0)
+        if indexed:  # at most (exact for the pending count): the keys are counted only when it matters
+            n_keys = self._n_keys(keys, uniq, r.sys_flag) if now else _index_keys(uniq, keys, 0, NULL, 0, 0, 0, 0)
         _init_view(&bv)
         try:
             try:
@@ -863,8 +864,13 @@ cdef class Appender:
                 count = ld32(u + 36)
                 if count <= 0:
                     count = 1
-                if phy <= ld64(u + 24) or count + n_keys + (0 if now else self.state.pending_keys) > self.inum:
+                if phy <= ld64(u + 24):
                     return -1
+                if count + n_keys + (0 if now else self.state.pending_keys) > self.inum:
+                    if now and indexed:  # (the bound was too coarse: the exact count decides)
+                        n_keys = _index_keys(uniq, keys, 0, NULL, 0, 0, 0, 0)
+                    if count + n_keys + (0 if now else self.state.pending_keys) > self.inum:
+                        return -1
             r.queue_offset = qo
             r.physical_offset = phy
             # record, unit, keys: the order a crash must find them in
