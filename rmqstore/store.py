@@ -1667,15 +1667,16 @@ class MessageStore(k.StoreCore):
             self._refuse_if_disk_full()
         fast = self._appender()
         msgs = list(msgs)
-        # validated first: the Appender vouches for what it encodes itself
-        # (and keeps the encoding for put_batch), _prepare checks and encodes
-        # the rest (a new queue's, or a new store's, messages too: checked
-        # against the topic's bytes and the CommitLog file size)
-        refused, encoded = fast.check_all(msgs, self._topic_bytes, self.commitlog.file_size)
-        prepared: list = [None] * len(msgs)
-        for i in refused:
-            prepared[i] = self._prepare(msgs[i])
         with self._lock:
+            # validated first: the Appender vouches for what it encodes itself
+            # (and keeps the encoding for put_batch), _prepare checks and encodes
+            # the rest (a new queue's, or a new store's, messages too: checked
+            # against the topic's bytes and the CommitLog file size). Under the
+            # lock: every Appender call is (they share its encoding scratch).
+            refused, encoded = fast.check_all(msgs, self._topic_bytes, self.commitlog.file_size)
+            prepared: list = [None] * len(msgs)
+            for i in refused:
+                prepared[i] = self._prepare(msgs[i])
             self._ensure_open()
             self._check_write_error()
             own = [p for p in prepared if p is not None]
@@ -1778,17 +1779,18 @@ class MessageStore(k.StoreCore):
         if self._disk_full:
             self._refuse_if_disk_full()
         fast = self._appender()
-        # validated first: the kernel vouches for the rows it encodes itself,
-        # the rest are checked as the Message they stand for (and kept so)
-        own: dict = {}
-        i, encoded = 0, None
-        while i < n:  # (the kernel keeps its encodings for put_columns)
-            i, encoded = fast.check_columns(topic, bodies, qids, tags_c, keys_c, uniq_c, i, encoded,
-                                            self._topic_bytes, self.commitlog.file_size)
-            if i < n:
-                own[i] = self._prepare(message(i))
-                i += 1
         with self._lock:
+            # validated first (under the lock, as put_messages): the kernel
+            # vouches for the rows it encodes itself, the rest are checked as
+            # the Message they stand for (and kept so)
+            own: dict = {}
+            i, encoded = 0, None
+            while i < n:  # (the kernel keeps its encodings for put_columns)
+                i, encoded = fast.check_columns(topic, bodies, qids, tags_c, keys_c, uniq_c, i, encoded,
+                                                self._topic_bytes, self.commitlog.file_size)
+                if i < n:
+                    own[i] = self._prepare(message(i))
+                    i += 1
             self._ensure_open()
             self._check_write_error()
             plan = None if encoded is None else fast.plan(encoded, bool(own))
