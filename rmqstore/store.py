@@ -1530,10 +1530,10 @@ class MessageStore(k.StoreCore):
             self._queue_offsets[key] = queue_offset + 1
         self._written_end = phy + size
         self._last_store_ts = store_ts
+        uniq, keys = props.get(PROPERTY_UNIQ_KEY), props.get(PROPERTY_KEYS)
         self._pending.append((topic, qid, queue_offset, phy, size, sys_flag, store_ts,
-                              tags_code(topic, props, store_ts, self.config), props.get(PROPERTY_UNIQ_KEY),
-                              props.get(PROPERTY_KEYS)))
-        self._pending_keys += self._index_keys(sys_flag, props.get(PROPERTY_UNIQ_KEY), props.get(PROPERTY_KEYS))
+                              tags_code(topic, props, store_ts, self.config), uniq, keys))
+        self._pending_keys += self._index_keys(sys_flag, uniq, keys)
         return PutMessageResult(
             PutMessageStatus.PUT_OK, offset_msg_id(store_raw, phy), phy, size, queue_offset, store_ts
         )

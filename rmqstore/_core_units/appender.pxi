@@ -792,7 +792,7 @@ cdef class Appender:
         self.tags/keys/uniq) with *body*: record, unit, index keys. Returns
         the physical offset (r.size and r.queue_offset set), or -1 having
         written nothing."""
-        cdef Py_ssize_t pos, n_keys = 0, qpos
+        cdef Py_ssize_t pos, n_keys = 0, qpos, used
         cdef long long qo = 0, phy, qmax
         cdef int32_t count
         cdef int64_t tags_code = 0
@@ -866,10 +866,12 @@ cdef class Appender:
                     count = 1
                 if phy <= ld64(u + 24):
                     return -1
-                if count + n_keys + (0 if now else self.state.pending_keys) > self.inum:
-                    if now and indexed:  # (the bound was too coarse: the exact count decides)
-                        n_keys = _index_keys(uniq, keys, 0, NULL, 0, 0, 0, 0)
-                    if count + n_keys + (0 if now else self.state.pending_keys) > self.inum:
+                used = count if now else count + self.state.pending_keys
+                if used + n_keys > self.inum:
+                    if not (now and indexed):  # (n_keys is exact)
+                        return -1
+                    n_keys = _index_keys(uniq, keys, 0, NULL, 0, 0, 0, 0)  # (the bound was too coarse)
+                    if used + n_keys > self.inum:
                         return -1
             r.queue_offset = qo
             r.physical_offset = phy

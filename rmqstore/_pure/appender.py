@@ -27,6 +27,20 @@ from .put_path import delay_level, gets_consume_queue_unit, gets_index_entries
 from .state import StoreState
 
 
+def _index_takes(index_buf, hash_slot_num: int, index_num: int, physical_offset: int, n_keys: int,
+                 key_prefix=None, keys=None) -> bool:
+    """Whether the index file in *index_buf* takes *n_keys* more entries
+    for a record at *physical_offset* (past the file's end physical
+    offset); with *keys*, first the checks a write of them needs (their
+    types, a writable buffer), which raise as ``index_put_keys`` does."""
+    if keys is not None:
+        _check_keys(key_prefix, keys)
+        if memoryview(index_buf).readonly:
+            raise TypeError(f"argument must be read-write bytes-like object, not {type(index_buf).__name__}")
+    _check_index_buf(index_buf, hash_slot_num, index_num)
+    return physical_offset > _I64.unpack_from(index_buf, 24)[0] and _index_count(index_buf) + n_keys <= index_num
+
+
 def append_dispatch(
     buf, pos: int, queue_id: int, flag: int, queue_offset: int, physical_offset: int, sys_flag: int,
     born_timestamp: int, born_host, store_timestamp: int, store_host, reconsume_times: int,
@@ -50,13 +64,9 @@ def append_dispatch(
         (born_timestamp, 64), (store_timestamp, 64), (reconsume_times, 32), (prepared_transaction_offset, 64),
         (tags_code, 64),
     )
-    if index_buf is not None:
-        _check_keys(key_prefix, keys)
-        if memoryview(index_buf).readonly:
-            raise TypeError(f"argument must be read-write bytes-like object, not {type(index_buf).__name__}")
-        _check_index_buf(index_buf, hash_slot_num, index_num)
-        if physical_offset <= _I64.unpack_from(index_buf, 24)[0] or _index_count(index_buf) + len(keys) > index_num:
-            return 0
+    if index_buf is not None and not _index_takes(index_buf, hash_slot_num, index_num, physical_offset, len(keys),
+                                                  key_prefix, keys):
+        return 0
     if memoryview(cq_buf).readonly:
         raise TypeError(f"argument must be read-write bytes-like object, not {type(cq_buf).__name__}")
     _check_unit_pos(cq_buf, cq_pos)
@@ -610,11 +620,9 @@ class Appender:
                         cmf.file_from_offset + cmf.file_size - CQ_STORE_UNIT_SIZE:
                     return None
             st = self._state
-            if index is not None:  # (with the entries of the records before it)
-                _check_index_buf(index.mm, index.hash_slot_num, index.index_num)
-                if phy <= _I64.unpack_from(index.mm, 24)[0] or \
-                        _index_count(index.mm) + len(index_keys) + st.pending_keys > index.index_num:
-                    return None
+            if index is not None and not _index_takes(index.mm, index.hash_slot_num, index.index_num, phy,
+                                                      len(index_keys) + st.pending_keys):
+                return None  # (with the entries of the records before it)
             write_record(mf.mm, pos, queue_id, flag, qo, phy, sys_flag, born_ts, born_host, store_ts, store_host,
                          reconsume, prepared, body, topic_b, blob, self._append_crc)
             mf.wrote_position = pos + size
@@ -624,14 +632,9 @@ class Appender:
             st.pending_keys += len(index_keys)
         elif not unit:  # the record and its index keys (none for a rollback)
             qo = 0
-            if index is not None:  # (every check before the first byte, as append_dispatch)
-                _check_keys(key[0] + "#", index_keys)
-                if memoryview(index.mm).readonly:
-                    raise TypeError(f"argument must be read-write bytes-like object, not {type(index.mm).__name__}")
-                _check_index_buf(index.mm, index.hash_slot_num, index.index_num)
-                if phy <= _I64.unpack_from(index.mm, 24)[0] or \
-                        _index_count(index.mm) + len(index_keys) > index.index_num:
-                    return None  # the index file cannot take every key here
+            if index is not None and not _index_takes(index.mm, index.hash_slot_num, index.index_num, phy,
+                                                      len(index_keys), key[0] + "#", index_keys):
+                return None  # the index file cannot take every key here (every check before the first byte)
             write_record(mf.mm, pos, queue_id, flag, qo, phy, sys_flag, born_ts, born_host, store_ts, store_host,
                          reconsume, prepared, body, topic_b, blob, self._append_crc)
             if index is not None:
