@@ -19,7 +19,7 @@ from _typeshed import ReadableBuffer, WriteableBuffer
 from typing_extensions import disjoint_base
 
 from ._status import GetMessageStatus
-from .store import GetMessageResult, GetViewsResult, PutMessageResult
+from .message import GetMessageResult, GetViewsResult, PutMessageResult
 
 __all__ = [
     "Message",

@@ -19,7 +19,8 @@ from . import IMPLEMENTATION, __version__
 from .config import StoreConfig
 from .exceptions import ConfigError, RmqStoreError
 from .message import decode_offset_msg_id
-from .store import MAX_OFFSET, MessageStore
+from .store import MessageStore
+from .store.args import MAX_OFFSET
 
 __all__ = ["main"]
 

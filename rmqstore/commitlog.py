@@ -3,7 +3,7 @@
 This module owns appending (with END_OF_FILE blank records and file rolling,
 docs/format.md#blank-record), reading records by physical offset, and the recovery scan that
 finds where valid data ends (docs/recovery.md#recovery). Dispatch to ConsumeQueues and the
-IndexFile is the store's business (``store.py``).
+IndexFile is the store's business (``rmqstore.store``).
 """
 
 from __future__ import annotations

@@ -94,3 +94,32 @@ def test_the_packaging_lists_every_package():
         if "__pycache__" not in p.parts
     }
     assert listed == found
+
+
+#: MessageStore's layers from the top, each a module of rmqstore/store/
+STORE_LAYERS = ["facade", "pull", "put", "recovery", "commit", "space", "follow", "base"]
+
+
+def test_the_store_is_built_in_layers():
+    """MessageStore is a chain of classes, one per module of rmqstore/store/,
+    each a subclass of the one below it, and a layer's methods call only
+    methods of their own layer or of the layers below it: what a layer uses
+    is visible from where it sits."""
+    import ast
+
+    from rmqstore.store import MessageStore
+
+    chain = [c for c in MessageStore.__mro__ if c.__module__.startswith("rmqstore.store.")]
+    assert [c.__module__.rsplit(".", 1)[1] for c in chain] == STORE_LAYERS
+    defined = {c: {n for n, v in vars(c).items() if callable(v) or isinstance(v, (property, classmethod, staticmethod))}
+               for c in chain}
+    upward = []
+    for depth, cls in enumerate(chain):
+        above = set().union(*(defined[c] for c in chain[:depth])) - set().union(*(defined[c] for c in chain[depth:]))
+        tree = ast.parse(inspect.getsource(inspect.getmodule(cls)))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
+                    and node.value.id in ("self", "cls", "store") and node.attr in above:
+                upward.append(f"{cls.__name__} uses {node.attr} (line {node.lineno})")
+    assert upward == []
+    assert len(defined[chain[0]]) > 5 and all(defined[c] for c in chain)

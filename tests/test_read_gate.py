@@ -23,7 +23,7 @@ from conftest import ListClock
 from rmqstore import Message, MessageExt, MessageStore, StoreConfig, _kernels
 from rmqstore.exceptions import ArgumentError, MessageTypeError, StoreClosedError
 from rmqstore.message import GetMessageResult, GetMessageStatus, GetViewsResult
-from rmqstore.store import _tag_filter, _view_units
+from rmqstore.store.pull import _tag_filter, _view_units
 
 T0 = 1_700_000_000_000
 GATED = ("get_offset_in_queue_by_time", "query_messages", "get_messages", "get_message_views")

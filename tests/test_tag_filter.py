@@ -18,7 +18,7 @@ import pytest
 from conftest import ListClock, java_hash
 from rmqstore import CorruptedFileError, GetMessageStatus, Message, MessageStore, _pure
 from rmqstore.message import MessageExt
-from rmqstore.store import _tag_filter
+from rmqstore.store.pull import _tag_filter
 from test_kernels import _need_core
 from test_pull_messages import (
     _careful,
