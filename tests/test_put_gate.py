@@ -463,3 +463,39 @@ def test_sync_flush_batches_go_through_the_appender(tmp_path, impl, shape):
         got = s.get_messages("T", 0, 1, 300).messages
         assert [m.body for m in got] == bodies
         assert [m.body for m in s.query_messages("T", "k299")] == [b"b299"]
+
+
+@pytest.mark.parametrize("mode", ["ASYNC_FLUSH", "SYNC_FLUSH"])
+def test_new_queues_and_queue_files_go_through_the_appender(tmp_path, impl, mode):
+    """A message the Appender declines for a file it has not been bound to
+    (a new queue, the next file of a queue) is asked again once that file is
+    made: only the store's first record and the CommitLog's rolls go step by
+    step. Every put shape; the files are the step-by-step path's bytes."""
+    from test_store import _files
+
+    cfg = CFG.replace(flush_disk_type=mode, mapped_file_size_consume_queue=20 * 50)
+
+    def work(s):
+        s.put_message(Message("T", b"first", queue_id=0))  # the store's first record
+        for q in range(1, 4):
+            s.put_message(Message("T", b"one", queue_id=q, keys=f"k{q}"))
+        s.put_messages([Message("U", b"many%d" % q, queue_id=q, keys="m") for q in range(3)])
+        s.put_message_columns("V", [b"col"] * 6, [0, 1, 2, 0, 1, 2], keys=["c"] * 6)
+        for i in range(120):  # queue T/0 into its third file
+            s.put_message(Message("T", b"x%d" % i, queue_id=0, keys=f"x{i}"))
+
+    with _open(tmp_path / "s", impl, config=cfg, clock=ListClock(range(T0, T0 + 1000))) as s:
+        stepped = []
+        append_stepped = s._append_stepped
+        s._append_stepped = lambda *a: stepped.append(a[0][0] + "/" + str(a[0][2][0])) or append_stepped(*a)
+        work(s)
+        assert stepped == ["T/0"]
+        assert len(s._cqs[("T", 0)].queue.files) == 3
+        assert [m.body for m in s.get_messages("V", 2, 0).messages] == [b"col", b"col"]
+        assert [m.body for m in s.query_messages("T", "x119")] == [b"x119"]
+    with _open(tmp_path / "steps", impl, config=cfg, clock=ListClock(range(T0, T0 + 1000))) as s:
+        # every declined message step by step, as before the Appender was asked again
+        s._append_declined = lambda msg, prepared, ts: s._append_stepped(prepared, ts)  # type: ignore[method-assign]
+        s._bind_queue = lambda topic, queue_id: None  # type: ignore[method-assign]
+        work(s)
+    assert _files(tmp_path / "s") == _files(tmp_path / "steps")

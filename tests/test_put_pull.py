@@ -595,8 +595,8 @@ def test_declines_where_files_stand(k, case):
         f.commit.wrote_position = CL_SIZE - 100  # a record + the 8-byte end blank do not fit
     elif case == "queue file full":
         f.cq_file.wrote_position = CQ_SIZE
-    elif case == "queue start":  # the first unit of a file is ConsumeQueue.put's
-        f.cq_file.wrote_position, f.offsets[(TOPIC, 1)] = 0, 0
+    elif case == "queue start":  # an empty file the queue's next offset is not the first of: blanks are owed
+        f.cq_file.wrote_position, f.offsets[(TOPIC, 1)] = 0, 3
     elif case == "queue position":
         f.cq_file.wrote_position += 1  # not at a unit boundary
     elif case == "max physical offset":
@@ -610,6 +610,20 @@ def test_declines_where_files_stand(k, case):
     assert f.state() == before
     if case in ("no commit file", "no index file"):
         assert not f.ap.check(msg)
+
+
+@pytest.mark.parametrize("known", [True, False])
+def test_an_empty_queue_file_takes_the_queue_s_next_unit(k, known):
+    """A file made for a queue (a new queue's first, or the file after a full
+    one) takes its first unit from the Appender when the store's next queue
+    offset is the file's first (no record of the queue yet: 0)."""
+    f = Files(k, cq_pos=0)
+    if not known:
+        del f.offsets[(TOPIC, 1)]
+    r = f.ap.put(Message(TOPIC, b"body", queue_id=1, keys="a b"), TS)
+    assert r is not None and r.queue_offset == 0
+    assert f.cq_file.wrote_position == 20 and f.offsets[(TOPIC, 1)] == 1
+    assert struct.unpack_from(">qiq", f.cq_file.mm, 0)[:2] == (r.wrote_offset, r.wrote_bytes)
 
 
 def test_unbind_and_rebinding_a_queue(k):

@@ -787,6 +787,16 @@ cdef class Appender:
         self._untouch()
         return 0
 
+    cdef bint _opens_file(self, _Queue q) except -1:
+        """Whether the empty file bound for *q* takes the queue's next unit
+        at its start: the store's next queue offset for the queue is the
+        file's first (a new queue's first file, the file after a full one),
+        so that no position in it is owed a blank unit."""
+        cdef PyObject *o = PyDict_GetItem(self.queue_offsets, q.key)  # (an exact tuple key: no Python code runs)
+        if o is NULL:
+            return q.file_from == 0
+        return PyLong_CheckExact(<object>o) and <object>o * CQ_STORE_UNIT_SIZE == q.file_from
+
     cdef long long _row(self, Rec *r, _Queue q, object body, _Batch *b) except -2:
         """Write, within a call, what _encode/_encode_row prepared (tags, keys, unique key in
         self.tags/keys/uniq) with *body*: record, unit, index keys. Returns
@@ -844,7 +854,8 @@ cdef class Appender:
             if unit and now:
                 # the next queue offset is the next unit's index, as the last file's
                 # position says (queue_offsets holds the same; it is written back)
-                if q.pos <= 0 or q.pos > q.file_size - CQ_STORE_UNIT_SIZE or q.pos % CQ_STORE_UNIT_SIZE:
+                if q.pos < 0 or q.pos > q.file_size - CQ_STORE_UNIT_SIZE or q.pos % CQ_STORE_UNIT_SIZE or \
+                        q.pos == 0 and not self._opens_file(q):
                     return -1
                 qo = (q.file_from + q.pos) // CQ_STORE_UNIT_SIZE
                 if phy + r.size <= q.max_phy:

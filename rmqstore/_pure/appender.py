@@ -645,8 +645,12 @@ class Appender:
             # the next queue offset is the next unit's index, as the last file's
             # position says (queue_offsets holds the same; it is written back)
             cq_pos = cmf.wrote_position
-            if cq_pos <= 0 or cq_pos > cmf.file_size - CQ_STORE_UNIT_SIZE or cq_pos % CQ_STORE_UNIT_SIZE:
+            if cq_pos < 0 or cq_pos > cmf.file_size - CQ_STORE_UNIT_SIZE or cq_pos % CQ_STORE_UNIT_SIZE:
                 return None
+            if cq_pos == 0:  # an empty file: its first unit only where the store's next queue offset is
+                qo = self._queue_offsets.get(key, 0)
+                if type(qo) is not int or qo * CQ_STORE_UNIT_SIZE != cmf.file_from_offset:
+                    return None
             qo = (cmf.file_from_offset + cq_pos) // CQ_STORE_UNIT_SIZE
             if phy + size <= cq.max_physic_offset:
                 return None

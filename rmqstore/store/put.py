@@ -297,6 +297,47 @@ class Put(Recovery):
             PutMessageStatus.PUT_OK, offset_msg_id(store_raw, phy), phy, size, queue_offset, store_ts
         )
 
+    def _append_declined(self, msg, prepared, store_ts) -> PutMessageResult:
+        """One message the Appender declined, its files made (:meth:`_reserve`;
+        append lock held): the one place where a put leaves the core's path.
+        The Appender is pointed at the files and the queue made for it (a
+        new queue's first message, a queue or an index past a file's end
+        under SYNC_FLUSH) and asked again; what it declines again (a
+        CommitLog or index roll, the first record of a store, a message it
+        does not vouch for) goes step by step (:meth:`_append_stepped`).
+        *prepared*: :meth:`_prepare`'s tuple for *msg*; *store_ts*: the
+        store time already read for it."""
+        fast = self._fast
+        if fast is not None:
+            self._bind_queue(prepared[0], prepared[2][0])
+            result = fast.put(msg, store_ts)
+            if result is not None:
+                self._appended(result[2] + result[3], store_ts)
+                return result
+        return self._append_stepped(prepared, store_ts)
+
+    def _bind_queue(self, topic, queue_id) -> None:
+        """Point the Appender at the file of *queue_id* of *topic* its next
+        unit goes into, and at the last CommitLog and index files. Under
+        ASYNC_FLUSH, where the Appender writes units itself, a queue whose
+        last file is full (or that has none yet: a new queue) takes its next
+        file from the spares :meth:`_reserve` made."""
+        if not self._sync_flush:
+            cq = self._cqs.get((topic, queue_id))
+            if cq is not None:
+                cq.queue.last_for_append(self._queue_offsets.get((topic, queue_id), 0) * CQ_STORE_UNIT_SIZE)
+        self._rebind(topic, queue_id)
+
+    def _appended(self, end: int, store_ts: int) -> None:
+        """The store's bookkeeping after the Appender wrote records through
+        CommitLog physical offset *end*, the last stored at *store_ts*."""
+        self._written_end = end
+        self._last_store_ts = store_ts
+        if self._fast.unit_timestamp >= 0:  # (the Appender dispatches what it writes; a prepared record: no unit)
+            self._last_logics_ts = self._fast.unit_timestamp
+        if self._waiting:
+            self._wake_waiters()
+
     def _append_stepped(self, prepared, store_ts=None) -> PutMessageResult:
         """A put the Appender declined, step by step (append lock held):
         append, dispatch at once under ASYNC_FLUSH (SYNC_FLUSH: once
@@ -338,11 +379,12 @@ class Put(Recovery):
                 fast.bind_queue(topic, queue_id, topic_b, cq, mf)
 
     def _put_one(self, msg, store_ts=None, commit: bool = True) -> PutMessageResult:
-        """put_message step by step, for what the Appender leaves (new files
-        and queues, messages it does not vouch for, which _prepare checks
-        and refuses or encodes; a closed store): every file the record needs
-        is made first, and a failure after its first byte is written undoes
-        it (see :meth:`_reserve`). Under SYNC_FLUSH it returns once the
+        """put_message for what the put gate's Appender declined (a new queue
+        or file, a message it does not vouch for, which _prepare checks and
+        refuses or encodes; a closed store): every file the record needs is
+        made first (:meth:`_reserve`), the Appender is asked again
+        (:meth:`_append_declined`), and a failure after the first byte is
+        written undoes it. Under SYNC_FLUSH it returns once the
         record is on disk, unless *commit* is False (the put gate, which
         holds the append lock, then waits after releasing it)."""
         self._ensure_writable()
@@ -355,7 +397,7 @@ class Put(Recovery):
             self._reserve(self._plan_prepared([prepared]))
             mark = self._mark()
             try:
-                result = self._append_stepped(prepared, store_ts)
+                result = self._append_declined(msg, prepared, self._clock() if store_ts is None else store_ts)
             except BaseException:
                 self._undo(mark)
                 raise
@@ -422,18 +464,12 @@ class Put(Recovery):
         i = 0
         while True:
             i, store_ts = fast.put_batch(msgs, i, clock, results, encoded)  # as far as the Appender goes
-            if fast.unit_timestamp >= 0:  # (the Appender dispatches what it writes)
-                self._last_logics_ts = fast.unit_timestamp
+            if results:
+                self._appended(results[-1][2] + results[-1][3], results[-1][5])
             if i >= len(msgs):
                 break
-            results.append(self._append_stepped(prepared[i] or self._prepare(msgs[i]), store_ts))
+            results.append(self._append_declined(msgs[i], prepared[i] or self._prepare(msgs[i]), store_ts))
             i += 1
-        if results:
-            last = results[-1]
-            self._written_end = last[2] + last[3]
-            self._last_store_ts = last[5]
-            if self._waiting:
-                self._wake_waiters()
         return results
 
     def put_message_columns(
@@ -509,12 +545,15 @@ class Put(Recovery):
                 self._reserve(plan)  # (all or nothing, as put_messages)
             mark = self._mark()
             ts = self._clock()
-            i = 0
+            i = asked = 0
             try:
                 while i < n:
                     i = fast.put_columns(topic, bodies, qids, tags_c, keys_c, uniq_c, i, ts, phys, sizes, qoffs,
                                          encoded)
-                    if i < n:  # a new file or queue: this row step by step, then on in one call
+                    if i < n and asked != i + 1:  # a queue _reserve made: point the Appender at it, ask again
+                        asked = i + 1
+                        self._bind_queue(topic, qids[i])
+                    elif i < n:  # declined again (a roll, odd input): this row step by step, then on in one call
                         r = self._append_stepped(own.get(i) or self._prepare(message(i)), ts)
                         phys[i], sizes[i], qoffs[i] = r.wrote_offset, r.wrote_bytes, r.queue_offset
                         i += 1
