@@ -101,14 +101,8 @@ class CommitLog(k.CommitLogBase):
         blank record and the record goes to the next one (docs/format.md#blank-record), a
         spare when :meth:`reserve` made it; a next segment made here is made
         before the blank record is written, so a failure writes nothing."""
-        q = self.queue
-        mf = q.last_for_append(0)
+        mf = self.segment_for(size)
         pos = mf.wrote_position
-        if size + END_FILE_MIN_BLANK_LENGTH > mf.file_size - pos:
-            nxt = q.next_file()
-            self._close_segment(mf)
-            q.files.append(nxt)
-            mf, pos = nxt, 0
         phy = mf.file_from_offset + pos
         k.write_record(
             mf.mm, pos, queue_id, flag, queue_offset, phy, sys_flag, born_timestamp, born_host,
@@ -117,6 +111,23 @@ class CommitLog(k.CommitLogBase):
         )
         mf.wrote_position = pos + size
         return phy
+
+    def segment_for(self, size: int):
+        """The segment a record of *size* bytes goes into: the last one, or,
+        when the record does not fit there with 8 bytes to spare, the next
+        one (a roll: the last is closed with a blank record,
+        docs/format.md#blank-record). The next segment is a spare when
+        :meth:`reserve` made it, else made here before the blank record is
+        written, so that a failure writes nothing. A store's first segment
+        is taken the same way."""
+        q = self.queue
+        mf = q.last_for_append(0)
+        if size + END_FILE_MIN_BLANK_LENGTH > mf.file_size - mf.wrote_position:
+            nxt = q.next_file()
+            self._close_segment(mf)
+            q.files.append(nxt)
+            mf = nxt
+        return mf
 
     def reserve(self, total: int, biggest: int, count: int) -> None:
         """Make the segments *count* records of *total* bytes, none over

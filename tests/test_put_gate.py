@@ -466,14 +466,21 @@ def test_sync_flush_batches_go_through_the_appender(tmp_path, impl, shape):
 
 
 @pytest.mark.parametrize("mode", ["ASYNC_FLUSH", "SYNC_FLUSH"])
-def test_new_queues_and_queue_files_go_through_the_appender(tmp_path, impl, mode):
-    """A message the Appender declines for a file it has not been bound to
-    (a new queue, the next file of a queue) is asked again once that file is
-    made: only the store's first record and the CommitLog's rolls go step by
-    step. Every put shape; the files are the step-by-step path's bytes."""
+def test_new_files_and_queues_go_through_the_appender(tmp_path, impl, mode):
+    """A message the Appender declines for a file it is not bound to (the
+    store's first record, a CommitLog roll, a new queue, a queue's next
+    file) is asked again once the store has made and bound that file. What
+    still goes step by step: the store's first record under ASYNC_FLUSH (an
+    index file with no entry yet cannot tell it from one indexed already)
+    and records at an index roll (a record's keys may straddle two index
+    files, which the Appender does not write; under SYNC_FLUSH, every
+    record whose keys the last index file cannot take until the group
+    commit dispatches). Every put shape; the files are byte for byte the
+    step-by-step path's."""
     from test_store import _files
 
-    cfg = CFG.replace(flush_disk_type=mode, mapped_file_size_consume_queue=20 * 50)
+    cfg = CFG.replace(flush_disk_type=mode, mapped_file_size_commit_log=4096, mapped_file_size_consume_queue=20 * 50,
+                      max_index_num=100)
 
     def work(s):
         s.put_message(Message("T", b"first", queue_id=0))  # the store's first record
@@ -481,16 +488,20 @@ def test_new_queues_and_queue_files_go_through_the_appender(tmp_path, impl, mode
             s.put_message(Message("T", b"one", queue_id=q, keys=f"k{q}"))
         s.put_messages([Message("U", b"many%d" % q, queue_id=q, keys="m") for q in range(3)])
         s.put_message_columns("V", [b"col"] * 6, [0, 1, 2, 0, 1, 2], keys=["c"] * 6)
-        for i in range(120):  # queue T/0 into its third file
+        for i in range(120):  # queue T/0 into its third file; CommitLog and index rolls
             s.put_message(Message("T", b"x%d" % i, queue_id=0, keys=f"x{i}"))
+        s.put_messages([Message("T", b"y%d" % i, queue_id=0, keys=f"y{i}") for i in range(120)])
 
     with _open(tmp_path / "s", impl, config=cfg, clock=ListClock(range(T0, T0 + 1000))) as s:
         stepped = []
         append_stepped = s._append_stepped
-        s._append_stepped = lambda *a: stepped.append(a[0][0] + "/" + str(a[0][2][0])) or append_stepped(*a)
+        s._append_stepped = lambda *a: stepped.append(a[0][6]) or append_stepped(*a)  # (the body)
         work(s)
-        assert stepped == ["T/0"]
-        assert len(s._cqs[("T", 0)].queue.files) == 3
+        assert len(s.commitlog.queue.files) > 4 and len(s._cqs[("T", 0)].queue.files) == 5
+        assert len(s.index.files) == 3
+        assert not [b for b in stepped if not b.startswith((b"x", b"y", b"first"))]  # no new queue's
+        if mode == "ASYNC_FLUSH":
+            assert stepped[0] == b"first" and len(stepped) == 3  # and the two index rolls
         assert [m.body for m in s.get_messages("V", 2, 0).messages] == [b"col", b"col"]
         assert [m.body for m in s.query_messages("T", "x119")] == [b"x119"]
     with _open(tmp_path / "steps", impl, config=cfg, clock=ListClock(range(T0, T0 + 1000))) as s:

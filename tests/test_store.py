@@ -513,12 +513,9 @@ def test_put_messages_batch(tmp_path):
 @pytest.mark.parametrize("how", ["put_messages", "put_message_columns"])
 def test_a_first_batch_into_new_queues_prepares_one_message_per_queue(tmp_path, impl, monkeypatch, how):
     """A batch into a new store, over queues no put has made yet: only each
-    queue's first message is checked again in Python, where the kernel
-    declines it for want of a bound file (put_messages checks it before the
-    store makes the queue's file and asks the kernel again; a columns call
-    checks the store's first row alone, which goes step by step); the rest
-    go through the kernel as checked, and the store holds what one put per
-    message writes."""
+    queue's first message takes the step-by-step path (which makes the
+    queue's file and binds it); the rest go through the kernel as checked,
+    and the store holds what one put per message writes."""
     prepared = []
     real = MessageStore._prepare
     monkeypatch.setattr(MessageStore, "_prepare", lambda self, m: prepared.append(m) or real(self, m))
@@ -537,8 +534,7 @@ def test_a_first_batch_into_new_queues_prepares_one_message_per_queue(tmp_path, 
     firsts = {}
     for m in msgs:
         firsts.setdefault((m.topic, m.queue_id), m)
-    expected = list(firsts.values()) if how == "put_messages" else msgs[:1]
-    assert [(m.topic, m.queue_id, m.body) for m in prepared] == [(m.topic, m.queue_id, m.body) for m in expected]
+    assert [(m.topic, m.queue_id, m.body) for m in prepared] == [(m.topic, m.queue_id, m.body) for m in firsts.values()]
     prepared.clear()
     with MessageStore.open(tmp_path / "one", cfg, clock=lambda: T0) as s:
         assert results == [(r.wrote_offset, r.wrote_bytes, r.queue_offset) for r in map(s.put_message, msgs)]

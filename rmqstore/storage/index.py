@@ -386,7 +386,11 @@ class IndexService(k.IndexServiceBase):
         self._last_name = name
         return name
 
-    def _writable_file(self):
+    def writable_file(self):
+        """The index file keys go into: the last one while it has room, else
+        a new one (a roll; a spare :meth:`reserve` made, published under its
+        name now, else made here), which becomes the last. A store's first
+        file is taken the same way."""
         last = self.files[-1] if self.files else None
         if last is not None and not last.is_write_full():
             return last
@@ -461,7 +465,7 @@ class IndexService(k.IndexServiceBase):
             todo = todo[self._keys_already_indexed(physical_offset):]
         if not todo and last is not None:
             return  # nothing to add: do not roll to a new file for it
-        f = self._writable_file()
+        f = self.writable_file()
         for key in todo:
             f = self._put(f, f"{topic}#{key}", physical_offset, store_timestamp)
 
@@ -482,7 +486,7 @@ class IndexService(k.IndexServiceBase):
         self.keys_added += 1
         if f.put_key(key, phy, ts):
             return f
-        f = self._writable_file()
+        f = self.writable_file()
         if not f.put_key(key, phy, ts):  # cannot happen with index_num > 1
             raise CorruptedFileError("a new index file refused a key", f.path)
         return f

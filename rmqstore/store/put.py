@@ -300,15 +300,21 @@ class Put(Recovery):
     def _append_declined(self, msg, prepared, store_ts) -> PutMessageResult:
         """One message the Appender declined, its files made (:meth:`_reserve`;
         append lock held): the one place where a put leaves the core's path.
-        The Appender is pointed at the files and the queue made for it (a
-        new queue's first message, a queue or an index past a file's end
-        under SYNC_FLUSH) and asked again; what it declines again (a
-        CommitLog or index roll, the first record of a store, a message it
-        does not vouch for) goes step by step (:meth:`_append_stepped`).
+        The CommitLog rolls here when the record does not fit its last
+        segment (or takes its first), the index takes its first file, the
+        Appender is pointed at the files
+        and the queue made for it (a new queue's first message, a queue or
+        an index past a file's end under SYNC_FLUSH) and asked again; what
+        it declines again (an index roll, where a record's keys may straddle
+        two files; a message it does not vouch for) goes step by step
+        (:meth:`_append_stepped`).
         *prepared*: :meth:`_prepare`'s tuple for *msg*; *store_ts*: the
         store time already read for it."""
         fast = self._fast
         if fast is not None:
+            self.commitlog.segment_for(prepared[9])  # a CommitLog roll, or the store's first segment
+            if self.config.message_index_enable and not self.index.files and not self._sync_flush:
+                self.index.writable_file()  # the store's first index file (SYNC_FLUSH: its dispatch's)
             self._bind_queue(prepared[0], prepared[2][0])
             result = fast.put(msg, store_ts)
             if result is not None:
@@ -545,16 +551,14 @@ class Put(Recovery):
                 self._reserve(plan)  # (all or nothing, as put_messages)
             mark = self._mark()
             ts = self._clock()
-            i = asked = 0
+            i = 0
             try:
                 while i < n:
                     i = fast.put_columns(topic, bodies, qids, tags_c, keys_c, uniq_c, i, ts, phys, sizes, qoffs,
                                          encoded)
-                    if i < n and asked != i + 1:  # a queue _reserve made: point the Appender at it, ask again
-                        asked = i + 1
-                        self._bind_queue(topic, qids[i])
-                    elif i < n:  # declined again (a roll, odd input): this row step by step, then on in one call
-                        r = self._append_stepped(own.get(i) or self._prepare(message(i)), ts)
+                    if i < n:  # declined (a new file or queue, odd input): this row as its Message, then on
+                        m = message(i)
+                        r = self._append_declined(m, own.get(i) or self._prepare(m), ts)
                         phys[i], sizes[i], qoffs[i] = r.wrote_offset, r.wrote_bytes, r.queue_offset
                         i += 1
             except BaseException:
