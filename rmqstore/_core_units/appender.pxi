@@ -307,15 +307,21 @@ cdef class Appender:
         cdef const char *nb
         cdef int seen = 0
         cdef PyObject *v[14]
+        cdef long long x, sys_flag, flag, reconsume, prepared, born_ts = 0
         if (self.commit_file is None and unbound is None) or type(msg) is not Message:
             return None  # (the twin's Message: step by step)
         _fields_of(<Message>msg, v)
         # v[] is borrowed: exact types only below, so that no Python code
         # (a __hash__, __index__ or __ne__) can run and replace a slot
-        if not PyUnicode_CheckExact(<object>v[S_TOPIC]) or not PyLong_CheckExact(<object>v[S_QUEUE_ID]) or \
-                not PyLong_CheckExact(<object>v[S_SYS_FLAG]) or not PyLong_CheckExact(<object>v[S_FLAG]) or \
-                not PyLong_CheckExact(<object>v[S_RECONSUME]) or not PyLong_CheckExact(<object>v[S_PREPARED]) or \
-                not (<object>v[S_BORN_TS] is None or PyLong_CheckExact(<object>v[S_BORN_TS])):
+        # (the ints: exact and in range, read without an error to catch;
+        # the step-by-step path raises the message's error)
+        if not PyUnicode_CheckExact(<object>v[S_TOPIC]) or \
+                not _long_in(<object>v[S_QUEUE_ID], INT32_MIN, INT32_MAX, &x) or \
+                not _long_in(<object>v[S_SYS_FLAG], INT32_MIN, INT32_MAX, &sys_flag) or \
+                not _long_in(<object>v[S_FLAG], INT32_MIN, INT32_MAX, &flag) or \
+                not _long_in(<object>v[S_RECONSUME], INT32_MIN, INT32_MAX, &reconsume) or \
+                not _long_in(<object>v[S_PREPARED], LLONG_MIN, LLONG_MAX, &prepared) or \
+                not (<object>v[S_BORN_TS] is None or _long_in(<object>v[S_BORN_TS], LLONG_MIN, LLONG_MAX, &born_ts)):
             return None
         if not (_str_or_none(v[S_TAGS]) and _str_or_none(v[S_KEYS]) and _str_or_none(v[S_UNIQ])):
             return None
@@ -331,17 +337,13 @@ cdef class Appender:
         store_raw = self.store_host if <object>v[S_STORE_HOST] is None else self._host_raw(v[S_STORE_HOST])
         if born_raw is None or store_raw is None:
             return None
-        try:
-            r.sys_flag = _i32(<object>v[S_SYS_FLAG]) & ~(BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG)
-            r.queue_id = _i32(<object>v[S_QUEUE_ID])
-            r.flag = _i32(<object>v[S_FLAG])
-            r.reconsume_times = _i32(<object>v[S_RECONSUME])
-            r.prepared = _i64(<object>v[S_PREPARED])
-            born = <object>v[S_BORN_TS]
-            self.born_default = born is None
-            r.born_timestamp = 0 if born is None else _i64(born)
-        except (TypeError, OverflowError):
-            return None  # the step-by-step path raises the message's error
+        r.sys_flag = <int>sys_flag & ~(BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG)
+        r.queue_id = <int>x
+        r.flag = <int>flag
+        r.reconsume_times = <int>reconsume
+        r.prepared = prepared
+        self.born_default = <object>v[S_BORN_TS] is None
+        r.born_timestamp = born_ts
         r.delay_level = 0
         if PyBytes_GET_SIZE(born_raw) == 20:
             r.sys_flag |= BORNHOST_V6_FLAG
@@ -917,17 +919,31 @@ cdef class Appender:
             self.entered = False
 
     cdef object _put_in(self, msg, store_timestamp, long long *end):
+        cdef long long ts
+        if not _long_in(store_timestamp, LLONG_MIN, LLONG_MAX, &ts):
+            try:
+                ts = _i64(store_timestamp)
+            except (TypeError, OverflowError):
+                return None
+        return self._put_at(msg, store_timestamp, ts, end)
+
+    cdef object _put_c(self, msg, store_timestamp, long long ts, long long *end):
+        """_put with *store_timestamp* (an exact int) already read into *ts*."""
+        self._enter()
+        try:
+            return self._put_at(msg, store_timestamp, ts, end)
+        finally:
+            self.entered = False
+
+    cdef object _put_at(self, msg, store_timestamp, long long ts, long long *end):
+        """_put_in with *store_timestamp* (an exact int) read into *ts*."""
         cdef Rec r
         cdef _Batch b
         cdef _Queue q = self._encode(msg, &r)
-        cdef long long phy, ts
+        cdef long long phy
         if q is None and self._learn_hosts(msg):
             q = self._encode(msg, &r)
         if q is None:
-            return None
-        try:
-            ts = _i64(store_timestamp)
-        except (TypeError, OverflowError):
             return None
         self._begin(&b, ts)
         try:
