@@ -115,6 +115,15 @@ cdef class Appender:
     cdef long long gen  # put calls so far
     cdef _Queue touched  # the queues the current call wrote, linked by next_touched
     cdef list slots  # (topic, queue_id, _Queue) by queue id: see _bound
+    # results' parts made once: the store host's hex (the msgId's first
+    # part), the last store timestamp and record size as ints (a producer's
+    # puts share a millisecond, its records often a size)
+    cdef unsigned char host_hex[40]
+    cdef long long last_ts
+    cdef object last_ts_int
+    cdef Py_ssize_t last_size
+    cdef object last_size_int
+    cdef bint offsets_exact  # queue_offsets is an exact dict
 
     def __cinit__(self):
         self.scratch = NULL
@@ -146,10 +155,12 @@ cdef class Appender:
         self.untrack_results = result_type.__basicsize__ == tuple.__basicsize__ and result_type.__dictoffset__ == 0
         self.ok_status = ok_status
         self.store_host = store_host
+        _hex_into(self.host_hex, <const unsigned char *>PyBytes_AS_STRING(store_host), PyBytes_GET_SIZE(store_host))
         self.append_crc = append_crc
         self.max_message_size = _idx(max_message_size)
         self.index_enable = index_enable
         self.queue_offsets = queue_offsets
+        self.offsets_exact = type(queue_offsets) is dict
         self.queues = {}
         self.slots = [None] * 16
         self.host_bytes = host_bytes
@@ -784,7 +795,10 @@ cdef class Appender:
             if q.pos != q.pos0:  # (what the call did not write stays as it was)
                 (<MappedRegion?>q.mf).wrote_position = q.pos
                 q.cq.max_physic_offset = q.max_phy
-                self.queue_offsets[q.key] = (q.file_from + q.pos) // CQ_STORE_UNIT_SIZE
+                if self.offsets_exact:  # (an exact tuple key: no Python code runs)
+                    PyDict_SetItem(self.queue_offsets, q.key, (q.file_from + q.pos) // CQ_STORE_UNIT_SIZE)
+                else:
+                    self.queue_offsets[q.key] = (q.file_from + q.pos) // CQ_STORE_UNIT_SIZE
             q = q.next_touched
         self._untouch()
         return 0
@@ -975,8 +989,20 @@ cdef class Appender:
         store timestamp as the int it was given as (r.store_timestamp)."""
         if not PyLong_CheckExact(ts):
             ts = r.store_timestamp
-        return rmq_tuple6(self.result_type, self.untrack_results, self.ok_status, _hex_id(r.store, r.store_len, phy),
-                          phy, r.size, r.queue_offset, ts)
+        if r.size != self.last_size or self.last_size_int is None:
+            self.last_size, self.last_size_int = r.size, r.size
+        if r.store == <const unsigned char *>PyBytes_AS_STRING(self.store_host):  # (the store's host, as a rule)
+            msg_id = _hex_id_after(self.host_hex, r.store_len, phy)
+        else:
+            msg_id = _hex_id(r.store, r.store_len, phy)
+        return rmq_tuple6(self.result_type, self.untrack_results, self.ok_status, msg_id, phy, self.last_size_int,
+                          r.queue_offset, ts)
+
+    cdef object _ts_int(self, long long t):
+        """The store timestamp *t* as an int, the last one made when *t* is the same."""
+        if t != self.last_ts or self.last_ts_int is None:
+            self.last_ts, self.last_ts_int = t, t
+        return self.last_ts_int
 
     def put_batch(self, msgs, start, clock, list results not None, encoded=None):
         """:meth:`put` of ``msgs[start:]`` (a list) in order, each stamped by
@@ -1019,7 +1045,11 @@ cdef class Appender:
         try:
             while i < n:
                 msg = msgs[i]
-                ts = _wall_ms() if clock is None else clock()
+                if clock is None:
+                    t = _wall_ms()
+                    ts = self._ts_int(t)
+                else:
+                    ts = clock()
                 # check_all's encoding of the message still at this index
                 q = None
                 if enc is not None and <PyObject *>msg == PyTuple_GET_ITEM(enc.of, i):
@@ -1033,10 +1063,11 @@ cdef class Appender:
                     body = None if q is None else <object><PyObject *>(<Message>msg).body
                 if q is None:
                     break
-                try:
-                    t = _i64(ts)
-                except (TypeError, OverflowError):
-                    break
+                if clock is not None:
+                    try:
+                        t = _i64(ts)
+                    except (TypeError, OverflowError):
+                        break
                 if not began:  # one call's bytes for the whole batch, once a row is sure to be written
                     self._begin(&b, t)
                     began = True

@@ -147,7 +147,7 @@ cdef class PutGate:
                 if not st.closed and (not now or not st.pending) and st.write_error is None:
                     if self.clock is None:  # (read in C, made an int once)
                         ts = _wall_ms()
-                        store_ts = ts
+                        store_ts = fast._ts_int(ts)
                         result = fast._put_c(msg, store_ts, ts, &end)
                     else:
                         store_ts = self.clock()
