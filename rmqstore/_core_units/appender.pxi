@@ -218,6 +218,7 @@ cdef class Appender:
         unless bytes). None for *mapped_file* unbinds the queue: its puts go
         the step-by-step path. Returns None."""
         cdef _Queue q
+        cdef PyObject *o
         if not PyBytes_CheckExact(topic_bytes):
             raise TypeError("topic_bytes must be bytes")
         if mapped_file is not None and not isinstance(mapped_file, MappedRegion):  # (before anything changes)
@@ -237,6 +238,15 @@ cdef class Appender:
         q.file_size = r.file_size
         q.key_h0 = _java_hash_from(0, topic + "#")
         q.key = (topic, queue_id)
+        if self.offsets_exact and PyUnicode_CheckExact(topic) and PyLong_CheckExact(queue_id):
+            # the queue's entry in queue_offsets re-keyed by q.key itself (the
+            # same value; the dict's order means nothing): each put's write
+            # back then finds its key by identity, not by comparing tuples
+            o = PyDict_GetItem(self.queue_offsets, q.key)  # (a str and an int: no Python code runs)
+            if o is not NULL:
+                value = <object>o
+                del self.queue_offsets[q.key]
+                PyDict_SetItem(self.queue_offsets, q.key, value)
         q.schedule = topic == SCHEDULE_TOPIC
         by_id[queue_id] = q
 

@@ -110,7 +110,7 @@ cdef class _Encoded:
     cdef int _start(self, object of, Py_ssize_t n, object topic) except -1:
         self.of, self.topic = of, topic
         self.e = <_Enc *>calloc(n + 1, sizeof(_Enc))
-        self.blobs_cap = 256
+        self.blobs_cap = max(256, min(n, 1 << 14) * 64)  # (room for a batch's usual blobs: no regrowing)
         self.blobs = <unsigned char *>malloc(self.blobs_cap)
         if self.e == NULL or self.blobs == NULL:
             raise MemoryError()
