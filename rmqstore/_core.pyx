@@ -28,7 +28,7 @@ from cpython.list cimport PyList_Append, PyList_CheckExact, PyList_GET_SIZE
 from cpython.bool cimport PyBool_Check
 from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_CheckExact
 from cpython.number cimport PyNumber_Index
-from cpython.dict cimport PyDict_CheckExact, PyDict_GetItem, PyDict_Next
+from cpython.dict cimport PyDict_CheckExact, PyDict_GetItem, PyDict_Next, PyDict_SetItem
 from cpython.exc cimport PyErr_CheckSignals
 from cpython.ref cimport Py_INCREF, Py_XDECREF, PyObject
 from cpython.tuple cimport PyTuple_GET_ITEM

@@ -115,6 +115,15 @@ cdef class Appender:
     cdef long long gen  # put calls so far
     cdef _Queue touched  # the queues the current call wrote, linked by next_touched
     cdef list slots  # (topic, queue_id, _Queue) by queue id: see _bound
+    # results' parts made once: the store host's hex (the msgId's first
+    # part), the last store timestamp and record size as ints (a producer's
+    # puts share a millisecond, its records often a size)
+    cdef unsigned char host_hex[40]
+    cdef long long last_ts
+    cdef object last_ts_int
+    cdef Py_ssize_t last_size
+    cdef object last_size_int
+    cdef bint offsets_exact  # queue_offsets is an exact dict
 
     def __cinit__(self):
         self.scratch = NULL
@@ -146,10 +155,12 @@ cdef class Appender:
         self.untrack_results = result_type.__basicsize__ == tuple.__basicsize__ and result_type.__dictoffset__ == 0
         self.ok_status = ok_status
         self.store_host = store_host
+        _hex_into(self.host_hex, <const unsigned char *>PyBytes_AS_STRING(store_host), PyBytes_GET_SIZE(store_host))
         self.append_crc = append_crc
         self.max_message_size = _idx(max_message_size)
         self.index_enable = index_enable
         self.queue_offsets = queue_offsets
+        self.offsets_exact = type(queue_offsets) is dict
         self.queues = {}
         self.slots = [None] * 16
         self.host_bytes = host_bytes
@@ -207,6 +218,7 @@ cdef class Appender:
         unless bytes). None for *mapped_file* unbinds the queue: its puts go
         the step-by-step path. Returns None."""
         cdef _Queue q
+        cdef PyObject *o
         if not PyBytes_CheckExact(topic_bytes):
             raise TypeError("topic_bytes must be bytes")
         if mapped_file is not None and not isinstance(mapped_file, MappedRegion):  # (before anything changes)
@@ -226,6 +238,15 @@ cdef class Appender:
         q.file_size = r.file_size
         q.key_h0 = _java_hash_from(0, topic + "#")
         q.key = (topic, queue_id)
+        if self.offsets_exact and PyUnicode_CheckExact(topic) and PyLong_CheckExact(queue_id):
+            # the queue's entry in queue_offsets re-keyed by q.key itself (the
+            # same value; the dict's order means nothing): each put's write
+            # back then finds its key by identity, not by comparing tuples
+            o = PyDict_GetItem(self.queue_offsets, q.key)  # (a str and an int: no Python code runs)
+            if o is not NULL:
+                value = <object>o
+                del self.queue_offsets[q.key]
+                PyDict_SetItem(self.queue_offsets, q.key, value)
         q.schedule = topic == SCHEDULE_TOPIC
         by_id[queue_id] = q
 
@@ -307,15 +328,21 @@ cdef class Appender:
         cdef const char *nb
         cdef int seen = 0
         cdef PyObject *v[14]
+        cdef long long x, sys_flag, flag, reconsume, prepared, born_ts = 0
         if (self.commit_file is None and unbound is None) or type(msg) is not Message:
             return None  # (the twin's Message: step by step)
         _fields_of(<Message>msg, v)
         # v[] is borrowed: exact types only below, so that no Python code
         # (a __hash__, __index__ or __ne__) can run and replace a slot
-        if not PyUnicode_CheckExact(<object>v[S_TOPIC]) or not PyLong_CheckExact(<object>v[S_QUEUE_ID]) or \
-                not PyLong_CheckExact(<object>v[S_SYS_FLAG]) or not PyLong_CheckExact(<object>v[S_FLAG]) or \
-                not PyLong_CheckExact(<object>v[S_RECONSUME]) or not PyLong_CheckExact(<object>v[S_PREPARED]) or \
-                not (<object>v[S_BORN_TS] is None or PyLong_CheckExact(<object>v[S_BORN_TS])):
+        # (the ints: exact and in range, read without an error to catch;
+        # the step-by-step path raises the message's error)
+        if not PyUnicode_CheckExact(<object>v[S_TOPIC]) or \
+                not _long_in(<object>v[S_QUEUE_ID], INT32_MIN, INT32_MAX, &x) or \
+                not _long_in(<object>v[S_SYS_FLAG], INT32_MIN, INT32_MAX, &sys_flag) or \
+                not _long_in(<object>v[S_FLAG], INT32_MIN, INT32_MAX, &flag) or \
+                not _long_in(<object>v[S_RECONSUME], INT32_MIN, INT32_MAX, &reconsume) or \
+                not _long_in(<object>v[S_PREPARED], LLONG_MIN, LLONG_MAX, &prepared) or \
+                not (<object>v[S_BORN_TS] is None or _long_in(<object>v[S_BORN_TS], LLONG_MIN, LLONG_MAX, &born_ts)):
             return None
         if not (_str_or_none(v[S_TAGS]) and _str_or_none(v[S_KEYS]) and _str_or_none(v[S_UNIQ])):
             return None
@@ -331,17 +358,13 @@ cdef class Appender:
         store_raw = self.store_host if <object>v[S_STORE_HOST] is None else self._host_raw(v[S_STORE_HOST])
         if born_raw is None or store_raw is None:
             return None
-        try:
-            r.sys_flag = _i32(<object>v[S_SYS_FLAG]) & ~(BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG)
-            r.queue_id = _i32(<object>v[S_QUEUE_ID])
-            r.flag = _i32(<object>v[S_FLAG])
-            r.reconsume_times = _i32(<object>v[S_RECONSUME])
-            r.prepared = _i64(<object>v[S_PREPARED])
-            born = <object>v[S_BORN_TS]
-            self.born_default = born is None
-            r.born_timestamp = 0 if born is None else _i64(born)
-        except (TypeError, OverflowError):
-            return None  # the step-by-step path raises the message's error
+        r.sys_flag = <int>sys_flag & ~(BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG)
+        r.queue_id = <int>x
+        r.flag = <int>flag
+        r.reconsume_times = <int>reconsume
+        r.prepared = prepared
+        self.born_default = <object>v[S_BORN_TS] is None
+        r.born_timestamp = born_ts
         r.delay_level = 0
         if PyBytes_GET_SIZE(born_raw) == 20:
             r.sys_flag |= BORNHOST_V6_FLAG
@@ -782,7 +805,10 @@ cdef class Appender:
             if q.pos != q.pos0:  # (what the call did not write stays as it was)
                 (<MappedRegion?>q.mf).wrote_position = q.pos
                 q.cq.max_physic_offset = q.max_phy
-                self.queue_offsets[q.key] = (q.file_from + q.pos) // CQ_STORE_UNIT_SIZE
+                if self.offsets_exact:  # (an exact tuple key: no Python code runs)
+                    PyDict_SetItem(self.queue_offsets, q.key, (q.file_from + q.pos) // CQ_STORE_UNIT_SIZE)
+                else:
+                    self.queue_offsets[q.key] = (q.file_from + q.pos) // CQ_STORE_UNIT_SIZE
             q = q.next_touched
         self._untouch()
         return 0
@@ -928,17 +954,31 @@ cdef class Appender:
             self.entered = False
 
     cdef object _put_in(self, msg, store_timestamp, long long *end):
+        cdef long long ts
+        if not _long_in(store_timestamp, LLONG_MIN, LLONG_MAX, &ts):
+            try:
+                ts = _i64(store_timestamp)
+            except (TypeError, OverflowError):
+                return None
+        return self._put_at(msg, store_timestamp, ts, end)
+
+    cdef object _put_c(self, msg, store_timestamp, long long ts, long long *end):
+        """_put with *store_timestamp* (an exact int) already read into *ts*."""
+        self._enter()
+        try:
+            return self._put_at(msg, store_timestamp, ts, end)
+        finally:
+            self.entered = False
+
+    cdef object _put_at(self, msg, store_timestamp, long long ts, long long *end):
+        """_put_in with *store_timestamp* (an exact int) read into *ts*."""
         cdef Rec r
         cdef _Batch b
         cdef _Queue q = self._encode(msg, &r)
-        cdef long long phy, ts
+        cdef long long phy
         if q is None and self._learn_hosts(msg):
             q = self._encode(msg, &r)
         if q is None:
-            return None
-        try:
-            ts = _i64(store_timestamp)
-        except (TypeError, OverflowError):
             return None
         self._begin(&b, ts)
         try:
@@ -970,8 +1010,20 @@ cdef class Appender:
         store timestamp as the int it was given as (r.store_timestamp)."""
         if not PyLong_CheckExact(ts):
             ts = r.store_timestamp
-        return rmq_tuple6(self.result_type, self.untrack_results, self.ok_status, _hex_id(r.store, r.store_len, phy),
-                          phy, r.size, r.queue_offset, ts)
+        if r.size != self.last_size or self.last_size_int is None:
+            self.last_size, self.last_size_int = r.size, r.size
+        if r.store == <const unsigned char *>PyBytes_AS_STRING(self.store_host):  # (the store's host, as a rule)
+            msg_id = _hex_id_after(self.host_hex, r.store_len, phy)
+        else:
+            msg_id = _hex_id(r.store, r.store_len, phy)
+        return rmq_tuple6(self.result_type, self.untrack_results, self.ok_status, msg_id, phy, self.last_size_int,
+                          r.queue_offset, ts)
+
+    cdef object _ts_int(self, long long t):
+        """The store timestamp *t* as an int, the last one made when *t* is the same."""
+        if t != self.last_ts or self.last_ts_int is None:
+            self.last_ts, self.last_ts_int = t, t
+        return self.last_ts_int
 
     def put_batch(self, msgs, start, clock, list results not None, encoded=None):
         """:meth:`put` of ``msgs[start:]`` (a list) in order, each stamped by
@@ -1014,7 +1066,11 @@ cdef class Appender:
         try:
             while i < n:
                 msg = msgs[i]
-                ts = _wall_ms() if clock is None else clock()
+                if clock is None:
+                    t = _wall_ms()
+                    ts = self._ts_int(t)
+                else:
+                    ts = clock()
                 # check_all's encoding of the message still at this index
                 q = None
                 if enc is not None and <PyObject *>msg == PyTuple_GET_ITEM(enc.of, i):
@@ -1028,10 +1084,11 @@ cdef class Appender:
                     body = None if q is None else <object><PyObject *>(<Message>msg).body
                 if q is None:
                     break
-                try:
-                    t = _i64(ts)
-                except (TypeError, OverflowError):
-                    break
+                if clock is not None:
+                    try:
+                        t = _i64(ts)
+                    except (TypeError, OverflowError):
+                        break
                 if not began:  # one call's bytes for the whole batch, once a row is sure to be written
                     self._begin(&b, t)
                     began = True

@@ -33,10 +33,22 @@ cdef inline long long _i64(object o) except? -1:
     return v
 
 
+cdef object _ZERO = 0  # the int 0 a default argument or a literal 0 is (identity: a shortcut only)
+
+
 cdef inline bint _long_in(object v, long long lo, long long hi, long long *out) noexcept:
     """Whether *v* is an exact int within [lo, hi] (then its value in *out*):
     the gate's fast path takes no other number, the store's method checks
-    (and refuses) the rest."""
+    (and refuses) the rest. The shared 0 object (most of a message's int
+    fields) is known here, inline; any other int by _long_read."""
+    if v is _ZERO:
+        out[0] = 0
+        return lo <= 0 <= hi
+    return _long_read(v, lo, hi, out)
+
+
+cdef bint _long_read(object v, long long lo, long long hi, long long *out) noexcept:
+    """_long_in of anything but the shared 0."""
     cdef int ovf = 0
     if not rmq_small_long(v, out):  # (the usual values, read inline)
         if not PyLong_CheckExact(v):

@@ -128,7 +128,7 @@ cdef class PutGate:
         # taken at once: detach (close, in another thread) may clear them
         cdef Appender fast = self.appender
         cdef AppendLock alock = self.alock
-        cdef long long end = 0
+        cdef long long end = 0, ts
         cdef StoreState st = self.state
         cdef bint now
         acquire, release = self.lock_acquire, self.lock_release
@@ -145,8 +145,13 @@ cdef class PutGate:
                 acquire()
             try:
                 if not st.closed and (not now or not st.pending) and st.write_error is None:
-                    store_ts = _wall_ms() if self.clock is None else self.clock()
-                    result = fast._put(msg, store_ts, &end)
+                    if self.clock is None:  # (read in C, made an int once)
+                        ts = _wall_ms()
+                        store_ts = fast._ts_int(ts)
+                        result = fast._put_c(msg, store_ts, ts, &end)
+                    else:
+                        store_ts = self.clock()
+                        result = fast._put(msg, store_ts, &end)
                     if result is None:  # not for the one-call path: step by step
                         if now:
                             return store._put_one(msg, store_ts)

@@ -110,7 +110,7 @@ cdef class _Encoded:
     cdef int _start(self, object of, Py_ssize_t n, object topic) except -1:
         self.of, self.topic = of, topic
         self.e = <_Enc *>calloc(n + 1, sizeof(_Enc))
-        self.blobs_cap = 256
+        self.blobs_cap = max(256, min(n, 1 << 14) * 64)  # (room for a batch's usual blobs: no regrowing)
         self.blobs = <unsigned char *>malloc(self.blobs_cap)
         if self.e == NULL or self.blobs == NULL:
             raise MemoryError()
@@ -345,20 +345,37 @@ cdef int _fill_hex_pairs() except -1:
 _fill_hex_pairs()
 
 
+cdef inline void _hex_into(unsigned char *out, const unsigned char *raw, Py_ssize_t n) noexcept:
+    """The upper-case hex of *n* bytes at *raw* into *out* (2 * n bytes)."""
+    cdef Py_ssize_t i
+    for i in range(n):
+        memcpy(out + 2 * i, &_HEX_PAIRS[2 * raw[i]], 2)
+
+
 cdef object _hex_id(const unsigned char *h, Py_ssize_t hn, long long phy):
     """Offset msgId: upper-case hex of the raw store host (*hn*: 8 or 20
     bytes at *h*) + big-endian offset (a digit pair per byte: one copy of
     two bytes, not two lookups and shifts)."""
-    cdef Py_ssize_t i
     cdef unsigned char raw[36]
     cdef object s
-    cdef unsigned char *out
     memcpy(raw, h, hn)
     st64(raw + hn, <uint64_t>phy)
     s = PyUnicode_New(2 * (hn + 8), 127)
+    _hex_into(PyUnicode_1BYTE_DATA(s), raw, hn + 8)
+    return s
+
+
+cdef object _hex_id_after(const unsigned char *host_hex, Py_ssize_t hn, long long phy):
+    """_hex_id with the host's hex already made (*host_hex*, 2 * *hn*
+    characters): the store's own host, the same on every put."""
+    cdef unsigned char raw[8]
+    cdef object s
+    cdef unsigned char *out
+    st64(raw, <uint64_t>phy)
+    s = PyUnicode_New(2 * (hn + 8), 127)
     out = PyUnicode_1BYTE_DATA(s)
-    for i in range(hn + 8):
-        memcpy(out + 2 * i, &_HEX_PAIRS[2 * raw[i]], 2)
+    memcpy(out, host_hex, 2 * hn)
+    _hex_into(out + 2 * hn, raw, 8)
     return s
 
 
