@@ -163,3 +163,20 @@ def test_follower_opens_beside_a_put_half_done(tmp_path, steps, slot):
         assert (ro.index.hash_slot_num, ro.index.index_num) == (s, n)
         for i in range(12):
             assert [m.body for m in ro.query_messages(TOPIC, f"k{i}")] == [b"x%d" % i]
+
+
+def test_a_live_index_file_is_read_again_before_it_counts_as_damaged(monkeypatch):
+    """A live file (the newest, read-only) that fails the geometry check is
+    read again before the check says no: a writer may move between two reads
+    of one check. A file that fails every read, or a settled one, fails."""
+    import rmqstore.storage.index_checks as checks
+
+    answers = []
+    monkeypatch.setattr(checks, "_LIVE_PAUSE", 0)
+    monkeypatch.setattr(checks, "_fits_once", lambda path, s, n, live=False: answers.pop(0))
+    answers[:] = [False, True]
+    assert checks._geometry_fits("f", 8, 8, live=True) and answers == []
+    answers[:] = [False, True]
+    assert not checks._geometry_fits("f", 8, 8, live=False) and answers == [True]
+    answers[:] = [False] * checks._LIVE_READS
+    assert not checks._geometry_fits("f", 8, 8, live=True) and answers == []

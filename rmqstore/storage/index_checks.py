@@ -9,6 +9,7 @@ from __future__ import annotations
 import mmap
 import os
 import struct
+import time
 
 from ..exceptions import CorruptedFileError
 from ..format.layout import INDEX_ENTRY_SIZE, INDEX_HASH_SLOT_SIZE, INDEX_HEADER_SIZE
@@ -166,7 +167,24 @@ def infer_index_geometry(paths, hash_slot_num=None, index_num=None, live=None) -
     raise CorruptedFileError(f"no slot/entry geometry fits these {size}-byte index files", paths[0], 0)
 
 
+#: reads of a live index file before it counts as not fitting a geometry,
+#: and the pause between them (s): damage stays, a writer mid-put moves on
+_LIVE_READS, _LIVE_PAUSE = 3, 0.01
+
+
 def _geometry_fits(path, s, n, live=False) -> bool:
+    """:func:`_fits_once`, with a live file read again (up to _LIVE_READS
+    times) before it counts as not fitting: what its writer did between two
+    reads of a check must not fail a follower's open."""
+    for attempt in range(_LIVE_READS if live else 1):
+        if attempt:
+            time.sleep(_LIVE_PAUSE)
+        if _fits_once(path, s, n, live):
+            return True
+    return False
+
+
+def _fits_once(path, s, n, live=False) -> bool:
     """Whether index file *path* (of index_file_size(s, n) bytes) reads as
     *s* hash slots and *n* entries: entry 0 unused, as many non-zero slots
     as the header counts, each pointing below the header's entry count at an
