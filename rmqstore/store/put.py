@@ -302,12 +302,11 @@ class Put(Recovery):
         append lock held): the one place where a put leaves the core's path.
         The CommitLog rolls here when the record does not fit its last
         segment (or takes its first), the index takes its first file, the
-        Appender is pointed at the files
-        and the queue made for it (a new queue's first message, a queue or
-        an index past a file's end under SYNC_FLUSH) and asked again; what
-        it declines again (an index roll, where a record's keys may straddle
-        two files; a message it does not vouch for) goes step by step
-        (:meth:`_append_stepped`).
+        Appender is pointed at the files and the queue made for it (a new
+        queue's first message, a queue or an index past a file's end under
+        SYNC_FLUSH) and asked again; what it declines again (an index roll,
+        where a record's keys may straddle two files; a message it does not
+        vouch for) goes step by step (:meth:`_append_stepped`).
         *prepared*: :meth:`_prepare`'s tuple for *msg*; *store_ts*: the
         store time already read for it."""
         fast = self._fast
@@ -462,15 +461,16 @@ class Put(Recovery):
 
     def _append_batch(self, fast, msgs, prepared, encoded) -> list:
         """put_messages' appends (append lock held): the Appender's
-        put_batch as far as it goes (with check_all's *encoded*), step by
-        step where it declines (:meth:`_append_stepped`, which rebinds the
-        Appender), one clock reading per message either way."""
+        put_batch as far as it goes (with check_all's *encoded*),
+        :meth:`_append_declined` where it declines, one clock reading per
+        message either way."""
         results: list = []
         clock = self._kernel_clock
         i = 0
         while True:
+            done = len(results)
             i, store_ts = fast.put_batch(msgs, i, clock, results, encoded)  # as far as the Appender goes
-            if results:
+            if len(results) > done:  # (_append_declined keeps its own record's books)
                 self._appended(results[-1][2] + results[-1][3], results[-1][5])
             if i >= len(msgs):
                 break
