@@ -48,6 +48,8 @@ cdef extern from "_core_units/rmq_bytes.h":
     ctypedef long long rmq_i128
     long long jdiv "rmq_jdiv"(long long a, long long b, long long u) nogil
     void prefetch "rmq_prefetch"(const void *p) nogil
+    void release_fence "rmq_release"() nogil
+    void acquire_fence "rmq_acquire"() nogil
     int rmq_unicode_ready(object o) except -1
 
 cdef extern from "_core_units/rmq_objects.h":

@@ -45,12 +45,14 @@ cdef bint _index_put(unsigned char *b, Py_ssize_t hsn, Py_ssize_t idx, int32_t k
     st64(e + 4, <uint64_t>phy)
     st32(e + 12, <uint32_t>time_diff)
     st32(e + 16, <uint32_t>slot_value)
+    release_fence()  # (a reader in another process that sees the slot sees its entry)
     st32(b + slot_pos, <uint32_t>count)
     if count <= 1:
         st64(b + 16, <uint64_t>phy)
         st64(b, <uint64_t>ts)
     if slot_value == 0:  # i32 counters wrap as in Java
         st32(b + 32, <uint32_t>ld32(b + 32) + 1)
+    release_fence()  # (... and one that sees the count sees the slot and the begin time)
     st32(b + 36, <uint32_t>count + 1)
     st64(b + 24, <uint64_t>phy)
     st64(b + 8, <uint64_t>ts)
@@ -175,10 +177,14 @@ cdef int _select(const unsigned char *b, Py_ssize_t hsn, Py_ssize_t idx, int32_t
     cdef int64_t phy, begin_ts
     cdef rmq_i128 t
     cdef const unsigned char *e
+    # the slot before the count: a writer stores the count after the slot, so
+    # the count read second covers the slot read first, however many puts
+    # another process finishes between the two reads
+    cur = ld32(b + INDEX_HEADER_SIZE + (key_hash % hsn) * INDEX_HASH_SLOT_SIZE)
+    acquire_fence()
     count = ld32(b + 36)
     if count <= 0:
         count = 1
-    cur = ld32(b + INDEX_HEADER_SIZE + (key_hash % hsn) * INDEX_HASH_SLOT_SIZE)
     if cur <= 0 or cur > count or count <= 1:
         return 0
     begin_ts = ld64(b)

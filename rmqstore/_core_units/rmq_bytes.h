@@ -1,6 +1,7 @@
 /*
  * rmq_bytes.h - big-endian loads and stores through memcpy, 128-bit sums,
- * the prefetch hint and PyUnicode_READY where it still exists.
+ * the prefetch hint, the fences of a shared mapping and PyUnicode_READY
+ * where it still exists.
  *
  * Included by the generated rmqstore/_core.c, after Python.h (Cython puts
  * every extern header there), through c_support.pxi; the declarations
@@ -44,6 +45,12 @@ static inline long long rmq_jdiv(long long a, long long b, long long u) {
 #else
 #  define rmq_prefetch(p) ((void)0)
 #endif
+/* A writer and a reader in other processes share a mapped file: the writer
+ * publishes a store (an index slot, then its count) only after what it names,
+ * the reader reads the name first. Free on x86 (they only keep the compiler
+ * from reordering), a barrier on arm64. */
+#define rmq_release() __atomic_thread_fence(__ATOMIC_RELEASE)
+#define rmq_acquire() __atomic_thread_fence(__ATOMIC_ACQUIRE)
 #if PY_VERSION_HEX < 0x030C0000
 #  define rmq_unicode_ready(o) PyUnicode_READY(o)
 #else

@@ -29,8 +29,18 @@ def _index_keys(uniq, keys) -> list:
 # --- IndexFile ------------------------------------------------------------
 
 
+def _load32(buf, pos: int) -> int:
+    # a slot or the count as one 4-byte copy (struct reads and writes a byte
+    # at a time): another process never sees half of one put's store
+    return _I32.unpack(buf[pos : pos + 4])[0]
+
+
+def _store32(buf, pos: int, v: int) -> None:
+    buf[pos : pos + 4] = _I32.pack(v)
+
+
 def _index_count(buf) -> int:
-    c = _I32.unpack_from(buf, 36)[0]
+    c = _load32(buf, 36)
     return c if c > 0 else 1
 
 
@@ -59,13 +69,13 @@ def index_put(buf, hash_slot_num: int, index_num: int, key: str, physical_offset
         time_diff = _INT_MAX if time_diff > _INT_MAX else max(time_diff, 0)
     entry_pos = INDEX_HEADER_SIZE + hash_slot_num * INDEX_HASH_SLOT_SIZE + count * INDEX_ENTRY_SIZE
     _INDEX_ENTRY.pack_into(buf, entry_pos, key_hash, physical_offset, time_diff, slot_value)
-    _I32.pack_into(buf, slot_pos, count)
+    _store32(buf, slot_pos, count)
     if count <= 1:
         _I64.pack_into(buf, 16, physical_offset)
         _I64.pack_into(buf, 0, store_timestamp)
     if slot_value == 0:
         _I32.pack_into(buf, 32, _wrap32(_I32.unpack_from(buf, 32)[0] + 1))
-    _I32.pack_into(buf, 36, _wrap32(count + 1))
+    _store32(buf, 36, _wrap32(count + 1))
     _I64.pack_into(buf, 24, physical_offset)
     _I64.pack_into(buf, 8, store_timestamp)
     return True
@@ -123,10 +133,13 @@ def index_select(
     ``index_num`` entries and never leaves the entry area.
     """
     _check_index_buf(buf, hash_slot_num, index_num)
-    count = _index_count(buf)
     key_hash = index_key_hash(key)
     slot_pos = INDEX_HEADER_SIZE + (key_hash % hash_slot_num) * INDEX_HASH_SLOT_SIZE
-    n = _I32.unpack_from(buf, slot_pos)[0]
+    # the slot before the count: a writer stores the count after the slot, so
+    # the count read second covers the slot read first, however many puts
+    # another process finishes between the two reads
+    n = _load32(buf, slot_pos)
+    count = _index_count(buf)
     if n <= 0 or n > count or count <= 1:
         return
     begin_ts = _I64.unpack_from(buf, 0)[0]
