@@ -31,7 +31,9 @@ def _index_keys(uniq, keys) -> list:
 
 def _load32(buf, pos: int) -> int:
     # a slot or the count as one 4-byte copy (struct reads and writes a byte
-    # at a time): another process never sees half of one put's store
+    # at a time): another process never sees half of one put's store. A
+    # slice of an mmap or bytearray (the store's files, the tests') is such
+    # a copy; a memoryview's is not, and is read a byte at a time again
     return _I32.unpack(buf[pos : pos + 4])[0]
 
 
