@@ -36,6 +36,7 @@ from cpython.unicode cimport PyUnicode_AsUTF8AndSize, PyUnicode_CheckExact
 from cpython.set cimport PyAnySet_CheckExact, PySet_Contains
 from cpython.object cimport PyObject_Hash
 
+import os
 import threading
 import time
 import weakref
@@ -56,6 +57,7 @@ __all__ = [
     "ReferenceResource",
     "StoreState",
     "StoreCore",
+    "warm_pages",
     "java_hash",
     "index_key_hash",
     "gets_consume_queue_unit",

@@ -97,6 +97,7 @@ if TYPE_CHECKING:
         scan_records,
         tags_hash,
         time_lookup,
+        warm_pages,
         write_record,
     )
 

@@ -66,6 +66,9 @@ cdef extern from "_core_units/rmq_refs.h":
     void rmq_ref_set_exclusive(Py_ssize_t *w) noexcept nogil
     void rmq_ref_clear_exclusive(Py_ssize_t *w) noexcept nogil
 
+cdef extern from "_core_units/rmq_pages.h":
+    int rmq_warm_pages(unsigned char *p, size_t length) noexcept nogil
+
 
 cdef extern from "Python.h":
     Py_ssize_t PyUnicode_FindChar(object s, Py_UCS4 ch, Py_ssize_t start, Py_ssize_t end, int direction) except -2

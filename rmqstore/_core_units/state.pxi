@@ -16,6 +16,40 @@ cdef class MappedRegion:
         self.file_from_offset, self.file_size, self.wrote_position = file_from_offset, file_size, wrote_position
 
 
+def warm_pages(buf, start, end):
+    """Fault in the pages of ``buf[start:end]`` writable, as a write there
+    would, without changing a byte: a file made ahead is warmed so that the
+    puts that later write into it do not wait on page faults (RocketMQ's
+    ``warmMappedFile``). Safe while another thread writes into the range.
+
+    *buf*: a writable buffer, normally a file's ``mmap``; *start*, *end*:
+    byte positions, clipped to it. Returns True when the operating system
+    did it in one call (``MADV_POPULATE_WRITE``, Linux 5.14 and later),
+    False when it could not; then the core touches each page with an atomic
+    write of its own byte, and the pure twin (which cannot make one atomic)
+    touches nothing. Raises OSError when the system refuses the range (a
+    page it cannot provide), BufferError for a buffer that is not writable.
+    """
+    cdef Py_ssize_t s = _idx(start), e = _idx(end)
+    cdef Py_buffer v
+    cdef int rc
+    PyObject_GetBuffer(buf, &v, PyBUF_WRITABLE)
+    try:
+        if s < 0:
+            s = 0
+        if e > v.len:
+            e = v.len
+        if e <= s:
+            return True
+        with nogil:  # (a gigabyte takes a second: the writer goes on meanwhile)
+            rc = rmq_warm_pages(<unsigned char *>v.buf + s, <size_t>(e - s))
+    finally:
+        PyBuffer_Release(&v)
+    if rc < 0:
+        raise OSError(-rc, os.strerror(-rc))
+    return rc == 1
+
+
 @cython.auto_pickle(False)  # (a store's files are not data)
 cdef class MappedQueue:
     """The segments of one log as the kernels walk them: ``files`` (a list

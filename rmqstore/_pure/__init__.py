@@ -46,7 +46,7 @@ _HOMES = {
     "reads": ("VIEW_UNIT", "_bounds", "_unit_record", "pull_bounds", "pull_messages", "pull_units", "pull_views",
               "query_keyed", "read_ext", "read_keyed", "time_lookup"),
     "state": ("CommitLogBase", "ConsumeQueueBase", "IndexRegion", "IndexServiceBase", "MappedQueue",
-              "MappedRegion", "ReferenceResource", "StoreCore", "StoreState"),
+              "MappedRegion", "ReferenceResource", "StoreCore", "StoreState", "warm_pages"),
 }
 _HOME = {name: module for module, names in _HOMES.items() for name in names}
 
@@ -77,6 +77,7 @@ __all__ = [
     "ReferenceResource",
     "StoreState",
     "StoreCore",
+    "warm_pages",
     "java_hash",
     "index_key_hash",
     "gets_consume_queue_unit",

@@ -6,10 +6,16 @@ Imports nothing from the other modules of the package."""
 
 from __future__ import annotations
 
+import errno
+import mmap
 import operator
+import sys
 import threading
 import time
 from typing import Any
+
+# Linux 5.14's advice (the mmap module names it from Python 3.13 on)
+_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23 if sys.platform.startswith("linux") else None)
 
 
 class MappedRegion:
@@ -26,6 +32,41 @@ class MappedRegion:
         self.file_from_offset: int = operator.index(file_from_offset)
         self.file_size: int = operator.index(file_size)
         self.wrote_position: int = operator.index(wrote_position)
+
+
+def warm_pages(buf, start, end) -> bool:
+    """Fault in the pages of ``buf[start:end]`` writable, as a write there
+    would, without changing a byte: a file made ahead is warmed so that the
+    puts that later write into it do not wait on page faults (RocketMQ's
+    ``warmMappedFile``). Safe while another thread writes into the range.
+
+    *buf*: a writable buffer, normally a file's ``mmap``; *start*, *end*:
+    byte positions, clipped to it. Returns True when the operating system
+    did it in one call (``MADV_POPULATE_WRITE``, Linux 5.14 and later),
+    False when it could not; then the core touches each page with an atomic
+    write of its own byte, and the pure twin (which cannot make one atomic)
+    touches nothing. Raises OSError when the system refuses the range (a
+    page it cannot provide), BufferError for a buffer that is not writable.
+    """
+    s, e = operator.index(start), operator.index(end)
+    with memoryview(buf) as view:
+        if view.readonly:
+            raise BufferError("Object is not writable.")
+        n = view.nbytes
+    s = max(s, 0)
+    e = min(e, n)
+    if e <= s:
+        return True
+    if _POPULATE_WRITE is None or not isinstance(buf, mmap.mmap):
+        return False
+    lo = s - s % mmap.PAGESIZE
+    try:
+        buf.madvise(_POPULATE_WRITE, lo, e - lo)  # (holds the GIL: callers warm a chunk at a time)
+    except OSError as exc:
+        if exc.errno == errno.EINVAL:
+            return False
+        raise
+    return True
 
 
 class MappedQueue:

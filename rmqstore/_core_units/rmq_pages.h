@@ -1,0 +1,53 @@
+/*
+ * rmq_pages.h - faulting a mapped file's pages in ahead of its writer
+ * (warm_pages, state.pxi).
+ *
+ * Included by the generated rmqstore/_core.c through c_support.pxi, which
+ * holds the declarations Cython sees.
+ */
+#ifndef RMQ_PAGES_H
+#define RMQ_PAGES_H
+
+#include <errno.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+/* Linux 5.14's advice; older C headers (manylinux's) lack the name, older
+   kernels answer EINVAL and the pages are touched instead */
+#if defined(__linux__) && !defined(MADV_POPULATE_WRITE)
+#define MADV_POPULATE_WRITE 23
+#endif
+
+/* Fault in [p, p + len) writable, changing no byte. Returns 1 when the
+   kernel did it in one call, 0 when each page was touched with an atomic
+   "or 0" (a write fault that cannot lose a store another thread makes to
+   the same byte meanwhile), -errno when the kernel refused the range. */
+static int rmq_warm_pages(unsigned char *p, size_t len) {
+    long page = sysconf(_SC_PAGESIZE);
+    size_t step = page > 0 ? (size_t)page : 4096;
+    if (len == 0)
+        return 1;
+#ifdef MADV_POPULATE_WRITE
+    {
+        uintptr_t a = (uintptr_t)p, lo = a - a % step;
+        if (madvise((void *)lo, len + (a - lo), MADV_POPULATE_WRITE) == 0)
+            return 1;
+        if (errno != EINVAL)
+            return -errno;
+    }
+#endif
+    {
+        /* one byte per page: the first byte of the range, then each page start */
+        uintptr_t a = (uintptr_t)p;
+        size_t i = 0;
+        while (i < len) {
+            __atomic_fetch_or(p + i, (unsigned char)0, __ATOMIC_RELAXED);
+            i = (size_t)((a + i) / step + 1) * step - a;
+        }
+    }
+    return 0;
+}
+
+#endif
