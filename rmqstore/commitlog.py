@@ -159,6 +159,8 @@ class CommitLog(k.CommitLogBase):
             mf = q.files.pop()
             gone.append(mf)
             mf.destroy()
+        if gone and q.spares:  # they followed the segments just deleted
+            q.drop_spares()
         if q.files:
             mf = q.files[-1]
             pos = offset - mf.file_from_offset
@@ -354,9 +356,9 @@ class CommitLog(k.CommitLogBase):
                 continue
             if any(mf.mm[pos : pos + 8]):
                 reason = REC_STATUS_TEXT.get(status, "bad record")
-            elif i + 1 < len(files):
+            elif i + 1 < len(files) and any(_data_after(f, 0) is not None for f in files[i + 1 :]):
                 reason = "zeroed bytes inside a segment that later segments follow"
-            else:
+            else:  # (later segments holding nothing were made ahead and never used)
                 data = _data_after(mf, pos)
                 if data is not None:  # zeros are the end of data only when nothing follows them
                     reason = f"zeroed record header followed by data at position {data}"

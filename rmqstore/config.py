@@ -80,6 +80,11 @@ class StoreConfig:
     destroy_maped_file_interval_forcibly: int = 120_000
     redelete_hanged_file_interval: int = 120_000
     delete_file_batch_max: int = 10
+    warm_maped_file_enable: bool = True
+    flush_least_pages_when_warm_maped_file: int = 1024 // 4 * 16
+    # rmqstore's own knob: a service thread makes the next files ahead
+    # (docs/format.md#files-made-ahead; RocketMQ always does for its CommitLog)
+    make_files_ahead: bool = True
     # rmqstore's own knobs for the clean-up service (docs/recovery.md#retention; no RocketMQ name)
     clean_service_enable: bool = True
     clean_resource_initial_delay: int = 60_000
@@ -278,6 +283,7 @@ _INT_RANGES = {
     "clean_resource_initial_delay": (0, INT32_MAX, _MS),
     "disk_check_interval": (0, INT32_MAX, _MS),
     "follow_poll_interval": (1, INT32_MAX, _SPIN),
+    "flush_least_pages_when_warm_maped_file": (1, INT32_MAX, "pages warmed per step: 0 would warm none"),
     "max_transfer_count_on_message_in_memory": (1, INT32_MAX, "messages one pull transfers: 0 would move none"),
     "max_transfer_bytes_on_message_in_memory": (1, INT32_MAX, "bytes one pull transfers: 0 would move none"),
 }

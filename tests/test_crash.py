@@ -332,14 +332,18 @@ def verify(store: MessageStore, hist: History, run: ChildRun, rnd: random.Random
     mpo = store.max_physical_offset
     assert end <= mpo and (mpo - end < cfg.mapped_file_size_commit_log), (ctx, end, mpo)
     # docs/recovery.md#pitfall-stale-bytes-after-truncation: nothing but zeros after the recovered end of the last file
+    # (and in the segments after it: made ahead, docs/format.md#files-made-ahead, all zero)
     segs = _segments(os.path.join(hist.root, "commitlog"))
     if segs:
-        start, path = segs[-1]
-        assert start <= mpo <= start + cfg.mapped_file_size_commit_log, (ctx, start, mpo)
-        with open(path, "rb") as fh:
-            fh.seek(mpo - start)
-            tail = fh.read()
-        assert not any(tail), f"{ctx}: non-zero bytes after the recovered end {mpo} in {path}"
+        size = cfg.mapped_file_size_commit_log
+        assert any(start <= mpo <= start + size for start, _path in segs), (ctx, segs[-1][0], mpo)
+        for start, path in segs:
+            if start + size <= mpo:
+                continue
+            with open(path, "rb") as fh:
+                fh.seek(max(0, mpo - start))
+                tail = fh.read()
+            assert not any(tail), f"{ctx}: non-zero bytes after the recovered end {mpo} in {path}"
 
     # 4. every acknowledged message: this round's in full, earlier rounds' by position
     by_pos = {}

@@ -39,6 +39,9 @@ def config(flush="ASYNC_FLUSH", **kw):
     base = dict(
         mapped_file_size_commit_log=CL_SIZE, mapped_file_size_consume_queue=20 * CQ_UNITS,
         max_hash_slot_num=4, max_index_num=INDEX_NUM, flush_disk_type=flush, clean_service_enable=False,
+        # these puts must make their files themselves (the service would have made
+        # them ahead; test_files_ahead.py covers a service that cannot)
+        make_files_ahead=False,
     )
     base.update(kw)
     return StoreConfig(**base)

@@ -62,6 +62,9 @@ def config(**kw) -> StoreConfig:
         delete_commit_log_files_interval=0,
         delete_consume_queue_files_interval=0,
         disk_check_interval=0,
+        # file lists and disk use here are exact: no file made ahead beside them
+        # (test_files_ahead.py runs clean-up with the service on)
+        make_files_ahead=False,
     )
     base.update(kw)
     return StoreConfig(**base)

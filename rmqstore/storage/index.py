@@ -13,6 +13,7 @@ import logging
 import mmap
 import os
 import struct
+import sys
 import time
 
 from .. import _kernels as k
@@ -236,6 +237,22 @@ class IndexFile(k.IndexRegion):
         if not self.mm.closed and not self.read_only:
             self.mm.flush()
 
+    def flush_released(self) -> None:
+        """:meth:`flush` for a service thread: on Linux through the file's
+        own descriptor, whose sync releases the GIL (``mmap.flush`` holds it
+        for the whole write-back, stalling every put meanwhile; Linux has
+        one page cache, so the sync covers what the mapping wrote)."""
+        if self.mm.closed or self.read_only:
+            return
+        if not sys.platform.startswith("linux"):
+            self.mm.flush()
+            return
+        fd = open_no_follow(self.path, os.O_RDONLY | _NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+        try:
+            os.fdatasync(fd)
+        finally:
+            os.close(fd)
+
     def close(self) -> None:
         if not self.mm.closed:
             self.mm.close()
@@ -264,7 +281,7 @@ class IndexService(k.IndexServiceBase):
 
     __slots__ = (
         "_last_name", "directory", "hash_slot_num", "index_num", "keys_added", "last_full_end_timestamp",
-        "junk", "read_only", "spares",  # (files, max_msgs_num_batch: IndexServiceBase's)
+        "junk", "read_only", "rolled", "spares",  # (files, max_msgs_num_batch: IndexServiceBase's)
     )
 
     def __init__(self, directory, hash_slot_num, index_num, read_only=False, max_msgs_num_batch=64):
@@ -279,6 +296,9 @@ class IndexService(k.IndexServiceBase):
         self.last_full_end_timestamp = 0
         #: keys put since the service was created (for recovery reports)
         self.keys_added = 0
+        #: files a roll left for a service thread to flush (:meth:`flush_rolled`),
+        #: with their end timestamps; None: a roll flushes the file itself
+        self.rolled: list | None = None
         #: files made ahead (:meth:`reserve`), under temporary names until a roll takes them
         self.spares: list = []
         #: files :meth:`load` found to be leftovers, removed by :meth:`remove_junk`
@@ -407,10 +427,53 @@ class IndexService(k.IndexServiceBase):
                           end_timestamp=end_ts)
         fsync_dir(self.directory)
         if last is not None:
-            last.flush()
-            self.last_full_end_timestamp = end_ts
+            if self.rolled is not None:
+                self.rolled.append((last, end_ts))  # flushed by the service thread, off the put
+            else:
+                last.flush()
+                self.last_full_end_timestamp = end_ts
         self.files.append(f)
         return f
+
+    def flush_rolled(self) -> None:
+        """Flush the files rolls left behind (:attr:`rolled`), oldest first,
+        and only then count each as full (``last_full_end_timestamp``, which
+        the checkpoint records): a service thread's work, without the append
+        lock. A file clean-up deleted meanwhile is skipped. Raises OSError
+        from a sync; the file stays listed for the next call."""
+        rolled = self.rolled
+        while rolled:
+            f, end_ts = rolled[0]
+            try:
+                f.flush_released()
+            except FileNotFoundError:
+                pass  # deleted by clean-up: nothing left to flush
+            rolled.pop(0)
+            if end_ts > self.last_full_end_timestamp:
+                self.last_full_end_timestamp = end_ts
+
+    def make_spare(self, name: str):
+        """Create a spare index file under a temporary name from *name* (see
+        :meth:`new_spare_name`), without touching the service's lists: a
+        service thread makes it without the append lock and hands it to
+        :meth:`add_spare`. Raises what making a file raises."""
+        os.makedirs(self.directory, exist_ok=True)
+        return IndexFile(os.path.join(self.directory, name), self.hash_slot_num, self.index_num,
+                         create=True, spare=True)
+
+    def new_spare_name(self) -> str:
+        """A fresh file name for :meth:`make_spare` (append lock held)."""
+        return self._new_file_name()
+
+    def add_spare(self, f) -> bool:
+        """Keep *f* (:meth:`make_spare`'s) as a spare unless one exists
+        already (a put made its own meanwhile); else delete it. The append
+        lock is held. Returns whether it was kept."""
+        if self.spares:
+            f.destroy()
+            return False
+        self.spares.append(f)
+        return True
 
     def reserve(self, n_keys: int) -> None:
         """Make the files *n_keys* more keys may roll into, and the first file
@@ -616,6 +679,9 @@ class IndexService(k.IndexServiceBase):
     def flush(self) -> None:
         for f in self.files:
             f.flush()
+        if self.rolled:  # (every file is flushed now: the rolls' too)
+            self.last_full_end_timestamp = max(self.last_full_end_timestamp, *(ts for _f, ts in self.rolled))
+            self.rolled.clear()
 
     def close(self) -> None:
         for f in self.files:

@@ -12,6 +12,8 @@ import logging
 import mmap
 import os
 import sys
+import threading
+from collections.abc import Callable
 
 from .._kernels import MappedQueue, MappedRegion, ReferenceResource
 from ..exceptions import ConfigError, CorruptedFileError, DiskFullError, StoreClosedError
@@ -124,6 +126,13 @@ class MappedFile(MappedRegion):
         if self._rewinds == rewinds:  # else bytes below *wrote* were rewritten during the sync
             self.flushed_position = wrote
         return True
+
+    def sync(self) -> None:
+        """Force the whole file to disk now, releasing the GIL on Linux
+        (a warm-up's step under SYNC_FLUSH). Raises StoreClosedError, OSError."""
+        if self._fd < 0:
+            raise StoreClosedError(f"{self.path} is closed")
+        _sync(self)
 
     def rewind(self, position: int, extent: int) -> None:
         """Undo appends: zero ``[position, extent)`` (clipped to the file) and
@@ -259,6 +268,20 @@ def _unlink_quietly(path) -> None:
         pass
 
 
+class Making:
+    """A segment a service thread is making ahead: its start offset, the
+    file once made (None until then, or after a failure), whether a put
+    took it, and an event set when the creation is over."""
+
+    __slots__ = ("start", "mf", "taken", "done")
+
+    def __init__(self, start: int) -> None:
+        self.start = start
+        self.mf: MappedFile | None = None
+        self.taken = False
+        self.done = threading.Event()
+
+
 class MappedFileQueue(MappedQueue):
     """A directory of equal-sized segments (RocketMQ ``MappedFileQueue``).
 
@@ -269,7 +292,7 @@ class MappedFileQueue(MappedQueue):
         read_only (bool): map read-only and never create, delete or truncate.
     """
 
-    __slots__ = ("directory", "junk", "read_only", "spares")  # (files, file_size: MappedQueue's)
+    __slots__ = ("directory", "junk", "making", "on_take", "read_only", "spares")  # (files, file_size: MappedQueue's)
 
     def __init__(self, directory, file_size, read_only: bool = False):
         self.directory = str(directory)
@@ -281,6 +304,10 @@ class MappedFileQueue(MappedQueue):
         self.spares: list = []
         #: files :meth:`load` found to be leftovers, removed by :meth:`remove_junk`
         self.junk: list = []
+        #: the segment a service thread is making ahead (:meth:`begin_ahead`), or None
+        self.making: Making | None = None
+        #: called (no arguments) when a roll takes a spare: the service makes the next
+        self.on_take: Callable[[], None] | None = None
 
     def remove_junk(self) -> None:
         """Delete what :meth:`load` listed in ``junk`` (a writer, once it writes)."""
@@ -403,6 +430,23 @@ class MappedFileQueue(MappedQueue):
         return tail.file_from_offset + self.file_size
 
     def _make(self, start: int):
+        """Segment *start*, made now, or taken from the service thread that
+        is making it (waiting the few milliseconds a creation takes; the
+        service needs no lock the caller may hold to finish). The caller
+        holds the append lock."""
+        m = self.making
+        if m is not None and m.start == start and not m.taken:
+            m.done.wait()
+            if m.mf is not None:
+                m.taken = True  # (the service leaves it to us: end_ahead)
+                return m.mf
+        return self.create_segment(start)
+
+    def create_segment(self, start: int):
+        """Create, reserve and map segment *start* and sync the directory
+        entry. Touches no list of the queue (a service thread calls it
+        without the append lock). Raises OSError, DiskFullError,
+        CorruptedFileError; a failure leaves no file."""
         os.makedirs(self.directory, exist_ok=True)
         mf = MappedFile(os.path.join(self.directory, offset_to_file_name(start)), self.file_size, create=True)
         try:
@@ -412,6 +456,33 @@ class MappedFileQueue(MappedQueue):
             raise
         return mf
 
+    # --- making ahead (a service thread; docs/format.md#files-made-ahead) ----------------
+
+    def begin_ahead(self, start: int) -> Making:
+        """Say that segment *start* is being made by a service thread, which
+        then calls :meth:`create_segment` without the append lock and
+        :meth:`end_ahead` with it; a put that needs the segment meanwhile
+        takes it (:meth:`_make`). The append lock is held."""
+        m = Making(start)
+        self.making = m
+        return m
+
+    def end_ahead(self, m: Making):
+        """The service thread's creation *m* is over (append lock held): the
+        segment becomes a spare if it still follows the queue's last segment
+        and no put took it; else it is deleted. Returns the segment (a spare,
+        or the one a put took), or None when there is none to warm."""
+        if self.making is m:
+            self.making = None
+        mf = m.mf
+        if mf is None or m.taken:
+            return mf
+        if not self.spares and self.covered_end() == m.start:
+            self.spares.append(mf)
+            return mf
+        mf.destroy()
+        return None
+
     def next_file(self, start_offset: int = 0):
         """The segment that follows the last one, not yet appended to
         ``files``: the first spare, or one made now (``start_offset``
@@ -419,6 +490,8 @@ class MappedFileQueue(MappedQueue):
         (OSError, DiskFullError), with the queue unchanged."""
         if self.spares:
             mf = self.spares.pop(0)
+            if self.on_take is not None:
+                self.on_take()
         else:
             mf = self._make(self._next_start(start_offset))
         mf.first_created_in_queue = not self.files
@@ -548,7 +621,14 @@ class MappedFileQueue(MappedQueue):
                 self.files = []
                 self.file_size = None
             if self.files:
-                self.files[-1].wrote_position = 0
+                # only the first is taken for scanning: a writer keeps its next
+                # segment made ahead, so the last file is not the one it writes
+                # into and the one before it need not be full; the others are
+                # mapped one at a time as the scans find each full
+                for mf in self.files[1:]:
+                    mf.close()
+                del self.files[1:]
+                self.files[0].wrote_position = 0
         else:
             self.map_new_segments()
         return bool(self.files)

@@ -7,12 +7,15 @@ import collections
 import operator
 import os
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import _kernels as k
 from ..commitlog import CommitLog
 from ..config import SYNC_FLUSH, StoreConfig
 from ..exceptions import StoreClosedError, StoreReadOnlyError
+
+if TYPE_CHECKING:
+    from ..service.allocate import AllocateService
 from ..message import encode_host
 from ..storage.checkpoint import StoreCheckpoint
 from ..storage.index import IndexService
@@ -101,6 +104,7 @@ class StoreBase(k.StoreCore):
         self._refs = ReferenceResource()  # readers: one hold per pull or lookup
         self._retention = Retention(self)
         self._cleaner: threading.Thread | None = None
+        self._allocator: AllocateService | None = None  # files made ahead (service/allocate.py)
         self._disk_full = False  # RocketMQ's DISK_FULL running flag (or a stuck dispatch): puts refused
         self._disk_ratio = -1.0
         self._disk_next_check = 0.0  # time.monotonic() of the next probe

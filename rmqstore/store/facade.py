@@ -21,6 +21,7 @@ from ..message import (
     PutMessageStatus,
     encode_host,
 )
+from ..service.allocate import AllocateService
 from .args import MAX_OFFSET, _now_ms
 from .lock import StoreLock, _open_stores
 from .pull import _MAX_FILTER_UNITS, Pull, _tag_filter, _view_units
@@ -140,6 +141,14 @@ class MessageStore(Pull):
             # put_message in one kernel call (StoreCore's, through the gate); close drops it
             self._kernel_clock = None if self._clock is _now_ms else self._clock
             self._put_gate = k.PutGate(self, self._state, self._lock, self._fast, self._kernel_clock)
+            if cfg.make_files_ahead:
+                self._allocator = AllocateService(
+                    self._lock, self.commitlog.queue, self.index if cfg.message_index_enable else None,
+                    self._cqs, cfg.warm_maped_file_enable,
+                    cfg.flush_least_pages_when_warm_maped_file, self._sync_flush, os.path.basename(self.root_dir),
+                )
+                self.commitlog.queue.on_take = self._allocator.wake
+                self._allocator.start()
             if self.config.clean_service_enable:
                 self._cleaner = threading.Thread(
                     target=self._clean_loop, name=f"rmqstore-clean:{os.path.basename(self.root_dir)}", daemon=True
@@ -214,6 +223,8 @@ class MessageStore(Pull):
 
     def _stop_flusher(self) -> None:
         self._stop.set()
+        if self._allocator is not None:
+            self._allocator.stop()
         for t in (self._cleaner, self._flusher):
             if t is not None and t is not threading.current_thread():
                 t.join()

@@ -1,0 +1,198 @@
+"""Files made ahead: RocketMQ's AllocateMappedFileService and
+``warmMappedFile`` (docs/format.md#files-made-ahead).
+
+A writable store runs one :class:`AllocateService` thread that keeps the
+files the next rolls take ready before a put needs them, so that a roll is
+a switch to a file that exists, not a file creation on the put's path:
+
+- the CommitLog always has its next segment made (a spare);
+- each ConsumeQueue whose last file is half full has its next one made;
+- the index has its next file made once its last one is half full, and
+  the file a roll leaves behind is flushed here, not on the put;
+- each file made is warmed (``warm_maped_file_enable``): its pages are
+  faulted in writable ``flush_least_pages_when_warm_maped_file`` pages at a
+  time, with the GIL released, so the puts that later write there do not
+  wait on page faults (under SYNC_FLUSH each step is also synced, as
+  RocketMQ does, so a group commit never writes a warmed file back whole).
+
+Files are made with their final names (index files under temporary names
+until a roll publishes them, as before) and reserved whole, so a file made
+ahead but never used is an all-zero segment past the last record, which
+recovery deletes as it deletes any segment past the end. A failure to make
+one is logged and retried with a growing pause; the put that needs the file
+then makes it itself, as it would without this service, and all-or-nothing
+puts stay all or nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from .. import _kernels as k
+from ..exceptions import StoreClosedError
+from ..storage.mapped_file import PAGE
+
+__all__ = ["AllocateService"]
+
+log = logging.getLogger("rmqstore.allocate")
+
+#: how often the thread looks at the queues and the index, seconds (a
+#: CommitLog roll wakes it at once)
+POLL = 0.05
+_MAX_PAUSE = 5.0
+
+
+class AllocateService:
+    """The thread that makes files ahead for one writable store.
+
+    Args:
+        lock: the store's append lock (puts, rolls and undos hold it).
+        commit_log_queue (MappedFileQueue): the CommitLog's segments.
+        index (IndexService | None): the index, or None when disabled.
+        consume_queues (dict): the store's ConsumeQueues by (topic, queue id),
+            read as they grow (a put adds to it under the append lock).
+        warm (bool): warm each file made (``warm_maped_file_enable``).
+        warm_pages (int): pages per warm-up step
+            (``flush_least_pages_when_warm_maped_file``).
+        sync_warm (bool): sync each warmed step (SYNC_FLUSH).
+        name (str): for the thread's name.
+
+    Attributes:
+        failures (int): files it failed to make so far (each logged).
+        made (int): files it made so far.
+    """
+
+    def __init__(self, lock, commit_log_queue, index, consume_queues, warm: bool, warm_pages: int, sync_warm: bool,
+                 name: str) -> None:
+        self._lock = lock
+        self._cl = commit_log_queue
+        self._index = index
+        self._cqs = consume_queues
+        self._warm = warm
+        self._step = max(1, warm_pages) * PAGE
+        self._sync_warm = sync_warm
+        self._name = name
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.failures = 0
+        self.made = 0
+
+    def start(self) -> None:
+        """Start the thread; the index then leaves rolled files to it."""
+        if self._index is not None:
+            self._index.rolled = []
+        self._thread = threading.Thread(target=self._run, name=f"rmqstore-allocate:{self._name}", daemon=True)
+        self._thread.start()
+
+    def wake(self) -> None:
+        """A roll took a file made ahead: make the next one now."""
+        self._wake.set()
+
+    def stop(self) -> None:
+        """Stop the thread and wait for it (a warm-up stops between steps);
+        the index flushes rolled files itself again."""
+        self._stop.set()
+        self._wake.set()
+        t = self._thread
+        if t is not None and t is not threading.current_thread():
+            t.join()
+        if self._index is not None and not self._index.rolled:
+            self._index.rolled = None
+
+    def _run(self) -> None:
+        pause = 0.0
+        while not self._stop.is_set():
+            self._wake.wait(pause or POLL)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
+            try:
+                self.run_once()
+                pause = 0.0
+            except Exception as e:  # reported, retried; a put that needs the file makes it itself
+                self.failures += 1
+                pause = min(_MAX_PAUSE, max(POLL, pause * 2))
+                log.warning("could not make a file ahead (retrying in %.1f s): %s", pause, e)
+
+    def run_once(self) -> None:
+        """One round: the CommitLog's next segment, the next file of each
+        queue past half, the index's next file past half, the index files
+        rolls left to flush. Raises what making or flushing a file raises."""
+        self._ahead(self._cl, True)
+        for cq in list(self._cqs.values()):  # (a snapshot: puts add queues meanwhile)
+            if self._stop.is_set():
+                return
+            self._ahead(cq.queue, False)
+        index = self._index
+        if index is not None:
+            self._ahead_index(index)
+            index.flush_rolled()
+
+    def _ahead(self, q, always: bool) -> None:
+        """Make the segment after *q*'s last one unless it exists: always
+        (the CommitLog, its first one included) or once the last is half full."""
+        if not self._wanted(q, always):  # (a look without the lock first: most rounds stop here)
+            return
+        with self._lock:
+            if not self._wanted(q, always):
+                return
+            last = q.last
+            m = q.begin_ahead(0 if last is None else last.file_from_offset + q.file_size)
+        try:
+            m.mf = q.create_segment(m.start)
+        finally:
+            m.done.set()  # (a put waiting for it takes it now, or makes its own)
+            with self._lock:
+                mf = q.end_ahead(m)
+        self.made += 1
+        if mf is not None:
+            self._warm_file(mf, mf.mm, mf.file_size, mf.sync)
+
+    @staticmethod
+    def _wanted(q, always: bool) -> bool:
+        if q.spares or q.making is not None or q.file_size is None or q.read_only:
+            return False
+        last = q.last
+        if last is None:
+            return always
+        return always or last.wrote_position >= last.file_size // 2
+
+    def _ahead_index(self, index) -> None:
+        """The index's next file, once its last is half full (or it has none)."""
+        if not self._index_wanted(index):
+            return
+        with self._lock:
+            if not self._index_wanted(index):
+                return
+            name = index.new_spare_name()
+        f = index.make_spare(name)
+        with self._lock:
+            kept = index.add_spare(f)
+        self.made += 1
+        if kept:
+            self._warm_file(f, f.mm, len(f.mm), f.flush_released)
+
+    @staticmethod
+    def _index_wanted(index) -> bool:
+        if index.spares or index.read_only:
+            return False
+        last = index.files[-1] if index.files else None
+        return last is None or last.index_count >= index.index_num // 2
+
+    def _warm_file(self, f, mm, size: int, sync) -> None:
+        """Warm *f* a step at a time (see the module's doc); stops when the
+        store stops or the file is closed (a roll's undo, clean-up)."""
+        if not self._warm:
+            return
+        pos = 0
+        while pos < size and not self._stop.is_set():
+            end = min(size, pos + self._step)
+            try:
+                k.warm_pages(mm, pos, end)
+                if self._sync_warm:
+                    sync()
+            except (ValueError, BufferError, OSError, StoreClosedError):
+                return  # closed or deleted meanwhile: nothing left to warm
+            pos = end

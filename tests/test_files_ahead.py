@@ -1,0 +1,266 @@
+"""Files made ahead (docs/format.md#files-made-ahead): the next CommitLog
+segment, ConsumeQueue file and index file are made and warmed by a service
+thread before a roll needs them; a kill -9 with a file made ahead but never
+used leaves a store that opens with every record; a follower never mistakes
+the file made ahead for the writer's; and ``warm_pages`` never changes a byte.
+"""
+
+from __future__ import annotations
+
+import logging
+import mmap
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+from conftest import no_hang
+from rmqstore import Message, MessageStore, StoreConfig
+from rmqstore import _kernels as k
+from rmqstore.storage.mapped_file import MappedFileQueue
+
+SEG = 1 << 20  # 1 MiB CommitLog segments: a roll every ~2,400 puts of 400 B
+BODY = bytes(range(256)) + bytes(100)
+
+
+def _config(**kw) -> StoreConfig:
+    base = {"mapped_file_size_commit_log": SEG, "mapped_file_size_consume_queue": 1000 * 20,
+            "max_hash_slot_num": 100, "max_index_num": 400, "flush_least_pages_when_warm_maped_file": 16}
+    return StoreConfig(**{**base, **kw})
+
+
+def _segments(root) -> list:
+    d = os.path.join(root, "commitlog")
+    return sorted(os.listdir(d)) if os.path.isdir(d) else []
+
+
+def _wait_for(pred, seconds: float = 10.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not pred():
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out waiting for the service thread")
+        time.sleep(0.01)
+
+
+def _put(store, n: int, start: int = 0, queues: int = 2) -> list:
+    return [store.put_message(Message("Ahead", BODY, queue_id=i % queues, keys=f"k{i}"))
+            for i in range(start, start + n)]
+
+
+def _message(store, queue_id: int, offset: int):
+    (m,) = store.get_messages("Ahead", queue_id, offset, 1).messages
+    return m
+
+
+def test_the_next_segment_is_made_before_the_roll_and_the_roll_takes_it(tmp_path):
+    root = str(tmp_path / "s")
+    with MessageStore.open(root, _config()) as store:
+        _put(store, 1)
+        _wait_for(lambda: len(_segments(root)) == 2)
+        spare = os.path.join(root, "commitlog", f"{SEG:020d}")
+        ino = os.stat(spare).st_ino
+        with open(spare, "rb") as f:
+            assert f.read() == bytes(SEG)  # made ahead: reserved, all zero
+        results = []
+        while not results or results[-1].wrote_offset < SEG:
+            results += _put(store, 100, len(results))
+        assert os.stat(spare).st_ino == ino  # the roll switched to it, made nothing
+        _wait_for(lambda: len(_segments(root)) == 3)  # and the next one is made
+        n = len(results) + 1  # (and the first put)
+    # a clean close deletes the file made ahead: no segment past the data
+    assert _segments(root) == [f"{0:020d}", f"{SEG:020d}"]
+    with MessageStore.open(root, _config(), read_only=True) as ro:
+        assert ro.get_max_offset_in_queue("Ahead", 0) + ro.get_max_offset_in_queue("Ahead", 1) == n
+        assert ro.max_physical_offset == results[-1].wrote_offset + results[-1].wrote_bytes
+
+
+def test_without_the_service_no_file_is_made_ahead(tmp_path):
+    root = str(tmp_path / "s")
+    with MessageStore.open(root, _config(make_files_ahead=False)) as store:
+        _put(store, 1)
+        time.sleep(0.3)
+        assert _segments(root) == [f"{0:020d}"]
+        assert not [n for n in os.listdir(os.path.join(root, "index")) if n.endswith(".tmp")]
+
+
+def test_a_queue_past_half_and_the_index_past_half_get_their_next_file(tmp_path):
+    root = str(tmp_path / "s")
+    with MessageStore.open(root, _config()) as store:
+        _put(store, 300, queues=1)  # the index past 200 of its 400 entries, queue 0 below half of 1000 units
+        idir = os.path.join(root, "index")
+        _wait_for(lambda: any(n.endswith(".tmp") for n in os.listdir(idir)))
+        qdir = os.path.join(root, "consumequeue", "Ahead", "0")
+        time.sleep(0.2)
+        assert os.listdir(qdir) == [f"{0:020d}"]
+        _put(store, 220, 300, queues=1)  # queue 0 past half
+        _wait_for(lambda: len(os.listdir(qdir)) == 2)
+        assert sorted(os.listdir(qdir)) == [f"{0:020d}", f"{20000:020d}"]
+        results = _put(store, 700, 520, queues=1)  # into the queue's second file and the index's second
+        assert results[-1].queue_offset == 1219
+        assert len(store.query_messages("Ahead", "k1100", 10)) == 1
+    with MessageStore.open(root, _config(), read_only=True) as ro:
+        assert ro.get_max_offset_in_queue("Ahead", 0) == 1220
+        assert [m.keys for m in ro.query_messages("Ahead", "k1219", 10)] == ["k1219"]
+
+
+def test_the_index_file_a_roll_leaves_is_flushed_by_the_service_then_counted_full(tmp_path):
+    root = str(tmp_path / "s")
+    with MessageStore.open(root, _config()) as store:
+        _put(store, 420)  # past the first index file's 399 entries
+        assert len(store.index.files) == 2
+        first_end = store.index.files[0].end_timestamp
+        _wait_for(lambda: not store.index.rolled)
+        assert store.index.last_full_end_timestamp == first_end
+
+
+def test_a_put_makes_the_file_itself_when_the_service_cannot(tmp_path, monkeypatch, caplog):
+    real = MappedFileQueue.create_segment
+
+    def failing_in_the_service(self, start):
+        if threading.current_thread().name.startswith("rmqstore-allocate"):
+            raise OSError(28, "No space left on device (test)")
+        return real(self, start)
+
+    monkeypatch.setattr(MappedFileQueue, "create_segment", failing_in_the_service)
+    root = str(tmp_path / "s")
+    with caplog.at_level(logging.WARNING, logger="rmqstore.allocate"), MessageStore.open(root, _config()) as store:
+        results = _put(store, 2600)  # rolls: every segment made by the put that needs it
+        assert results[-1].wrote_offset >= SEG
+        _wait_for(lambda: "could not make a file ahead" in caplog.text)
+    with MessageStore.open(root, _config(), read_only=True) as ro:
+        assert sum(ro.get_max_offset_in_queue("Ahead", q) for q in (0, 1)) == 2600
+
+
+def _child_puts_then_dies(root: str, n: int, w: int) -> None:
+    try:
+        store = MessageStore.open(root, _config())
+        _put(store, n)
+        deadline = time.monotonic() + 10
+        while len(_segments(root)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        store.flush()
+        os.write(w, b"ok" if len(_segments(root)) >= 2 else b"no")
+        os.kill(os.getpid(), signal.SIGKILL)
+    finally:
+        os._exit(1)
+
+
+def test_a_kill_with_a_file_made_ahead_but_unused_loses_nothing(tmp_path):
+    root = str(tmp_path / "s")
+    n = 1000
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        _child_puts_then_dies(root, n, w)
+    os.close(w)
+    with no_hang(60):
+        said = os.read(r, 2)
+        os.close(r)
+        _, status = os.waitpid(pid, 0)
+    assert said == b"ok" and os.WIFSIGNALED(status)
+    assert len(_segments(root)) == 2  # the file made ahead survived the kill, all zero
+    assert os.path.exists(os.path.join(root, "abort"))
+    with MessageStore.open(root, _config(), read_only=True) as ro:  # a reader before any writer: same answer
+        assert sum(ro.get_max_offset_in_queue("Ahead", q) for q in (0, 1)) == n
+    with MessageStore.open(root, _config(make_files_ahead=False)) as store:
+        assert store.get_max_offset_in_queue("Ahead", 0) == n // 2
+        assert store.get_max_offset_in_queue("Ahead", 1) == n // 2
+        m = _message(store, 1, n // 2 - 1)
+        assert m.keys == f"k{n - 1}" and m.body == BODY
+        assert _segments(root) == [f"{0:020d}"]  # recovery deleted the segment past the end
+        end = store.max_physical_offset
+        r2 = _put(store, 1, n)[0]
+        assert r2.wrote_offset == end
+
+
+def test_a_follower_opened_before_the_first_file_reads_the_writers_records(tmp_path):
+    root = tmp_path / "s"
+    root.mkdir()
+    with MessageStore.open(str(root), _config(), read_only=True) as follower, \
+            MessageStore.open(str(root), _config()) as store:
+        results = _put(store, 10)
+        _wait_for(lambda: len(_segments(str(root))) == 2)  # segment 0 and the one made ahead
+        follower.refresh()
+        end = results[-1].wrote_offset + results[-1].wrote_bytes
+        assert follower.max_physical_offset == end
+        assert follower.get_max_offset_in_queue("Ahead", 1) == 5
+        assert _message(follower, 1, 4).keys == "k9"
+        more = _put(store, 2600, 10)  # into the segment made ahead, and past it
+        follower.refresh()
+        assert follower.max_physical_offset == more[-1].wrote_offset + more[-1].wrote_bytes
+        assert _message(follower, 1, 1304).keys == "k2609"
+
+
+# --- warm_pages ---------------------------------------------------------------------
+
+
+@pytest.fixture
+def mapped(tmp_path):
+    path = tmp_path / "f"
+    size = 64 * mmap.PAGESIZE
+    with open(path, "wb") as f:
+        f.truncate(size)
+    fd = os.open(path, os.O_RDWR)
+    mm = mmap.mmap(fd, size)
+    yield mm
+    mm.close()
+    os.close(fd)
+
+
+def test_warm_pages_changes_no_byte(impl, mapped):
+    data = os.urandom(len(mapped) // 2)
+    mapped[100:100 + len(data)] = data
+    before = bytes(mapped)
+    assert k.warm_pages(mapped, 0, len(mapped)) in (True, False)
+    assert k.warm_pages(mapped, 7, 5) is True  # empty range
+    assert k.warm_pages(mapped, -10, 10**12) in (True, False)  # clipped to the buffer
+    assert bytes(mapped) == before
+
+
+def test_warm_pages_loses_no_write_made_meanwhile(impl, mapped):
+    stop = threading.Event()
+
+    def warm():
+        while not stop.is_set():
+            k.warm_pages(mapped, 0, len(mapped))
+
+    t = threading.Thread(target=warm)
+    t.start()
+    try:
+        expect = bytearray(len(mapped))
+        for i in range(0, len(mapped), 997):
+            b = os.urandom(13)
+            mapped[i:i + 13] = b
+            expect[i:i + 13] = b
+    finally:
+        stop.set()
+        t.join()
+    assert bytes(mapped) == bytes(expect[: len(mapped)])
+
+
+def test_warm_pages_refuses_a_read_only_buffer(impl, mapped):
+    with pytest.raises(BufferError):
+        k.warm_pages(b"abc", 0, 3)
+    ro = mmap.mmap(mapped.fileno(), 0, access=mmap.ACCESS_READ) if hasattr(mapped, "fileno") else None
+    if ro is not None:
+        with pytest.raises(BufferError):
+            k.warm_pages(ro, 0, 10)
+        ro.close()
+
+
+def test_clean_up_deletes_old_segments_never_the_current_one_or_the_one_made_ahead(tmp_path):
+    root = str(tmp_path / "s")
+    with MessageStore.open(root, _config(clean_service_enable=False)) as store:
+        results = _put(store, 6000)  # two rolls
+        _wait_for(lambda: len(_segments(root)) == 4)
+        current = _segments(root)[2]
+        report = store.delete_expired(force=True)
+        assert report.deleted == 2
+        assert _segments(root) == [current, f"{3 * SEG:020d}"]
+        assert store.get_message(results[-1].wrote_offset).keys == "k5999"
+        more = _put(store, 3000, 6000)  # into the segment made ahead
+        assert more[-1].wrote_offset >= 3 * SEG
+        assert store.get_message(more[-1].wrote_offset).keys == "k8999"
