@@ -10,10 +10,12 @@ a switch to a file that exists, not a file creation on the put's path:
 - the index has its next file made once its last one is half full, and
   the file a roll leaves behind is flushed here, not on the put;
 - each file made is warmed (``warm_maped_file_enable``): its pages are
-  faulted in writable ``flush_least_pages_when_warm_maped_file`` pages at a
-  time, with the GIL released, so the puts that later write there do not
-  wait on page faults (under SYNC_FLUSH each step is also synced, as
-  RocketMQ does, so a group commit never writes a warmed file back whole).
+  faulted in writable with the GIL released, so the puts that later write
+  there do not wait on page faults; under SYNC_FLUSH
+  ``flush_least_pages_when_warm_maped_file`` pages at a time, each step
+  synced as RocketMQ does (a group commit never has a warmed file to write
+  back whole), under ASYNC_FLUSH in steps of up to 256 MiB (each step ends
+  with a hand-over of the GIL, which the putting thread pays for).
 
 Files are made with their final names (index files under temporary names
 until a roll publishes them, as before) and reserved whole, so a file made
@@ -38,8 +40,13 @@ __all__ = ["AllocateService"]
 log = logging.getLogger("rmqstore.allocate")
 
 #: how often the thread looks at the queues and the index, seconds (a
-#: CommitLog roll wakes it at once)
-POLL = 0.05
+#: CommitLog roll wakes it at once). Each look takes the GIL from the
+#: putting thread, which costs that put the time the operating system takes
+#: to hand the GIL back (~0.1-0.2 ms on a VM): rarely is better
+POLL = 0.5
+#: the largest warm-up step under ASYNC_FLUSH (one call, the GIL released):
+#: few steps, few hand-overs of the GIL; the stop waits for one step at most
+WARM_STEP_ASYNC = 256 << 20
 _MAX_PAUSE = 5.0
 
 
@@ -70,7 +77,8 @@ class AllocateService:
         self._index = index
         self._cqs = consume_queues
         self._warm = warm
-        self._step = max(1, warm_pages) * PAGE
+        # SYNC_FLUSH: RocketMQ's step, synced; else as large as is quick to stop
+        self._step = max(1, warm_pages) * PAGE if sync_warm else WARM_STEP_ASYNC
         self._sync_warm = sync_warm
         self._name = name
         self._wake = threading.Event()
@@ -78,9 +86,18 @@ class AllocateService:
         self._thread: threading.Thread | None = None
         self.failures = 0
         self.made = 0
+        self._to_warm: list = []  # (file, mapping, size, sync) made, not warmed yet
 
     def start(self) -> None:
-        """Start the thread; the index then leaves rolled files to it."""
+        """Make what is missing now (a new store's first CommitLog segment
+        and index file: the first put does not wait for them), then start
+        the thread, which warms them; the index leaves rolled files to it.
+        A failure to make one is logged, and retried by the thread."""
+        try:
+            self.run_once(warm=False)
+        except Exception as e:  # (the open goes on: the thread retries, a put makes what it needs)
+            self.failures += 1
+            log.warning("could not make a file ahead at open (retrying): %s", e)
         if self._index is not None:
             self._index.rolled = []
         self._thread = threading.Thread(target=self._run, name=f"rmqstore-allocate:{self._name}", daemon=True)
@@ -103,12 +120,14 @@ class AllocateService:
 
     def _run(self) -> None:
         pause = 0.0
+        self._wake.set()  # (a first round at once: the files the open made are not warm yet)
         while not self._stop.is_set():
             self._wake.wait(pause or POLL)
             self._wake.clear()
             if self._stop.is_set():
                 return
             try:
+                self._warm_made()  # (what the open made first)
                 self.run_once()
                 pause = 0.0
             except Exception as e:  # reported, retried; a put that needs the file makes it itself
@@ -116,10 +135,12 @@ class AllocateService:
                 pause = min(_MAX_PAUSE, max(POLL, pause * 2))
                 log.warning("could not make a file ahead (retrying in %.1f s): %s", pause, e)
 
-    def run_once(self) -> None:
+    def run_once(self, warm: bool = True) -> None:
         """One round: the CommitLog's next segment, the next file of each
         queue past half, the index's next file past half, the index files
-        rolls left to flush. Raises what making or flushing a file raises."""
+        rolls left to flush; then the files made are warmed, unless *warm*
+        is False (the open: the thread warms them later). Raises what
+        making or flushing a file raises."""
         self._ahead(self._cl, True)
         for cq in list(self._cqs.values()):  # (a snapshot: puts add queues meanwhile)
             if self._stop.is_set():
@@ -129,6 +150,13 @@ class AllocateService:
         if index is not None:
             self._ahead_index(index)
             index.flush_rolled()
+        if warm:
+            self._warm_made()
+
+    def _warm_made(self) -> None:
+        """Warm the files made since the last call (see the module's doc)."""
+        while self._to_warm and not self._stop.is_set():
+            self._warm_file(*self._to_warm.pop(0))
 
     def _ahead(self, q, always: bool) -> None:
         """Make the segment after *q*'s last one unless it exists: always
@@ -148,7 +176,7 @@ class AllocateService:
                 mf = q.end_ahead(m)
         self.made += 1
         if mf is not None:
-            self._warm_file(mf, mf.mm, mf.file_size, mf.sync)
+            self._to_warm.append((mf, mf.mm, mf.file_size, mf.sync))
 
     @staticmethod
     def _wanted(q, always: bool) -> bool:
@@ -172,7 +200,7 @@ class AllocateService:
             kept = index.add_spare(f)
         self.made += 1
         if kept:
-            self._warm_file(f, f.mm, len(f.mm), f.flush_released)
+            self._to_warm.append((f, f.mm, len(f.mm), f.flush_released))
 
     @staticmethod
     def _index_wanted(index) -> bool:

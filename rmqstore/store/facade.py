@@ -82,6 +82,7 @@ class MessageStore(Pull):
             store._start()
         except BaseException:
             store._closed = True
+            store._stop_flusher()  # (the threads _start may have started)
             store._release()
             raise
         _open_stores.add(store)
