@@ -37,7 +37,7 @@ from rmqstore import Message, MessageStore, StoreConfig
 #: the settings of each mode, on top of BASE (StoreConfig field names)
 MODES = {
     "inline": {"make_files_ahead": False},
-    "ahead": {},
+    "ahead": {"warm_maped_file_enable": False},
     "ahead+warm": {"warm_maped_file_enable": True},
 }
 
@@ -152,18 +152,27 @@ def plot(results: dict, path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(8, 4.5))
-    bins = np.logspace(-1, 5, 121)  # 0.1 µs .. 100 ms
+    fig, (ax, tail) = plt.subplots(1, 2, figsize=(11, 4.2))
+    bins = np.logspace(0, 5.5, 111)  # 1 µs .. 316 ms
     for mode, r in results.items():
-        ax.hist(r["lat"] / 1000.0, bins=bins, histtype="step", label=mode, linewidth=1.2)
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("put_message latency (µs)")
-    ax.set_ylabel("puts")
-    ax.axvline(1000, color="grey", linestyle=":", linewidth=1)
+        us = np.sort(r["lat"] / 1000.0)
+        ax.hist(us, bins=bins, histtype="step", label=mode, linewidth=1.2)
+        # the tail: how many puts took longer than x
+        tail.step(us, np.arange(us.size, 0, -1), where="post", label=mode, linewidth=1.2)
     n = next(iter(results.values()))["lat"].size
+    for a in (ax, tail):
+        a.set_xscale("log")
+        a.set_yscale("log")
+        a.set_xlabel("put_message latency (µs)")
+        a.axvline(1000, color="grey", linestyle=":", linewidth=1)
+    ax.set_xlim(1, 10**5.5)
+    tail.set_xlim(10, 10**5.5)
+    tail.set_ylim(0.8, n)
+    ax.set_ylabel("puts")
+    tail.set_ylabel("puts slower than x")
     ax.set_title(f"{n:,} puts of {BODY} B, ASYNC_FLUSH, one call each")
-    ax.legend()
+    tail.set_title("the tail")
+    tail.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 

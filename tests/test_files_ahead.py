@@ -54,9 +54,10 @@ def _message(store, queue_id: int, offset: int):
     return m
 
 
-def test_the_next_segment_is_made_before_the_roll_and_the_roll_takes_it(tmp_path):
+@pytest.mark.parametrize("warm", [True, False])
+def test_the_next_segment_is_made_before_the_roll_and_the_roll_takes_it(tmp_path, warm):
     root = str(tmp_path / "s")
-    with MessageStore.open(root, _config()) as store:
+    with MessageStore.open(root, _config(warm_maped_file_enable=warm)) as store:
         _put(store, 1)
         _wait_for(lambda: len(_segments(root)) == 2)
         spare = os.path.join(root, "commitlog", f"{SEG:020d}")
@@ -74,6 +75,19 @@ def test_the_next_segment_is_made_before_the_roll_and_the_roll_takes_it(tmp_path
     with MessageStore.open(root, _config(), read_only=True) as ro:
         assert ro.get_max_offset_in_queue("Ahead", 0) + ro.get_max_offset_in_queue("Ahead", 1) == n
         assert ro.max_physical_offset == results[-1].wrote_offset + results[-1].wrote_bytes
+
+
+def test_sync_flush_with_warm_up_rolls_into_the_files_made_ahead(tmp_path):
+    root = str(tmp_path / "s")
+    cfg = _config(flush_disk_type="SYNC_FLUSH")
+    with MessageStore.open(root, cfg) as store:
+        _put(store, 1)
+        _wait_for(lambda: len(_segments(root)) == 2)
+        results = store.put_messages([Message("Ahead", BODY, queue_id=i % 2, keys=f"k{i}") for i in range(1, 3000)])
+        assert results[-1].wrote_offset >= SEG
+    with MessageStore.open(root, cfg, read_only=True) as ro:
+        assert ro.max_physical_offset == results[-1].wrote_offset + results[-1].wrote_bytes
+        assert [m.keys for m in ro.query_messages("Ahead", "k2999", 4)] == ["k2999"]
 
 
 def test_without_the_service_no_file_is_made_ahead(tmp_path):
