@@ -338,7 +338,8 @@ def test_an_index_file_that_cannot_be_made(tmp_path):
     write, and succeed once the limit is lifted."""
     out = run_child(CHILD_PRELUDE + """
 cfg = StoreConfig(mapped_file_size_commit_log=16384, mapped_file_size_consume_queue=200,
-                  max_hash_slot_num=50000, max_index_num=8, clean_service_enable=False)
+                  max_hash_slot_num=50000, max_index_num=8, clean_service_enable=False,
+                  make_files_ahead=False)  # (the puts make their files: nothing made ahead)
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
 def limited(put):
