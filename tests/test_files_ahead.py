@@ -59,7 +59,7 @@ def test_the_next_segment_is_made_before_the_roll_and_the_roll_takes_it(tmp_path
     root = str(tmp_path / "s")
     with MessageStore.open(root, _config(warm_maped_file_enable=warm)) as store:
         _put(store, 1)
-        _wait_for(lambda: len(_segments(root)) == 2)
+        _wait_for(lambda: len(_segments(root)) == 3)  # the next two, as RocketMQ asks for
         spare = os.path.join(root, "commitlog", f"{SEG:020d}")
         ino = os.stat(spare).st_ino
         with open(spare, "rb") as f:
@@ -68,7 +68,7 @@ def test_the_next_segment_is_made_before_the_roll_and_the_roll_takes_it(tmp_path
         while not results or results[-1].wrote_offset < SEG:
             results += _put(store, 100, len(results))
         assert os.stat(spare).st_ino == ino  # the roll switched to it, made nothing
-        _wait_for(lambda: len(_segments(root)) == 3)  # and the next one is made
+        _wait_for(lambda: len(_segments(root)) == 4)  # and the one after the next is made
         n = len(results) + 1  # (and the first put)
     # a clean close deletes the file made ahead: no segment past the data
     assert _segments(root) == [f"{0:020d}", f"{SEG:020d}"]
@@ -82,7 +82,7 @@ def test_sync_flush_with_warm_up_rolls_into_the_files_made_ahead(tmp_path):
     cfg = _config(flush_disk_type="SYNC_FLUSH")
     with MessageStore.open(root, cfg) as store:
         _put(store, 1)
-        _wait_for(lambda: len(_segments(root)) == 2)
+        _wait_for(lambda: len(_segments(root)) == 3)
         results = store.put_messages([Message("Ahead", BODY, queue_id=i % 2, keys=f"k{i}") for i in range(1, 3000)])
         assert results[-1].wrote_offset >= SEG
     with MessageStore.open(root, cfg, read_only=True) as ro:
@@ -152,10 +152,10 @@ def _child_puts_then_dies(root: str, n: int, w: int) -> None:
         store = MessageStore.open(root, _config())
         _put(store, n)
         deadline = time.monotonic() + 10
-        while len(_segments(root)) < 2 and time.monotonic() < deadline:
+        while len(_segments(root)) < 3 and time.monotonic() < deadline:
             time.sleep(0.01)
         store.flush()
-        os.write(w, b"ok" if len(_segments(root)) >= 2 else b"no")
+        os.write(w, b"ok" if len(_segments(root)) >= 3 else b"no")
         os.kill(os.getpid(), signal.SIGKILL)
     finally:
         os._exit(1)
@@ -175,7 +175,7 @@ def test_a_kill_with_a_file_made_ahead_but_unused_loses_nothing(tmp_path):
         os.close(r)
         _, status = os.waitpid(pid, 0)
     assert said == b"ok" and os.WIFSIGNALED(status)
-    assert len(_segments(root)) == 2  # the file made ahead survived the kill, all zero
+    assert len(_segments(root)) == 3  # the files made ahead survived the kill, all zero
     assert os.path.exists(os.path.join(root, "abort"))
     with MessageStore.open(root, _config(), read_only=True) as ro:  # a reader before any writer: same answer
         assert sum(ro.get_max_offset_in_queue("Ahead", q) for q in (0, 1)) == n
@@ -196,7 +196,7 @@ def test_a_follower_opened_before_the_first_file_reads_the_writers_records(tmp_p
     with MessageStore.open(str(root), _config(), read_only=True) as follower, \
             MessageStore.open(str(root), _config()) as store:
         results = _put(store, 10)
-        _wait_for(lambda: len(_segments(str(root))) == 2)  # segment 0 and the one made ahead
+        _wait_for(lambda: len(_segments(str(root))) == 3)  # segment 0 and the two made ahead
         follower.refresh()
         end = results[-1].wrote_offset + results[-1].wrote_bytes
         assert follower.max_physical_offset == end
@@ -269,11 +269,11 @@ def test_clean_up_deletes_old_segments_never_the_current_one_or_the_one_made_ahe
     root = str(tmp_path / "s")
     with MessageStore.open(root, _config(clean_service_enable=False)) as store:
         results = _put(store, 6000)  # two rolls
-        _wait_for(lambda: len(_segments(root)) == 4)
+        _wait_for(lambda: len(_segments(root)) == 5)
         current = _segments(root)[2]
         report = store.delete_expired(force=True)
         assert report.deleted == 2
-        assert _segments(root) == [current, f"{3 * SEG:020d}"]
+        assert _segments(root) == [current, f"{3 * SEG:020d}", f"{4 * SEG:020d}"]
         assert store.get_message(results[-1].wrote_offset).keys == "k5999"
         more = _put(store, 3000, 6000)  # into the segment made ahead
         assert more[-1].wrote_offset >= 3 * SEG

@@ -5,7 +5,8 @@ A writable store runs one :class:`AllocateService` thread that keeps the
 files the next rolls take ready before a put needs them, so that a roll is
 a switch to a file that exists, not a file creation on the put's path:
 
-- the CommitLog always has its next segment made (a spare);
+- the CommitLog always has its next two segments made (spares), as
+  RocketMQ asks for the next file and the one after;
 - each ConsumeQueue whose last file is half full has its next one made;
 - the index has its next file made once its last one is half full, and
   the file a roll leaves behind is flushed here, not on the put;
@@ -141,7 +142,11 @@ class AllocateService:
         rolls left to flush; then the files made are warmed, unless *warm*
         is False (the open: the thread warms them later). Raises what
         making or flushing a file raises."""
-        self._ahead(self._cl, True)
+        # the CommitLog first, made and warmed before anything else: every
+        # put rolls into it, and at a roll every ~0.1 s (small segments) a
+        # round that warms or flushes a large index file first would be late
+        while self._ahead(self._cl, True) and warm:
+            self._warm_made()
         for cq in list(self._cqs.values()):  # (a snapshot: puts add queues meanwhile)
             if self._stop.is_set():
                 return
@@ -158,16 +163,18 @@ class AllocateService:
         while self._to_warm and not self._stop.is_set():
             self._warm_file(*self._to_warm.pop(0))
 
-    def _ahead(self, q, always: bool) -> None:
-        """Make the segment after *q*'s last one unless it exists: always
-        (the CommitLog, its first one included) or once the last is half full."""
+    def _ahead(self, q, always: bool) -> bool:
+        """Make the next segment of *q* unless enough are made: for the
+        CommitLog (*always*, its first one included) two, the next and the
+        one after (as RocketMQ asks for), so that a round that comes late
+        still finds one ready; for a queue one, once its last file is half
+        full. Returns whether it made one."""
         if not self._wanted(q, always):  # (a look without the lock first: most rounds stop here)
-            return
+            return False
         with self._lock:
             if not self._wanted(q, always):
-                return
-            last = q.last
-            m = q.begin_ahead(0 if last is None else last.file_from_offset + q.file_size)
+                return False
+            m = q.begin_ahead(q.covered_end(), 2 if always else 1)
         try:
             m.mf = q.create_segment(m.start)
         finally:
@@ -177,10 +184,11 @@ class AllocateService:
         self.made += 1
         if mf is not None:
             self._to_warm.append((mf, mf.mm, mf.file_size, mf.sync))
+        return True
 
     @staticmethod
     def _wanted(q, always: bool) -> bool:
-        if q.spares or q.making is not None or q.file_size is None or q.read_only:
+        if len(q.spares) >= (2 if always else 1) or q.making is not None or q.file_size is None or q.read_only:
             return False
         last = q.last
         if last is None:

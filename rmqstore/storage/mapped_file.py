@@ -269,14 +269,16 @@ def _unlink_quietly(path) -> None:
 
 
 class Making:
-    """A segment a service thread is making ahead: its start offset, the
-    file once made (None until then, or after a failure), whether a put
-    took it, and an event set when the creation is over."""
+    """A segment a service thread is making ahead: its start offset, how
+    many spares the queue keeps, the file once made (None until then, or
+    after a failure), whether a put took it, and an event set when the
+    creation is over."""
 
-    __slots__ = ("start", "mf", "taken", "done")
+    __slots__ = ("start", "keep", "mf", "taken", "done")
 
-    def __init__(self, start: int) -> None:
+    def __init__(self, start: int, keep: int = 1) -> None:
         self.start = start
+        self.keep = keep
         self.mf: MappedFile | None = None
         self.taken = False
         self.done = threading.Event()
@@ -458,12 +460,13 @@ class MappedFileQueue(MappedQueue):
 
     # --- making ahead (a service thread; docs/format.md#files-made-ahead) ----------------
 
-    def begin_ahead(self, start: int) -> Making:
+    def begin_ahead(self, start: int, keep: int = 1) -> Making:
         """Say that segment *start* is being made by a service thread, which
         then calls :meth:`create_segment` without the append lock and
         :meth:`end_ahead` with it; a put that needs the segment meanwhile
-        takes it (:meth:`_make`). The append lock is held."""
-        m = Making(start)
+        takes it (:meth:`_make`). It is kept while fewer than *keep* spares
+        exist. The append lock is held."""
+        m = Making(start, keep)
         self.making = m
         return m
 
@@ -477,7 +480,7 @@ class MappedFileQueue(MappedQueue):
         mf = m.mf
         if mf is None or m.taken:
             return mf
-        if not self.spares and self.covered_end() == m.start:
+        if len(self.spares) < m.keep and self.covered_end() == m.start:
             self.spares.append(mf)
             return mf
         mf.destroy()
