@@ -78,8 +78,10 @@ class AllocateService:
         self._index = index
         self._cqs = consume_queues
         self._warm = warm
-        # SYNC_FLUSH: RocketMQ's step, synced; else as large as is quick to stop
-        self._step = max(1, warm_pages) * PAGE if sync_warm else WARM_STEP_ASYNC
+        # SYNC_FLUSH: RocketMQ's step, synced; else as large as is quick to
+        # stop (the pure twin's warm-up holds the GIL: RocketMQ's step there too)
+        small = sync_warm or k.IMPLEMENTATION != "cython"
+        self._step = max(1, warm_pages) * PAGE if small else WARM_STEP_ASYNC
         self._sync_warm = sync_warm
         self._name = name
         self._wake = threading.Event()
@@ -137,11 +139,12 @@ class AllocateService:
                 log.warning("could not make a file ahead (retrying in %.1f s): %s", pause, e)
 
     def run_once(self, warm: bool = True) -> None:
-        """One round: the CommitLog's next segment, the next file of each
-        queue past half, the index's next file past half, the index files
-        rolls left to flush; then the files made are warmed, unless *warm*
-        is False (the open: the thread warms them later). Raises what
-        making or flushing a file raises."""
+        """One round: the CommitLog's next two segments (each warmed as
+        soon as made), the next file of each queue past half, the index's
+        next file past half, the index files rolls left to flush; then the
+        other files made are warmed. With *warm* False (the open) one
+        CommitLog segment at most and no warming: the thread does the rest.
+        Raises what making or flushing a file raises."""
         # the CommitLog first, made and warmed before anything else: every
         # put rolls into it, and at a roll every ~0.1 s (small segments) a
         # round that warms or flushes a large index file first would be late
