@@ -278,3 +278,24 @@ def test_clean_up_deletes_old_segments_never_the_current_one_or_the_one_made_ahe
         more = _put(store, 3000, 6000)  # into the segment made ahead
         assert more[-1].wrote_offset >= 3 * SEG
         assert store.get_message(more[-1].wrote_offset).keys == "k8999"
+
+
+def test_a_store_renamed_while_open_is_not_made_again_under_its_old_path(tmp_path, caplog):
+    old, new = tmp_path / "s", tmp_path / "moved"
+
+    def put_plain(store, n):  # no keys (no index entries), queue 0: its file fills, nothing rolls
+        for _ in range(n):
+            store.put_message(Message("Ahead", BODY, queue_id=0))
+
+    with caplog.at_level(logging.WARNING, logger="rmqstore.allocate"):
+        with MessageStore.open(old, _config()) as store:
+            put_plain(store, 300)
+            _wait_for(lambda: len(_segments(str(old))) == 3)
+            os.rename(old, new)
+            try:
+                put_plain(store, 250)  # past half of the queue's file: the thread wants its next one
+                _wait_for(lambda: "could not make a file ahead" in caplog.text)
+                assert not old.exists()  # nothing made under the path the store left
+            finally:
+                os.rename(new, old)  # (the open files work by their paths)
+            assert store.get_max_offset_in_queue("Ahead", 0) == 550

@@ -90,6 +90,9 @@ class AllocateService:
         self.failures = 0
         self.made = 0
         self._to_warm: list = []  # (file, mapping, size, sync) made, not warmed yet
+        # directories are made by the open only: the thread never makes one
+        # again under a path the store may have left (renamed while open)
+        self._make_dirs = True
 
     def start(self) -> None:
         """Make what is missing now (a new store's first CommitLog segment
@@ -101,6 +104,7 @@ class AllocateService:
         except Exception as e:  # (the open goes on: the thread retries, a put makes what it needs)
             self.failures += 1
             log.warning("could not make a file ahead at open (retrying): %s", e)
+        self._make_dirs = False
         if self._index is not None:
             self._index.rolled = []
         self._thread = threading.Thread(target=self._run, name=f"rmqstore-allocate:{self._name}", daemon=True)
@@ -179,7 +183,7 @@ class AllocateService:
                 return False
             m = q.begin_ahead(q.covered_end(), 2 if always else 1)
         try:
-            m.mf = q.create_segment(m.start)
+            m.mf = q.create_segment(m.start, self._make_dirs)
         finally:
             m.done.set()  # (a put waiting for it takes it now, or makes its own)
             with self._lock:
@@ -206,7 +210,7 @@ class AllocateService:
             if not self._index_wanted(index):
                 return
             name = index.new_spare_name()
-        f = index.make_spare(name)
+        f = index.make_spare(name, self._make_dirs)
         with self._lock:
             kept = index.add_spare(f)
         self.made += 1

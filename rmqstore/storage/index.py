@@ -452,12 +452,14 @@ class IndexService(k.IndexServiceBase):
             if end_ts > self.last_full_end_timestamp:
                 self.last_full_end_timestamp = end_ts
 
-    def make_spare(self, name: str):
+    def make_spare(self, name: str, make_dirs: bool = True):
         """Create a spare index file under a temporary name from *name* (see
         :meth:`new_spare_name`), without touching the service's lists: a
-        service thread makes it without the append lock and hands it to
+        service thread makes it without the append lock (and without
+        making a missing directory: *make_dirs*) and hands it to
         :meth:`add_spare`. Raises what making a file raises."""
-        os.makedirs(self.directory, exist_ok=True)
+        if make_dirs:
+            os.makedirs(self.directory, exist_ok=True)
         return IndexFile(os.path.join(self.directory, name), self.hash_slot_num, self.index_num,
                          create=True, spare=True)
 

@@ -444,12 +444,16 @@ class MappedFileQueue(MappedQueue):
                 return m.mf
         return self.create_segment(start)
 
-    def create_segment(self, start: int):
+    def create_segment(self, start: int, make_dirs: bool = True):
         """Create, reserve and map segment *start* and sync the directory
         entry. Touches no list of the queue (a service thread calls it
-        without the append lock). Raises OSError, DiskFullError,
-        CorruptedFileError; a failure leaves no file."""
-        os.makedirs(self.directory, exist_ok=True)
+        without the append lock, and with *make_dirs* False: a directory
+        gone meanwhile, a store renamed while open, is not made again
+        under the old path). Raises OSError (FileNotFoundError for a
+        missing directory), DiskFullError, CorruptedFileError; a failure
+        leaves no file."""
+        if make_dirs:
+            os.makedirs(self.directory, exist_ok=True)
         mf = MappedFile(os.path.join(self.directory, offset_to_file_name(start)), self.file_size, create=True)
         try:
             fsync_dir(self.directory)
