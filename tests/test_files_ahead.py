@@ -287,15 +287,14 @@ def test_a_store_renamed_while_open_is_not_made_again_under_its_old_path(tmp_pat
         for _ in range(n):
             store.put_message(Message("Ahead", BODY, queue_id=0))
 
-    with caplog.at_level(logging.WARNING, logger="rmqstore.allocate"):
-        with MessageStore.open(old, _config()) as store:
-            put_plain(store, 300)
-            _wait_for(lambda: len(_segments(str(old))) == 3)
-            os.rename(old, new)
-            try:
-                put_plain(store, 250)  # past half of the queue's file: the thread wants its next one
-                _wait_for(lambda: "could not make a file ahead" in caplog.text)
-                assert not old.exists()  # nothing made under the path the store left
-            finally:
-                os.rename(new, old)  # (the open files work by their paths)
-            assert store.get_max_offset_in_queue("Ahead", 0) == 550
+    with caplog.at_level(logging.WARNING, logger="rmqstore.allocate"), MessageStore.open(old, _config()) as store:
+        put_plain(store, 300)
+        _wait_for(lambda: len(_segments(str(old))) == 3)
+        os.rename(old, new)
+        try:
+            put_plain(store, 250)  # past half of the queue's file: the thread wants its next one
+            _wait_for(lambda: "could not make a file ahead" in caplog.text)
+            assert not old.exists()  # nothing made under the path the store left
+        finally:
+            os.rename(new, old)  # (the open files work by their paths)
+        assert store.get_max_offset_in_queue("Ahead", 0) == 550
