@@ -177,9 +177,10 @@ def test_failures_before_the_first_write_change_nothing(tmp_path):
         MessageStore.open(root, CFG)
     assert files_of(root) == before
     seg.write_bytes(whole)
-    # a writer in another process
+    # a writer in another process, with no files made ahead: its own service
+    # thread would change the directory while the refused open is checked
     cfg = dict(mapped_file_size_commit_log=FS, mapped_file_size_consume_queue=400, max_hash_slot_num=16,
-               max_index_num=64, clean_service_enable=False)
+               max_index_num=64, clean_service_enable=False, make_files_ahead=False)
     child = subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent(f"""
             import sys
