@@ -1,5 +1,5 @@
 """Moved to :mod:`rmqstore.service.aio`; this module re-exports its names for old imports."""
 
-from .service.aio import AsyncMessageStore
+from .service.aio import AsyncConsumer, AsyncMessageStore
 
-__all__ = ["AsyncMessageStore"]
+__all__ = ["AsyncConsumer", "AsyncMessageStore"]

@@ -105,7 +105,8 @@ class CountingExecutor(ThreadPoolExecutor):
 
     def submit(self, fn, /, *args, **kwargs):
         name = getattr(fn, "func", fn).__name__
-        self.calls.append("put_message" if name == "put" else name)  # (the core's PutGate.put)
+        # (the core's PutGate.put; the thread function of AsyncMessageStore.open)
+        self.calls.append({"put": "put_message", "open_in_thread": "open"}.get(name, name))
         return super().submit(fn, *args, **kwargs)
 
 
@@ -180,3 +181,78 @@ def test_asyncio_front(tmp_path):
             assert [x.queue_offset for x in rs] == [1, 2, 3]
 
     asyncio.run(main())
+
+
+def test_asyncio_front_has_every_public_name_of_the_store(tmp_path):
+    """Every public method and attribute of MessageStore (the class's and an
+    open store's) is on AsyncMessageStore; the methods are coroutines but
+    consumer and iter_messages, which return async iterators."""
+    import inspect
+
+    with MessageStore.open(tmp_path / "s", config=SMALL) as s:
+        names = {n for n in dir(s) if not n.startswith("_")}
+    assert names - set(dir(AsyncMessageStore)) == set()
+    iterators = {"consumer", "iter_messages", "open"}
+    for n in sorted(names - iterators):
+        a = inspect.getattr_static(AsyncMessageStore, n)
+        assert isinstance(a, property) or inspect.iscoroutinefunction(a), n
+        if not isinstance(a, property):
+            assert params(a) == params(getattr(MessageStore, n)), n
+    for n in iterators - {"open"}:
+        assert params(getattr(AsyncMessageStore, n)) == params(getattr(MessageStore, n)), n
+
+
+def params(fn) -> list:
+    """Parameter names, kinds and defaults (annotations aside)."""
+    import inspect
+
+    return [(p.name, p.kind, p.default) for p in inspect.signature(fn).parameters.values()]
+
+
+def test_asyncio_front_opens_with_one_async_with(tmp_path):
+    async def main():
+        async with AsyncMessageStore.open(tmp_path / "s", config=SMALL) as store:
+            assert repr(store) == f"<AsyncMessageStore {str(tmp_path / 's')!r} read-write inline>"
+            r = await store.put_message(Message("T", b"x"))
+            assert store.max_physical_offset == r.wrote_offset + r.wrote_bytes and store.config == SMALL
+            assert await store.queues() == [("T", 0)]
+            assert [m.body async for m in store.iter_messages()] == [b"x"]
+        assert store.closed and repr(store).endswith("read-write closed inline>")
+        store = await AsyncMessageStore.open(tmp_path / "s", read_only=True, inline=False)  # the older spelling
+        try:
+            assert repr(store) == f"<AsyncMessageStore {str(tmp_path / 's')!r} read-only executor>"
+            assert [m.body async for m in store.iter_messages()] == [b"x"]
+        finally:
+            await store.close()
+
+    asyncio.run(main())
+
+
+def test_a_cancelled_open_closes_the_store_it_opened(tmp_path):
+    """The open runs on in its thread; once done, the store is closed: no
+    lock is left held, a writable open after it succeeds."""
+    gate = threading.Event()
+
+    class Held(ThreadPoolExecutor):
+        def submit(self, fn, /, *args, **kwargs):
+            def held():
+                gate.wait(30)
+                return fn(*args, **kwargs)
+            return super().submit(held)
+
+    ex = Held(1)
+
+    async def main():
+        task = asyncio.create_task(AsyncMessageStore.open(tmp_path / "s", config=SMALL, executor=ex).__aenter__())
+        await asyncio.sleep(0.02)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        gate.set()
+
+    try:
+        asyncio.run(main())
+    finally:
+        ex.shutdown(wait=True)
+    with MessageStore.open(tmp_path / "s", config=SMALL) as s:  # (the thread closed what it opened)
+        assert s.last_exit_ok

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import collections
 import logging
+import math
+import time
 
 from ..exceptions import (
     IllegalMessageError,
@@ -19,6 +21,7 @@ from ..exceptions import (
     StoreReadOnlyError,
 )
 from ..message import GetMessageStatus, MessageExt
+from ..store.args import _wait_arg
 from .offsets import _check_name, _check_queue_id, offset_key
 
 __all__ = ["Consumer"]
@@ -37,7 +40,8 @@ _EMPTY = frozenset({
 
 class Consumer:
     """Iterate over the messages of *topic* that consumer group *group* has not
-    consumed yet, committing its progress (at-least-once delivery).
+    consumed yet, committing its progress (at-least-once delivery); with
+    *wait_ms*, wait for new ones.
 
     Each queue starts at the group's committed offset (see
     :meth:`MessageStore.get_committed_offset`), or at the queue's first stored
@@ -54,12 +58,22 @@ class Consumer:
     in-flight message of the crashed consumer; nothing is skipped. Messages a
     tag filter leaves out count as consumed.
 
-    Iteration ends (``StopIteration``) when every queue is drained; it does not
-    wait for new messages. The consumer can be iterated again later (a new
-    ``for`` loop continues where the last one stopped, finding messages stored
-    since), and a new consumer of the same group continues from the committed
-    offsets, e.g. after a restart. Queues of the topic created later are found
-    when *queue_ids* is None.
+    Waiting: with *wait_ms* None iteration ends (``StopIteration``) as soon
+    as every queue is drained. With *wait_ms* a number of milliseconds, a
+    drained consumer waits up to that long for a new message in any of its
+    queues (on the store's arrival signal in the writer's process, no busy
+    loop; a read-only store looks every ``follow_poll_interval`` ms) and
+    iteration ends only after a wait that long found nothing; ``math.inf``
+    waits until the consumer or the store is closed. A close from another
+    thread, or of the store, ends a waiting iteration cleanly
+    (``StopIteration``); a KeyboardInterrupt lands between messages: what was
+    handed out before is committed first, nothing is in flight while waiting.
+
+    A consumer can be iterated again later (a new ``for`` loop continues
+    where the last one stopped, finding messages stored since), and a new
+    consumer of the same group continues from the committed offsets, e.g.
+    after a restart. Queues of the topic created later are found when
+    *queue_ids* is None.
 
     Use :meth:`commit` to acknowledge the in-flight message when leaving a loop
     early after processing it, and :meth:`close` (or ``with``) at the end.
@@ -77,16 +91,22 @@ class Consumer:
             message is returned; None = the offset store's default (True).
             False defers commits to the offset store's periodic persist (a
             crash then re-delivers what the last interval committed).
+        wait_ms (int | float | None): how long a drained consumer waits for
+            a new message, ms (see above); None = not at all, ``math.inf`` =
+            until closed.
 
     Raises:
-        MessageTypeError, IllegalMessageError: bad arguments.
+        MessageTypeError, IllegalMessageError: bad arguments; ArgumentError:
+            a negative or NaN *wait_ms*.
         StoreReadOnlyError: the store is read-only (a consumer commits).
         StoreClosedError: the store is closed, now or when iterating.
 
-    Not thread-safe: one thread iterates a consumer.
+    Not thread-safe: one thread iterates a consumer (another may
+    :meth:`close` it, which wakes a waiting iteration).
     """
 
-    def __init__(self, store, group: str, topic: str, queue_ids=None, batch: int = 32, tags=None, sync=None):
+    def __init__(self, store, group: str, topic: str, queue_ids=None, batch: int = 32, tags=None, sync=None,
+                 wait_ms=None):
         _check_name("group", group)
         _check_name("topic", topic)
         if isinstance(batch, bool) or not isinstance(batch, int):
@@ -97,6 +117,8 @@ class Consumer:
             if isinstance(queue_ids, int):
                 raise MessageTypeError("queue_ids must be an iterable of int or None")
             queue_ids = sorted({_check_queue_id(q) for q in queue_ids})
+        if wait_ms is not None and wait_ms != math.inf:
+            wait_ms = _wait_arg(wait_ms)
         if store.closed:
             raise StoreClosedError(f"store {store.root_dir} is closed")
         if store.read_only:
@@ -107,6 +129,7 @@ class Consumer:
         self.batch = batch
         self.tags = tags
         self.sync = sync
+        self.wait_ms = wait_ms
         self._offsets = store.consumer_offsets()
         self._key = offset_key(group, topic)
         self._fixed = queue_ids
@@ -170,18 +193,57 @@ class Consumer:
             self._ack_inflight()
         if self._dirty:
             self._commit_acked()
+        m = self._step()
+        if m is None and self.wait_ms is not None:
+            m = self._wait_for_message(self.wait_ms)
+        if m is None:
+            if not (self._closed or self.store.closed):  # (a close committed already)
+                self._commit_acked()  # progress made over filtered-out messages
+            raise StopIteration
+        self._deliver(m)
+        return m
+
+    def _step(self):
+        """The next message in turn, pulling what is needed; None when every
+        queue is drained. Does not wait, commit or mark it in flight."""
         m = self._next_message()
         if m is None and self._fixed is None:
             found = self._discover()  # queues created since
             if found != self._queues:
                 self._queues = found
                 m = self._next_message()
-        if m is None:
-            self._commit_acked()  # progress made over filtered-out messages
-            raise StopIteration
+        return m
+
+    def _deliver(self, m) -> None:
         self._inflight = (m.queue_id, m.queue_offset + 1)
         self.delivered += 1
-        return m
+
+    def _wait_for_message(self, wait_ms):
+        """Wait up to *wait_ms* for a message in any queue (see the class's
+        doc); None when none came, or the consumer or the store closed."""
+        deadline = time.monotonic() + wait_ms / 1000
+        while True:
+            self._commit_acked()  # (progress over filtered-out units: not held back by a long wait)
+            if not self.store._wait_until(self._ready, deadline - time.monotonic()):
+                return None
+            if self._closed:
+                return None
+            m = self._step()
+            if m is not None:
+                return m
+
+    def _ready(self) -> bool:
+        """Whether a step may find something now: a queue grew past where
+        this consumer is, the topic has a queue not seen yet, or the
+        consumer was closed (to wake its waiting thread)."""
+        if self._closed:
+            return True
+        store, topic, pos = self.store, self.topic, self._pos
+        for q in self._queues:
+            p = pos.get(q)
+            if p is None or store.get_max_offset_in_queue(topic, q) > p:
+                return True
+        return self._fixed is None and self._discover() != self._queues
 
     def _next_message(self):
         queues = self._queues
@@ -244,24 +306,35 @@ class Consumer:
             acked[q] = self._pos[q]  # the rest of the batch was filtered out
         self._dirty.add(q)
 
-    def _commit_acked(self) -> None:
+    def _commit_acked(self, defer: bool = False) -> bool:
+        """Commit the acknowledged progress of the queues that moved (*defer*:
+        in memory only, the caller persists); returns whether any had."""
         acked, committed, dirty = self._acked, self._committed, self._dirty
+        if not dirty:
+            return False
         if len(dirty) == 1:  # (a message at a time: its queue only)
             q = dirty.pop()
             if committed.get(q) == acked[q]:
-                return
+                return False
             changed = {q: acked[q]}
         else:
             changed = {q: acked[q] for q in dirty if committed.get(q) != acked[q]}
             dirty.clear()
             if not changed:
-                return
+                return False
         try:
-            self._offsets._commit_checked(self._key, changed, self.sync)
+            self._offsets._commit_checked(self._key, changed, False if defer else self.sync)
         except BaseException:
             dirty.update(changed)  # not committed (closed offset store, ...): the next commit tries again
             raise
         committed.update(changed)
+        return True
+
+    def _put_back(self, m) -> None:
+        """Hand *m* out next after all: it was taken by a step whose caller
+        went away (a cancelled task) before it was handed out."""
+        if m is not None:
+            self._buf[m.queue_id].appendleft(m)
 
     # --- ending -------------------------------------------------------------------------
 
@@ -283,6 +356,7 @@ class Consumer:
         self._inflight = None
         if not self.store.closed:
             self._commit_acked()
+            self.store._wake_waiters()  # (an iteration waiting in another thread ends)
 
     @property
     def closed(self) -> bool:

@@ -318,20 +318,23 @@ class MessageStore(Pull):
         :meth:`consumer_offsets`)."""
         return self.consumer_offsets().get(group, topic, queue_id)
 
-    def consumer(self, group: str, topic: str, queue_ids=None, batch: int = 32, tags=None, sync=None):
+    def consumer(self, group: str, topic: str, queue_ids=None, batch: int = 32, tags=None, sync=None,
+                 wait_ms=None):
         """A :class:`~rmqstore.service.consumer.Consumer` of *topic* for consumer group
         *group*: an iterator of :class:`MessageExt` from the group's committed
         offsets (a queue's first message when none), round robin over the
         queues (*queue_ids*, or every queue of the topic), committing each
         message's next offset when the following one is asked for
-        (at-least-once). It stops when every queue is drained; iterate it again
-        or make a new one to continue. *batch* messages are pulled per queue at
-        a time; *tags* filters as in :meth:`get_messages`; *sync* as in
-        :meth:`commit_offset`.
+        (at-least-once). When every queue is drained it waits up to *wait_ms*
+        ms (an int or a float; ``math.inf``: until closed) for new messages,
+        without polling, then stops; None (the default) stops at once. Iterate
+        it again or make a new one to continue. *batch* messages are pulled
+        per queue at a time; *tags* filters as in :meth:`get_messages`;
+        *sync* as in :meth:`commit_offset`.
 
         Raises StoreReadOnlyError, StoreClosedError, MessageTypeError,
-        IllegalMessageError."""
+        IllegalMessageError, ArgumentError (a negative or NaN *wait_ms*)."""
         from ..service.consumer import Consumer
 
         self._ensure_writable()
-        return Consumer(self, group, topic, queue_ids=queue_ids, batch=batch, tags=tags, sync=sync)
+        return Consumer(self, group, topic, queue_ids=queue_ids, batch=batch, tags=tags, sync=sync, wait_ms=wait_ms)

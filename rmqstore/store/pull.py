@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from .. import _kernels as k
-from ..exceptions import ArgumentError, CorruptedFileError, MessageTypeError
+from ..exceptions import ArgumentError, CorruptedFileError, MessageTypeError, StoreClosedError
 from ..format.layout import PRE_BLANK_SIZE, REC_STATUS_TEXT
 from ..message import (
     GetColumnsResult,
@@ -110,6 +110,50 @@ class Pull(Put):
                 result = self._pull(topic, queue_id, offset, max_count, tags)
                 if result.messages or result.status not in _WAITABLE:
                     return result
+
+    def _wait_until(self, ready, timeout: float) -> bool:
+        """Block until ``ready()`` (a check of the queues, called with no
+        lock of the store's writing held) is true, the store closes or
+        *timeout* seconds pass (``math.inf``: no limit); returns whether
+        *ready* was seen true. In the writer's process a dispatch wakes the
+        wait (the arrival condition: no polling); a read-only store has no
+        signal from the writer process and looks every
+        ``follow_poll_interval`` ms, taking in new queues at most once a
+        second. A waker of its own (a consumer closed from another thread)
+        makes *ready* true, then calls :meth:`_wake_waiters`."""
+        deadline = time.monotonic() + timeout
+        if self.read_only:
+            pause = max(self.config.follow_poll_interval, 1) / 1000
+            while True:
+                try:
+                    if self._closed:
+                        return False
+                    if time.monotonic() >= self._next_full_refresh:
+                        self.refresh()
+                    if ready():
+                        return True
+                except StoreClosedError:
+                    if self._closed:  # (closed by another thread meanwhile: the wait ends)
+                        return False
+                    raise
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                time.sleep(min(pause, left))
+        with self._arrival:  # (a dispatch notifies under it after the units are in: none is missed)
+            self._waiting += 1
+            try:
+                while True:
+                    if self._closed:
+                        return False
+                    if ready():
+                        return True
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return False
+                    self._arrival.wait(min(left, _WAIT_SLICE))
+            finally:
+                self._waiting -= 1
 
     def get_message(self, physical_offset: int):
         """The record starting at CommitLog physical offset *physical_offset*
