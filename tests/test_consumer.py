@@ -306,7 +306,8 @@ def test_bak_holds_the_previous_version(tmp_path):
         assert read_json(path)["offsetTable"] == {"T@G": {"0": off}}
         if off > 1:
             assert read_json(str(path) + ".bak")["offsetTable"] == {"T@G": {"0": off - 1}}
-    assert sorted(os.listdir(tmp_path)) == ["c.json", "c.json.bak"]
+    # (and the lock that serializes persists of several processes)
+    assert sorted(os.listdir(tmp_path)) == ["c.json", "c.json.bak", "c.json.lock"]
 
 
 def test_bak_by_copy_where_hard_links_fail(tmp_path, monkeypatch):
@@ -480,22 +481,32 @@ def test_store_close_persists_deferred_commits_and_a_crash_does_not(tmp_path):
 # --- read-only stores ---------------------------------------------------------------------------
 
 
-def test_read_only_store_reads_offsets_and_refuses_commits(tmp_path):
+def test_read_only_store_reads_offsets_and_commits_beside_the_writer(tmp_path):
+    """A read-only store (a follower process) reads the writer's commits and
+    commits itself; neither overwrites the other's queues. An offset store
+    opened read-only still refuses."""
     root = tmp_path / "s"
     with open_store(root) as s:
-        fill(s, per_queue=(3,))
+        fill(s, per_queue=(3, 3))
         s.commit_offset("G", "T", 0, 2)
-    with open_store(root, read_only=True) as ro:
-        assert ro.get_committed_offset("G", "T", 0) == 2
-        with pytest.raises(StoreReadOnlyError):
-            ro.commit_offset("G", "T", 0, 3)
-        with pytest.raises(StoreReadOnlyError):
-            ro.consumer("G", "T")
-        with pytest.raises(StoreReadOnlyError):
-            ro.consumer_offsets().persist()
-        with pytest.raises(StoreReadOnlyError):
-            ro.consumer_offsets().commit("G", "T", 0, 3)
-    assert read_json(offsets_path(root))["offsetTable"] == {"T@G": {"0": 2}}
+        with open_store(root, read_only=True) as ro:
+            assert ro.get_committed_offset("G", "T", 0) == 2
+            ro.commit_offset("G", "T", 1, 3)
+            s.commit_offset("G", "T", 0, 3)  # the writer's table did not hold queue 1: merged, not lost
+            assert read_json(offsets_path(root))["offsetTable"] == {"T@G": {"0": 3, "1": 3}}
+            assert s.get_committed_offset("G", "T", 1) == 3 and ro.get_committed_offset("G", "T", 0) == 3
+            s.commit_offset("H", "T", 0, 1, sync=False)  # deferred: laid over what the follower writes next
+            ro.commit_offset("G", "T", 1, 1)
+            assert read_json(offsets_path(root))["offsetTable"] == {"T@G": {"0": 3, "1": 1}}
+        assert read_json(offsets_path(root))["offsetTable"] == {"T@G": {"0": 3, "1": 1}}
+    assert read_json(offsets_path(root))["offsetTable"] == {"T@G": {"0": 3, "1": 1}, "T@H": {"0": 1}}
+    ro_offsets = ConsumerOffsetStore(offsets_path(root), read_only=True)
+    ro_offsets.load()
+    with pytest.raises(StoreReadOnlyError):
+        ro_offsets.commit("G", "T", 0, 3)
+    with pytest.raises(StoreReadOnlyError):
+        ro_offsets.persist()
+    assert ro_offsets.get("H", "T", 0) == 1
 
 
 def test_read_only_store_sees_a_writer_commit(tmp_path):

@@ -18,7 +18,6 @@ from ..exceptions import (
     IllegalMessageError,
     MessageTypeError,
     StoreClosedError,
-    StoreReadOnlyError,
 )
 from ..message import GetMessageStatus, MessageExt
 from ..store.args import _wait_arg
@@ -79,7 +78,9 @@ class Consumer:
     early after processing it, and :meth:`close` (or ``with``) at the end.
 
     Args:
-        store (MessageStore): open and writable.
+        store (MessageStore): open; writable, or read-only in a process
+            that follows the writer's (its commits are merged into the same
+            file, see :class:`~rmqstore.service.offsets.ConsumerOffsetStore`).
         group (str), topic (str): non-empty, without ``@``.
         queue_ids (iterable[int] | None): the queues to read; None = every queue
             the topic has (now and later).
@@ -98,7 +99,6 @@ class Consumer:
     Raises:
         MessageTypeError, IllegalMessageError: bad arguments; ArgumentError:
             a negative or NaN *wait_ms*.
-        StoreReadOnlyError: the store is read-only (a consumer commits).
         StoreClosedError: the store is closed, now or when iterating.
 
     Not thread-safe: one thread iterates a consumer (another may
@@ -121,8 +121,6 @@ class Consumer:
             wait_ms = _wait_arg(wait_ms)
         if store.closed:
             raise StoreClosedError(f"store {store.root_dir} is closed")
-        if store.read_only:
-            raise StoreReadOnlyError(f"store {store.root_dir} is open read-only: a consumer needs to commit")
         self.store = store
         self.group = group
         self.topic = topic

@@ -69,6 +69,8 @@ back to ``.bak``.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import logging
 import os
@@ -379,8 +381,14 @@ class ConsumerOffsetStore:
             closed or crashed; the background persist then stops without
             writing (a dropped store must not write behind a new one).
 
-    One writer per file: the owning :class:`MessageStore`'s lock keeps other
-    rmqstore processes out; a broker must not run on the same directory.
+    Several processes may commit to one file (the writer's store and
+    read-only followers): a persist takes an exclusive ``flock`` on
+    ``<file>.lock``, reads the file when another process replaced it since
+    this one last read or wrote it, lays this process's commits not yet
+    persisted over it and replaces the file atomically, so no process's
+    commit is lost (per queue the last persist wins). Lookups take in what
+    other processes persisted the same way. A broker running on the same
+    directory does not take that lock: it must not run beside rmqstore.
     Every method is thread-safe.
     """
 
@@ -399,6 +407,8 @@ class ConsumerOffsetStore:
         self._lock = threading.Lock()  # the table
         self._persist_lock = threading.Lock()  # one file replacement at a time
         self._table: dict = {}  # "<topic>@<group>" -> {queue_id: offset}
+        # this process's commits not yet persisted, laid over what others wrote
+        self._pending: dict = {}  # "<topic>@<group>" -> {queue_id: offset}
         self._extra: dict = {}  # unknown top-level members, written back as read
         self._data_version = {"counter": 0, "stateVersion": 0, "timestamp": _now_ms()}
         self._commits = 0  # RocketMQ's transient versionChangeCounter
@@ -478,7 +488,11 @@ class ConsumerOffsetStore:
         return source is not None
 
     def _refresh(self) -> None:
-        """Read-only: re-read the file when it changed since the last load."""
+        """Take in what another process persisted since this one last read or
+        wrote the file: its table, with this process's commits not yet
+        persisted laid over it. A file that is missing, empty or does not
+        parse leaves the table as it is (a persist replaces it, keeping the
+        good ``.bak``)."""
         try:
             key = _stat_key(os.stat(self.path))
         except FileNotFoundError:
@@ -486,10 +500,24 @@ class ConsumerOffsetStore:
         if key == self._loaded_stat:
             return
         try:
-            self.load()
-        except CorruptedFileError as e:  # a writer of an older kind mid-write: keep what we had
-            log.debug("consumer offsets not reloaded: %s", e)
+            parsed, st = _read_offset_file(self.path)
+        except CorruptedFileError as e:  # (a writer of an older kind mid-write, or damage)
+            log.warning("consumer offsets not re-read: %s", e)
             self._loaded_stat = key
+            return
+        with self._lock:
+            self._loaded_stat = _stat_key(st)
+            if parsed is None:
+                return
+            table = parsed["offsetTable"]
+            for k, qmap in self._pending.items():
+                table.setdefault(k, {}).update(qmap)
+            self._table = table
+            self._extra = parsed["extra"]
+            dv = parsed["dataVersion"]
+            if dv is not None and dv["counter"] >= self._data_version["counter"]:
+                self._data_version = dv
+            self._main_good = True
 
     # --- the table ---------------------------------------------------------------------
 
@@ -541,11 +569,14 @@ class ConsumerOffsetStore:
             qmap = self._table.get(key)
             if qmap is None:
                 qmap = self._table[key] = {}
+            pending = self._pending.get(key)
+            if pending is None:
+                pending = self._pending[key] = {}
             for q, o in checked.items():
                 old = qmap.get(q)
                 if old is not None and o < old:
                     log.info("offset of %s queue %d moved back from %d to %d", key, q, old, o)
-                qmap[q] = o
+                qmap[q] = pending[q] = o
                 self._commits += 1
                 if self._commits % OFFSET_UPDATE_VERSION_STEP == 0:
                     dv = self._data_version
@@ -570,8 +601,7 @@ class ConsumerOffsetStore:
         if not isinstance(group, str) or not isinstance(topic, str):
             raise MessageTypeError("group and topic must be str")
         _check_queue_id(queue_id)
-        if self.read_only:
-            self._refresh()
+        self._refresh()
         with self._lock:
             qmap = self._table.get(offset_key(group, topic))
             return None if qmap is None else qmap.get(queue_id)
@@ -580,16 +610,14 @@ class ConsumerOffsetStore:
         """``{queue_id: offset}`` committed by *group* on *topic* (empty if none)."""
         if not isinstance(group, str) or not isinstance(topic, str):
             raise MessageTypeError("group and topic must be str")
-        if self.read_only:
-            self._refresh()
+        self._refresh()
         with self._lock:
             return dict(self._table.get(offset_key(group, topic), {}))
 
     def table(self) -> dict:
         """A copy of the whole table: ``{"<topic>@<group>": {queue_id: offset}}``,
         keys as stored (including keys rmqstore would not write)."""
-        if self.read_only:
-            self._refresh()
+        self._refresh()
         with self._lock:
             return {k: dict(v) for k, v in self._table.items()}
 
@@ -648,18 +676,44 @@ class ConsumerOffsetStore:
         with self._persist_lock:
             if version is not None and self._persisted_version >= version:
                 return
-            with self._lock:
-                text = encode_offset_json(self._table, self._data_version, self._extra)
-                snapshot = self._version
-            self._replace_file(text.encode("utf-8"))
+            with self._file_lock():  # (other processes' persists: read, merge, replace as one step)
+                self._refresh()
+                with self._lock:
+                    text = encode_offset_json(self._table, self._data_version, self._extra)
+                    snapshot = self._version
+                    sent = {k: dict(qmap) for k, qmap in self._pending.items()}
+                self._replace_file(text.encode("utf-8"))
             self._persisted_version = max(self._persisted_version, snapshot)
+            with self._lock:  # persisted: no longer laid over what others write (unless committed again since)
+                for k, qmap in sent.items():
+                    mine = self._pending.get(k)
+                    if mine is None:
+                        continue
+                    for q, o in qmap.items():
+                        if mine.get(q) == o:
+                            del mine[q]
+                    if not mine:
+                        del self._pending[k]
+
+    @contextlib.contextmanager
+    def _file_lock(self):
+        """An exclusive ``flock`` on ``<file>.lock`` (made once, never
+        removed: removing a lock file races with its next taker), released
+        on leaving, by an exception or interrupt too."""
+        directory = os.path.dirname(self.path)
+        if not os.path.isdir(directory):
+            os.makedirs(directory, exist_ok=True)
+            fsync_dir(os.path.dirname(directory))
+        fd = os.open(self.path + ".lock", os.O_RDWR | os.O_CREAT | _NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
 
     def _replace_file(self, data: bytes) -> None:
         path = self.path
         directory = os.path.dirname(path)
-        if not os.path.isdir(directory):
-            os.makedirs(directory, exist_ok=True)
-            fsync_dir(os.path.dirname(directory))
         tmp = path + ".tmp"
         try:  # a leftover (or a link planted in its place): never written through
             os.unlink(tmp)

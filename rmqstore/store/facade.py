@@ -262,7 +262,10 @@ class MessageStore(Pull):
         """The store's :class:`~rmqstore.service.offsets.ConsumerOffsetStore` over
         ``<root_dir>/config/consumerOffset.json``, loaded on first use (from
         ``.bak`` when the file is missing or does not parse). Commits through it
-        are on disk when they return unless made with ``sync=False``.
+        are on disk when they return unless made with ``sync=False``. A
+        read-only store commits too (a consumer in a follower process): the
+        file is the one thing it writes, and only when something is
+        committed; commits of several processes are merged under a file lock.
 
         Raises StoreClosedError; CorruptedFileError when neither the file nor
         its ``.bak`` parses."""
@@ -274,9 +277,8 @@ class MessageStore(Pull):
             with self._lock:
                 self._ensure_open()  # (close persists and drops it under this lock)
                 if self._offsets is None:
-                    created = ConsumerOffsetStore(
+                    created = ConsumerOffsetStore(  # (commits from a read-only store too: a follower's consumers)
                         os.path.join(self.root_dir, CONSUMER_OFFSET_FILE),
-                        read_only=self.read_only,
                         owner_closed=lambda: self._closed,
                     )
                     created.load()
@@ -288,7 +290,9 @@ class MessageStore(Pull):
         """Record that consumer group *group* has consumed *queue_id* of *topic*
         up to queue offset *offset* (exclusive: *offset* is the next message to
         consume), as a broker does for a consumer's ``updateConsumerOffset``.
-        Stored in ``config/consumerOffset.json`` under ``"<topic>@<group>"``.
+        Stored in ``config/consumerOffset.json`` under ``"<topic>@<group>"``;
+        a read-only store (a follower process) commits too, merged with the
+        commits of the other processes (see :meth:`consumer_offsets`).
 
         Args:
             group (str), topic (str): non-empty, without ``@``.
@@ -301,11 +305,11 @@ class MessageStore(Pull):
                 of the offset store, or :meth:`close`; a crash loses it.
 
         Raises:
-            StoreReadOnlyError, StoreClosedError: the store cannot take it.
+            StoreClosedError: the store is closed.
             MessageTypeError, IllegalMessageError: bad arguments.
             OSError: the file could not be written (the previous file is intact).
         """
-        self._ensure_writable()
+        self._ensure_open()
         self.consumer_offsets().commit(group, topic, queue_id, offset, sync)
 
     def get_committed_offset(self, group: str, topic: str, queue_id: int):
@@ -332,9 +336,13 @@ class MessageStore(Pull):
         per queue at a time; *tags* filters as in :meth:`get_messages`;
         *sync* as in :meth:`commit_offset`.
 
-        Raises StoreReadOnlyError, StoreClosedError, MessageTypeError,
-        IllegalMessageError, ArgumentError (a negative or NaN *wait_ms*)."""
+        A read-only store (a follower of a writer process) has consumers
+        too: they read what the writer publishes and commit as the writer's
+        do.
+
+        Raises StoreClosedError, MessageTypeError, IllegalMessageError,
+        ArgumentError (a negative or NaN *wait_ms*)."""
         from ..service.consumer import Consumer
 
-        self._ensure_writable()
+        self._ensure_open()
         return Consumer(self, group, topic, queue_ids=queue_ids, batch=batch, tags=tags, sync=sync, wait_ms=wait_ms)
