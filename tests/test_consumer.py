@@ -31,6 +31,7 @@ from rmqstore import (
     Consumer,
     ConsumerOffsetStore,
     CorruptedFileError,
+    GetMessageStatus,
     IllegalMessageError,
     Message,
     MessageStore,
@@ -877,3 +878,17 @@ def test_at_least_once_across_kill_9(tmp_path, campaign):
     delivered += rest
     assert set(delivered) == everything, seed
     assert len(delivered) - len(everything) <= kills, seed  # at most the in-flight message per kill
+
+
+def test_a_follower_pulls_past_the_end_it_last_saw(tmp_path):
+    """A read-only store asked beyond the end it knows (an offset another
+    member committed) follows the writer first: FOUND, not
+    OFFSET_OVERFLOW_BADLY (which sent a consumer back to the queue's start)."""
+    root = tmp_path / "s"
+    with open_store(root) as s:
+        fill(s, per_queue=(2,))
+        with open_store(root, read_only=True) as ro:
+            assert ro.get_messages("T", 0, 0).next_begin_offset == 2
+            fill(s, per_queue=(6,))
+            r = ro.get_messages("T", 0, 5)
+            assert r.status is GetMessageStatus.FOUND and [m.queue_offset for m in r.messages] == [5, 6, 7]

@@ -305,12 +305,16 @@ class AsyncConsumer:
         wait_ms = c.wait_ms
         deadline = None if wait_ms is None else time.monotonic() + wait_ms / 1000
         while True:
+            if c._rebalance_due():  # (a look at the group's members: files, and a flush when a queue goes)
+                await self._call(c._rebalance)
             m = c._step() if front.inline else await self._call(c._step, undo=c._put_back)
             if m is not None:
                 c._deliver(m)
                 return m
             left = -1.0 if deadline is None else deadline - time.monotonic()
-            if left <= 0 or not await self._wait(left) or c.closed:
+            if left > 0:
+                await self._wait(c._wait_slice(left))
+            if left <= 0 or c.closed or front.store.closed:
                 if not (c.closed or front.store.closed):
                     await self._commit()  # (progress over filtered-out messages)
                 raise StopAsyncIteration

@@ -28,6 +28,12 @@ __all__ = ["Consumer"]
 log = logging.getLogger("rmqstore.consumer")
 
 _I32_MAX = (1 << 31) - 1
+#: seconds between looks at the group's members (RocketMQ rebalances every
+#: 20 s and when told a member came or went; here a look is a directory
+#: listing and a lock attempt per member)
+_REBALANCE = 1.0
+#: seconds before trying again for a queue whose last holder has not let go
+_RETRY_LEASE = 0.05
 
 # statuses after which a queue has nothing more to give right now
 _EMPTY = frozenset({
@@ -131,7 +137,17 @@ class Consumer:
         self._offsets = store.consumer_offsets()
         self._key = offset_key(group, topic)
         self._fixed = queue_ids
-        self._queues: list = list(queue_ids) if queue_ids is not None else self._discover()
+        self._topic_queues: list = []  # the topic's queues as last seen (group mode)
+        self._membership = None
+        self._next_rebalance = 0.0
+        if queue_ids is None:  # a member of the group: its share of the topic's queues, under leases
+            from .group import GroupMembership
+
+            self._membership = GroupMembership(store.root_dir, group, topic)
+            self._queues: list = []
+            self._rebalance()
+        else:
+            self._queues = list(queue_ids)
         self._pos: dict = {}  # queue id -> next queue offset to pull
         self._acked: dict = {}  # queue id -> offset everything before which is processed or filtered out
         self._committed: dict = {}  # queue id -> offset last committed by us (or found committed)
@@ -148,6 +164,43 @@ class Consumer:
     def _discover(self) -> list:
         topic = self.topic
         return [q for t, q in self.store.queues() if t == topic]
+
+    def _rebalance(self) -> None:
+        """Group mode: read this member's share of the topic's queues now
+        (see :mod:`rmqstore.service.group`). Queues no longer its share are
+        let go after their progress is committed and persisted (nothing of
+        theirs is in flight: this runs between messages); queues newly its
+        share are taken once their last holder has let go."""
+        membership = self._membership
+        if membership is None:
+            return
+        self._topic_queues = self._discover()
+        want = membership.share(self._topic_queues)
+        lost = [q for q in membership.held if q not in want]
+        if lost:
+            self._commit_acked()
+            self._offsets.flush()  # (deferred commits too: the next holder reads them from the file)
+            for q in lost:
+                membership.release(q)
+                for d in (self._pos, self._acked, self._committed, self._buf):
+                    d.pop(q, None)  # (pulled, not handed out: the next holder gets them)
+                self._dirty.discard(q)
+        self._queues = [q for q in want if membership.acquire(q)]
+        # a share not fully held yet (a last holder still lets go) is looked at again soon
+        self._next_rebalance = time.monotonic() + (_RETRY_LEASE if len(self._queues) < len(want) else _REBALANCE)
+
+    def _rebalance_due(self) -> bool:
+        return self._membership is not None and time.monotonic() >= self._next_rebalance
+
+    def _rebalance_if_due(self) -> None:
+        if self._rebalance_due():
+            self._rebalance()
+
+    def _wait_slice(self, left: float) -> float:
+        """*left* seconds of waiting, cut at the next look at the group."""
+        if self._membership is None:
+            return left
+        return min(left, max(0.0, self._next_rebalance - time.monotonic()))
 
     def _init_queue(self, q: int) -> None:
         c = self._offsets.get(self.group, self.topic, q)
@@ -191,6 +244,7 @@ class Consumer:
             self._ack_inflight()
         if self._dirty:
             self._commit_acked()
+        self._rebalance_if_due()
         m = self._step()
         if m is None and self.wait_ms is not None:
             m = self._wait_for_message(self.wait_ms)
@@ -205,11 +259,9 @@ class Consumer:
         """The next message in turn, pulling what is needed; None when every
         queue is drained. Does not wait, commit or mark it in flight."""
         m = self._next_message()
-        if m is None and self._fixed is None:
-            found = self._discover()  # queues created since
-            if found != self._queues:
-                self._queues = found
-                m = self._next_message()
+        if m is None and self._fixed is None and self._discover() != self._topic_queues:  # queues created since
+            self._rebalance()
+            m = self._next_message()
         return m
 
     def _deliver(self, m) -> None:
@@ -222,10 +274,14 @@ class Consumer:
         deadline = time.monotonic() + wait_ms / 1000
         while True:
             self._commit_acked()  # (progress over filtered-out units: not held back by a long wait)
-            if not self.store._wait_until(self._ready, deadline - time.monotonic()):
+            left = deadline - time.monotonic()
+            if left <= 0:
                 return None
-            if self._closed:
+            # (members come and go while it waits: a look at the group now and then)
+            self.store._wait_until(self._ready, self._wait_slice(left))
+            if self._closed or self.store.closed:
                 return None
+            self._rebalance_if_due()
             m = self._step()
             if m is not None:
                 return m
@@ -241,7 +297,7 @@ class Consumer:
             p = pos.get(q)
             if p is None or store.get_max_offset_in_queue(topic, q) > p:
                 return True
-        return self._fixed is None and self._discover() != self._queues
+        return self._fixed is None and self._discover() != self._topic_queues
 
     def _next_message(self):
         queues = self._queues
@@ -352,9 +408,20 @@ class Consumer:
             return
         self._closed = True
         self._inflight = None
-        if not self.store.closed:
-            self._commit_acked()
-            self.store._wake_waiters()  # (an iteration waiting in another thread ends)
+        try:
+            if not self.store.closed:
+                self._commit_acked()
+                self._offsets.flush()  # (before the leases go: the next holder reads the file)
+                self.store._wake_waiters()  # (an iteration waiting in another thread ends)
+        finally:
+            if self._membership is not None:
+                self._membership.close()
+
+    def _leave_group(self) -> None:
+        """The store closed (or was dropped as by a crash): let the group's
+        leases go, committing nothing more."""
+        if self._membership is not None:
+            self._membership.close()
 
     @property
     def closed(self) -> bool:

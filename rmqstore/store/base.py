@@ -7,6 +7,7 @@ import collections
 import operator
 import os
 import threading
+import weakref
 from typing import TYPE_CHECKING, Any
 
 from .. import _kernels as k
@@ -97,6 +98,8 @@ class StoreBase(k.StoreCore):
         self.last_exit_ok = True
         self.recovery_report: dict = {}
         self._offsets = None  # ConsumerOffsetStore (service/offsets.py), created by consumer_offsets()
+        # consumers made by consumer(): their group leases end with the store
+        self._consumers: weakref.WeakSet = weakref.WeakSet()
         # retention, disk space and follow mode (retention.py, docs/recovery.md#retention)
         from ..service.retention import Retention, disk_usage_ratio
 

@@ -232,6 +232,8 @@ class MessageStore(Pull):
 
     def _release(self) -> None:
         self._wake_waiters()  # _closed is set: waiting long polls return now
+        for c in list(self._consumers):  # (their queues go to the group's other members, as at a process's death)
+            c._leave_group()
         # reads that start from now on raise StoreClosedError; the ones inside
         # finish before a file is unmapped (the kernels that read without a
         # reference see the references held exclusively, for good)
@@ -345,4 +347,6 @@ class MessageStore(Pull):
         from ..service.consumer import Consumer
 
         self._ensure_open()
-        return Consumer(self, group, topic, queue_ids=queue_ids, batch=batch, tags=tags, sync=sync, wait_ms=wait_ms)
+        c = Consumer(self, group, topic, queue_ids=queue_ids, batch=batch, tags=tags, sync=sync, wait_ms=wait_ms)
+        self._consumers.add(c)
+        return c

@@ -249,8 +249,10 @@ class Pull(Put):
         queue_id, offset, max_count = _pull_args(queue_id, offset, max_count)
         wait_ms = _wait_arg(wait_ms)
         result = self._pull(topic, queue_id, offset, max_count, tags)
-        if self.read_only and not result.messages and result.status in _WAITABLE:
+        if self.read_only and not result.messages and (result.status in _WAITABLE
+                                                       or result.status is GetMessageStatus.OFFSET_OVERFLOW_BADLY):
             # follow mode: a writer process may have dispatched more since
+            # (past the end as this reader last saw it is not past the end yet)
             if self._follow_queue(topic, queue_id):
                 result = self._pull(topic, queue_id, offset, max_count, tags)
             if wait_ms > 0 and not result.messages and result.status in _WAITABLE:
