@@ -1,4 +1,4 @@
-"""The CommitLog: every message record, back to back, in 1 GiB segments (docs/format.md#commitlog-record).
+"""The CommitLog: every message record, back to back, in segments of one size (docs/format.md#commitlog-record).
 
 This module owns appending (with END_OF_FILE blank records and file rolling,
 docs/format.md#blank-record), reading records by physical offset, and the recovery scan that

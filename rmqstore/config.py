@@ -1,8 +1,10 @@
 """Store configuration: RocketMQ's ``MessageStoreConfig`` in snake_case.
 
-Every field has RocketMQ's default (docs/format.md#sizes-and-defaults). Field names are the snake_case
-of the Java names, so a broker ``.properties`` file or a dict with the Java
-camelCase names loads directly.
+Every field has RocketMQ's default but the four file sizes, which default
+to sizes that fit an embedded store; :meth:`StoreConfig.broker_defaults`
+has RocketMQ's (docs/format.md#sizes-and-defaults). Field names are the
+snake_case of the Java names, so a broker ``.properties`` file or a dict
+with the Java camelCase names loads directly.
 """
 
 from __future__ import annotations
@@ -26,6 +28,17 @@ __all__ = ["StoreConfig", "ASYNC_FLUSH", "SYNC_FLUSH"]
 ASYNC_FLUSH = "ASYNC_FLUSH"
 SYNC_FLUSH = "SYNC_FLUSH"
 
+#: the default CommitLog segment: RocketMQ's largest record (a 4 MiB body
+#: and 64 KiB of the rest) plus its end-of-file blank, in whole 64 KiB
+SERVICE_COMMIT_LOG_SIZE = 4 * 1024 * 1024 + 128 * 1024
+#: RocketMQ's MessageStoreConfig sizes (a broker's): StoreConfig.broker_defaults()
+BROKER_SIZES = {
+    "mapped_file_size_commit_log": 1024 * 1024 * 1024,
+    "mapped_file_size_consume_queue": 300_000 * CQ_STORE_UNIT_SIZE,
+    "max_hash_slot_num": 5_000_000,
+    "max_index_num": 5_000_000 * 4,
+}
+
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 _DELAY_UNITS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
@@ -43,12 +56,21 @@ class StoreConfig:
     Sizes are bytes, intervals milliseconds, ``file_reserved_time`` hours.
     ``mapped_file_size_consume_queue`` is rounded up to a multiple of 20 as
     RocketMQ's getter does. Raises :class:`ConfigError` for invalid values.
+
+    Defaults are RocketMQ's, but for the file sizes: a service's store, not
+    a broker's (a 4.125 MiB CommitLog segment, which holds RocketMQ's
+    largest message; 20,000 units per ConsumeQueue file; 20,000 hash slots
+    and 80,000 entries per IndexFile, 1.68 MB), so a thousand small
+    messages take about 11 MB of disk, not 1.5 GB. The store grows by
+    files. RocketMQ's broker sizes (1 GiB, 6 MB, 420 MB index files):
+    :meth:`broker_defaults`. A store's sizes are fixed when it is made;
+    :meth:`MessageStore.open` without a config reads them from its files.
     """
 
-    mapped_file_size_commit_log: int = 1024 * 1024 * 1024
-    mapped_file_size_consume_queue: int = 300_000 * CQ_STORE_UNIT_SIZE
-    max_hash_slot_num: int = 5_000_000
-    max_index_num: int = 5_000_000 * 4
+    mapped_file_size_commit_log: int = SERVICE_COMMIT_LOG_SIZE
+    mapped_file_size_consume_queue: int = 20_000 * CQ_STORE_UNIT_SIZE
+    max_hash_slot_num: int = 20_000
+    max_index_num: int = 20_000 * 4
     max_message_size: int = 1024 * 1024 * 4
     max_topic_length: int = 127
     auto_message_version_on_topic_len: bool = True
@@ -186,12 +208,21 @@ class StoreConfig:
     # --- loading --------------------------------------------------------------
 
     @classmethod
-    def from_dict(cls, values: dict, strict: bool = True) -> StoreConfig:
+    def broker_defaults(cls, **changes) -> StoreConfig:
+        """RocketMQ's ``MessageStoreConfig`` defaults, file sizes included (a
+        1 GiB CommitLog segment, 300,000-unit ConsumeQueue files, 5,000,000
+        hash slots and 20,000,000 entries per IndexFile), with *changes*
+        (field names) applied. Raises ConfigError for invalid values."""
+        return cls(**{**BROKER_SIZES, **changes})
+
+    @classmethod
+    def from_dict(cls, values: dict, strict: bool = True, base: StoreConfig | None = None) -> StoreConfig:
         """Build a config from a mapping whose keys are either the snake_case
         field names or RocketMQ's camelCase names (``mappedFileSizeCommitLog``).
         String values (as in a ``.properties`` file) are converted to the field's
         type. Unknown names raise :class:`ConfigError` when *strict*, and are
-        ignored otherwise."""
+        ignored otherwise. Names not given keep *base*'s values (default:
+        ``StoreConfig()``)."""
         known = {f.name: f for f in fields(cls) if f.init}
         kwargs = {}
         for raw_name, value in values.items():
@@ -203,14 +234,16 @@ class StoreConfig:
                     raise ConfigError(f"unknown store config name {raw_name!r}")
                 continue
             kwargs[name] = _convert(name, type(f.default), value)
-        return cls(**kwargs)
+        return cls(**kwargs) if base is None else base.replace(**kwargs)
 
     @classmethod
     def from_properties(cls, path) -> StoreConfig:
         """Load a broker ``.properties`` file (``name=value``, ``name: value``
         or ``name value`` lines, ``#``/``!`` comments), read as ISO-8859-1 as
         Java's ``Properties.load`` reads a stream (so no byte is an encoding
-        error). Names that are not store settings are ignored.
+        error). Names that are not store settings are ignored; settings it
+        does not name have a broker's defaults (:meth:`broker_defaults`), as
+        the broker that reads the file has.
 
         Raises OSError (no such file, a directory), ConfigError (a value out
         of its range, see the fields)."""
@@ -223,7 +256,7 @@ class StoreConfig:
                 m = re.match(r"([^=:\s]+)\s*(?:[=:]\s*|\s)(.*)", line)
                 if m:
                     values[m.group(1)] = m.group(2)
-        return cls.from_dict(values, strict=False)
+        return cls.from_dict(values, strict=False, base=cls.broker_defaults())
 
     def replace(self, **changes) -> StoreConfig:
         """A copy with *changes* applied (``dataclasses.replace``)."""

@@ -59,16 +59,20 @@ def test_the_next_segment_is_made_before_the_roll_and_the_roll_takes_it(tmp_path
     root = str(tmp_path / "s")
     with MessageStore.open(root, _config(warm_maped_file_enable=warm)) as store:
         _put(store, 1)
-        _wait_for(lambda: len(_segments(root)) == 3)  # the next two, as RocketMQ asks for
+        _wait_for(lambda: len(_segments(root)) == 2)  # the next one, as RocketMQ keeps it
+        time.sleep(0.2)
+        assert len(_segments(root)) == 2  # (a small store: one spare, not two)
         spare = os.path.join(root, "commitlog", f"{SEG:020d}")
         ino = os.stat(spare).st_ino
         with open(spare, "rb") as f:
             assert f.read() == bytes(SEG)  # made ahead: reserved, all zero
         results = []
-        while not results or results[-1].wrote_offset < SEG:
+        while not results or results[-1].wrote_offset < SEG // 2:
+            results += _put(store, 100, len(results))
+        _wait_for(lambda: len(_segments(root)) == 3)  # past half: the one after the next too
+        while results[-1].wrote_offset < SEG:
             results += _put(store, 100, len(results))
         assert os.stat(spare).st_ino == ino  # the roll switched to it, made nothing
-        _wait_for(lambda: len(_segments(root)) == 4)  # and the one after the next is made
         n = len(results) + 1  # (and the first put)
     # a clean close deletes the file made ahead: no segment past the data
     assert _segments(root) == [f"{0:020d}", f"{SEG:020d}"]
@@ -82,7 +86,7 @@ def test_sync_flush_with_warm_up_rolls_into_the_files_made_ahead(tmp_path):
     cfg = _config(flush_disk_type="SYNC_FLUSH")
     with MessageStore.open(root, cfg) as store:
         _put(store, 1)
-        _wait_for(lambda: len(_segments(root)) == 3)
+        _wait_for(lambda: len(_segments(root)) == 2)
         results = store.put_messages([Message("Ahead", BODY, queue_id=i % 2, keys=f"k{i}") for i in range(1, 3000)])
         assert results[-1].wrote_offset >= SEG
     with MessageStore.open(root, cfg, read_only=True) as ro:
@@ -163,7 +167,7 @@ def _child_puts_then_dies(root: str, n: int, w: int) -> None:
 
 def test_a_kill_with_a_file_made_ahead_but_unused_loses_nothing(tmp_path):
     root = str(tmp_path / "s")
-    n = 1000
+    n = 1500  # past half of segment 0: the next two are made
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:
@@ -196,7 +200,7 @@ def test_a_follower_opened_before_the_first_file_reads_the_writers_records(tmp_p
     with MessageStore.open(str(root), _config(), read_only=True) as follower, \
             MessageStore.open(str(root), _config()) as store:
         results = _put(store, 10)
-        _wait_for(lambda: len(_segments(str(root))) == 3)  # segment 0 and the two made ahead
+        _wait_for(lambda: len(_segments(str(root))) == 2)  # segment 0 and the one made ahead
         follower.refresh()
         end = results[-1].wrote_offset + results[-1].wrote_bytes
         assert follower.max_physical_offset == end
@@ -268,16 +272,16 @@ def test_warm_pages_refuses_a_read_only_buffer(impl, mapped):
 def test_clean_up_deletes_old_segments_never_the_current_one_or_the_one_made_ahead(tmp_path):
     root = str(tmp_path / "s")
     with MessageStore.open(root, _config(clean_service_enable=False)) as store:
-        results = _put(store, 6000)  # two rolls
+        results = _put(store, 6500)  # two rolls, and past half of the third segment
         _wait_for(lambda: len(_segments(root)) == 5)
         current = _segments(root)[2]
         report = store.delete_expired(force=True)
         assert report.deleted == 2
         assert _segments(root) == [current, f"{3 * SEG:020d}", f"{4 * SEG:020d}"]
-        assert store.get_message(results[-1].wrote_offset).keys == "k5999"
-        more = _put(store, 3000, 6000)  # into the segment made ahead
+        assert store.get_message(results[-1].wrote_offset).keys == "k6499"
+        more = _put(store, 3000, 6500)  # into the segment made ahead
         assert more[-1].wrote_offset >= 3 * SEG
-        assert store.get_message(more[-1].wrote_offset).keys == "k8999"
+        assert store.get_message(more[-1].wrote_offset).keys == "k9499"
 
 
 def test_a_store_renamed_while_open_is_not_made_again_under_its_old_path(tmp_path, caplog):
@@ -289,7 +293,7 @@ def test_a_store_renamed_while_open_is_not_made_again_under_its_old_path(tmp_pat
 
     with caplog.at_level(logging.WARNING, logger="rmqstore.allocate"), MessageStore.open(old, _config()) as store:
         put_plain(store, 300)
-        _wait_for(lambda: len(_segments(str(old))) == 3)
+        _wait_for(lambda: len(_segments(str(old))) == 2)
         os.rename(old, new)
         try:
             put_plain(store, 250)  # past half of the queue's file: the thread wants its next one

@@ -57,8 +57,7 @@ def _bool_fields():
 
 
 def test_defaults_and_rocketmq_values_are_accepted():
-    cfg = StoreConfig()
-    assert cfg.mapped_file_size_commit_log == 1 << 30
+    assert StoreConfig.broker_defaults().mapped_file_size_commit_log == 1 << 30
     # values a broker runs with, at the edges of what works
     StoreConfig(
         mapped_file_size_commit_log=I32, mapped_file_size_consume_queue=20, max_hash_slot_num=1, max_index_num=2,

@@ -990,8 +990,17 @@ def test_config_from_dict_and_properties(tmp_path):
     assert StoreConfig.from_dict({"noSuchSetting": 1, "maxIndexNum": 10}, strict=False).max_index_num == 10
     assert StoreConfig(mapped_file_size_consume_queue=1001).mapped_file_size_consume_queue == 1020
     assert StoreConfig(mapped_file_size_consume_queue=1000).mapped_file_size_consume_queue == 1000
-    assert StoreConfig().mapped_file_size_consume_queue == 6_000_000
-    assert StoreConfig().index_file_size == 420_000_040
+    # a service's sizes by default; a broker's one call away
+    assert StoreConfig().mapped_file_size_commit_log == 4 * 1024 * 1024 + 128 * 1024
+    assert StoreConfig().mapped_file_size_consume_queue == 400_000
+    assert StoreConfig().index_file_size == 1_680_040
+    broker = StoreConfig.broker_defaults()
+    assert broker.mapped_file_size_commit_log == 1 << 30 and broker.mapped_file_size_consume_queue == 6_000_000
+    assert broker.index_file_size == 420_000_040
+    assert StoreConfig.broker_defaults(flush_disk_type="SYNC_FLUSH").flush_disk_type == "SYNC_FLUSH"
+    other = {f: v for f, v in broker.to_dict().items() if v != StoreConfig().to_dict()[f]}
+    assert set(other) == {"mapped_file_size_commit_log", "mapped_file_size_consume_queue", "max_hash_slot_num",
+                          "max_index_num"}  # only the file sizes differ
     for bad in (
         {"mapped_file_size_commit_log": "abc"},
         {"mapped_file_size_commit_log": 100},
@@ -1024,6 +1033,7 @@ def test_config_from_dict_and_properties(tmp_path):
     assert c.mapped_file_size_commit_log == 65536
     assert c.mapped_file_size_consume_queue == 1020
     assert c.max_hash_slot_num == 100
+    assert c.max_index_num == 20_000_000  # not named: the broker reading the file has its default
     assert c.flush_disk_type == "SYNC_FLUSH"
     assert c.message_index_enable is False
     assert c.to_dict()["max_hash_slot_num"] == 100
@@ -1229,7 +1239,9 @@ def test_put_message_columns_writes_what_put_messages_writes(tmp_path, flush):
 def test_put_message_columns_validates_every_row_before_writing(tmp_path):
     from rmqstore import IllegalMessageError, MessageTooLargeError, MessageTypeError
 
-    small = StoreConfig(mapped_file_size_commit_log=65536, max_hash_slot_num=64, max_index_num=512)
+    # (files compared byte for byte while the store is open: nothing made ahead meanwhile)
+    small = StoreConfig(mapped_file_size_commit_log=65536, max_hash_slot_num=64, max_index_num=512,
+                        make_files_ahead=False)
     with MessageStore.open(tmp_path / "s", config=small) as s:
         s.put_message_columns("T", [b"first"], 0)
         before = _files(tmp_path / "s")
@@ -1247,3 +1259,26 @@ def test_put_message_columns_validates_every_row_before_writing(tmp_path):
         r = s.put_message_columns("T", [], 0)
         assert len(r.physical_offsets) == 0
         assert s.get_max_offset_in_queue("T", 0) == 1
+
+
+def test_a_store_reopens_writable_without_its_config(tmp_path):
+    """Sizes are read from the files: a store made with a broker's sizes (or
+    any) opens for writing with no config given; a config given that
+    disagrees is still refused."""
+    root = tmp_path / "s"
+    made = StoreConfig.broker_defaults(mapped_file_size_commit_log=1 << 20, make_files_ahead=False)
+    with MessageStore.open(root, made) as s:
+        first = s.put_message(Message("T", b"a", keys="k"))
+    with MessageStore.open(root) as s:
+        assert s.config.mapped_file_size_commit_log == 1 << 20
+        assert s.config.mapped_file_size_consume_queue == 6_000_000
+        assert (s.config.max_hash_slot_num, s.config.max_index_num) == (5_000_000, 20_000_000)
+        second = s.put_message(Message("T", b"b", keys="k"))
+        assert sorted(m.body for m in s.query_messages("T", "k")) == [b"a", b"b"]  # one index, both keys
+    assert second.wrote_offset == first.wrote_offset + first.wrote_bytes
+    with pytest.raises(ConfigError):
+        MessageStore.open(root, StoreConfig())  # a service's sizes: not this store's
+    fresh = tmp_path / "new"
+    with MessageStore.open(fresh, {"makeFilesAhead": False}) as s:
+        s.put_message(Message("T", b"x"))
+    assert os.path.getsize(fresh / "commitlog" / f"{0:020d}") == StoreConfig().mapped_file_size_commit_log

@@ -5,8 +5,11 @@ A writable store runs one :class:`AllocateService` thread that keeps the
 files the next rolls take ready before a put needs them, so that a roll is
 a switch to a file that exists, not a file creation on the put's path:
 
-- the CommitLog always has its next two segments made (spares), as
-  RocketMQ asks for the next file and the one after;
+- the CommitLog always has its next segment made (a spare), as RocketMQ
+  keeps it, and the one after once the last is half full (RocketMQ asks for
+  the next file and the one after at a roll; made half a segment early, a
+  round that comes late at a roll still finds one ready, and a small store
+  keeps one spare, not two);
 - each ConsumeQueue whose last file is half full has its next one made;
 - the index has its next file made once its last one is half full, and
   the file a roll leaves behind is flushed here, not on the put;
@@ -143,7 +146,7 @@ class AllocateService:
                 log.warning("could not make a file ahead (retrying in %.1f s): %s", pause, e)
 
     def run_once(self, warm: bool = True) -> None:
-        """One round: the CommitLog's next two segments (each warmed as
+        """One round: the CommitLog's next segments (each warmed as
         soon as made), the next file of each queue past half, the index's
         next file past half, the index files rolls left to flush; then the
         other files made are warmed. With *warm* False (the open) one
@@ -172,16 +175,16 @@ class AllocateService:
 
     def _ahead(self, q, always: bool) -> bool:
         """Make the next segment of *q* unless enough are made: for the
-        CommitLog (*always*, its first one included) two, the next and the
-        one after (as RocketMQ asks for), so that a round that comes late
-        still finds one ready; for a queue one, once its last file is half
-        full. Returns whether it made one."""
+        CommitLog (*always*, its first one included) the next, and the one
+        after once the last is half full, so that a round that comes late
+        at a roll still finds one ready; for a queue one, once its last file
+        is half full. Returns whether it made one."""
         if not self._wanted(q, always):  # (a look without the lock first: most rounds stop here)
             return False
         with self._lock:
             if not self._wanted(q, always):
                 return False
-            m = q.begin_ahead(q.covered_end(), 2 if always else 1)
+            m = q.begin_ahead(q.covered_end(), self._spares(q, always))
         try:
             m.mf = q.create_segment(m.start, self._make_dirs)
         finally:
@@ -194,8 +197,15 @@ class AllocateService:
         return True
 
     @staticmethod
-    def _wanted(q, always: bool) -> bool:
-        if len(q.spares) >= (2 if always else 1) or q.making is not None or q.file_size is None or q.read_only:
+    def _spares(q, always: bool) -> int:
+        """How many spares *q* is to have now (see :meth:`_ahead`)."""
+        last = q.last
+        half = last is not None and last.wrote_position >= last.file_size // 2
+        return 2 if always and half else 1
+
+    @classmethod
+    def _wanted(cls, q, always: bool) -> bool:
+        if q.making is not None or q.file_size is None or q.read_only or len(q.spares) >= cls._spares(q, always):
             return False
         last = q.last
         if last is None:

@@ -175,7 +175,7 @@ def rebuild_consume_queues(spark, store_dir, config=None, partitions: int | None
         store_dir (str | PathLike): the store root.
         config (StoreConfig | dict | None): settings (delay levels for
             ``SCHEDULE_TOPIC_XXXX`` tags codes); file sizes are inferred from
-            the store's files, RocketMQ's defaults where there are none.
+            the store's files, ``StoreConfig()``'s where there are none.
         partitions (int | None): write tasks (default: 2 x Spark's default
             parallelism, at most one per queue).
 
@@ -327,8 +327,9 @@ def rebuild_index(spark, store_dir, config=None, partitions: int | None = None) 
     Entries are numbered in CommitLog order; entry *g* goes to file
     ``g // (max_index_num - 1)``, so every file is written by one task.
     Geometry (``max_hash_slot_num``, ``max_index_num``) comes from the
-    existing index files, else from *config* (StoreConfig | dict), else
-    RocketMQ's defaults (420 MB files).
+    existing index files, else from *config* (StoreConfig | dict; a
+    broker's store: ``StoreConfig.broker_defaults()`` or its
+    ``broker.properties``), else ``StoreConfig()``'s (1.68 MB files).
 
     Returns ``{"files", "entries", "splits", "seconds"}``.
 

@@ -95,7 +95,8 @@ def header_problem(buf, hash_slot_num: int, index_num: int, settled: bool = True
 def infer_index_geometry(paths, hash_slot_num=None, index_num=None, live=None) -> tuple:
     """Find ``(hash_slot_num, index_num)`` of existing index files.
 
-    Tries, in order: the given values, RocketMQ's defaults, the geometry implied
+    Tries, in order: the given values, RocketMQ's defaults and
+    ``StoreConfig()``'s, the geometry implied
     by a full file (``index_count == index_num``), then every geometry that fits
     the file size, keeping the one whose slots and entries agree (each used
     slot points at an entry whose key hash falls in that slot, and the number
@@ -123,7 +124,8 @@ def infer_index_geometry(paths, hash_slot_num=None, index_num=None, live=None) -
     candidates = []
     if hash_slot_num and index_num:
         candidates.append((hash_slot_num, index_num))
-    candidates.append((5_000_000, 20_000_000))
+    candidates.append((5_000_000, 20_000_000))  # a broker's
+    candidates.append((20_000, 80_000))  # StoreConfig()'s (an embedded store's)
     for h in headers:
         n = h[5]
         if n > 1 and (size - INDEX_HEADER_SIZE - INDEX_ENTRY_SIZE * n) > 0:

@@ -33,6 +33,20 @@ log = logging.getLogger("rmqstore.store")
 _PUT_OK = PutMessageStatus.PUT_OK
 
 
+def _config_of_files(root_dir) -> StoreConfig:
+    """``StoreConfig()`` with the file sizes and index geometry of the store
+    in *root_dir*, as far as its files tell them (none: a new store). What
+    they cannot tell keeps the default, and the open's own checks then
+    refuse what disagrees, as they would refuse a config given."""
+    from ..tools.inference import infer_config
+
+    try:
+        config, _notes = infer_config(root_dir, StoreConfig())
+    except (OSError, CorruptedFileError):  # (the open reads the files again and says what is wrong)
+        return StoreConfig()
+    return config
+
+
 class MessageStore(Pull):
     """An embedded RocketMQ store in one directory.
 
@@ -50,7 +64,11 @@ class MessageStore(Pull):
         Args:
             root_dir (str | PathLike): store root (RocketMQ ``storePathRootDir``).
             config (StoreConfig | dict | None): settings; a dict may use
-                RocketMQ's camelCase names. None = RocketMQ's defaults.
+                RocketMQ's camelCase names. None = ``StoreConfig()`` with,
+                for a store that has files, the file sizes and index
+                geometry its files have (a store opens without its config
+                repeated); a new store gets ``StoreConfig()``'s sizes, made
+                for a service (``StoreConfig.broker_defaults()``: a broker's).
             store_host (str): ``"a.b.c.d:port"`` or ``"[v6]:port"`` written into
                 STOREHOSTADDRESS of every record (and so into msgIds).
             clock (callable | None): returns the store time in ms since epoch;
@@ -72,7 +90,7 @@ class MessageStore(Pull):
             FileNotFoundError: *read_only* and *root_dir* does not exist.
         """
         if config is None:
-            config = StoreConfig()
+            config = StoreConfig() if read_only else _config_of_files(root_dir)
         elif isinstance(config, dict):
             config = StoreConfig.from_dict(config)
         elif not isinstance(config, StoreConfig):

@@ -25,7 +25,7 @@ def infer_config(root, base: StoreConfig | None = None):
     """A :class:`StoreConfig` whose file sizes match the store in *root*:
     CommitLog segment size, ConsumeQueue file size (the most common sizes) and
     the index geometry (``infer_index_geometry``). Everything else comes from
-    *base* (default: RocketMQ's defaults). Returns ``(config, notes)``, notes
+    *base* (default: ``StoreConfig()``). Returns ``(config, notes)``, notes
     being a list of texts about values that could not be inferred."""
     root = os.fspath(root)
     cfg = base if base is not None else StoreConfig()
@@ -77,17 +77,17 @@ def infer_config(root, base: StoreConfig | None = None):
 def _header_geometry(paths, size: int):
     """Fallback geometry when ``infer_index_geometry`` rejects damaged files:
     the geometry implied by the largest ``indexCount`` of any file (a full
-    file's count is ``index_num``) whose arithmetic fits the file size, or the
-    defaults if they fit. None when nothing fits."""
+    file's count is ``index_num``) whose arithmetic fits the file size, or
+    a broker's or ``StoreConfig()``'s geometry if it fits. None when nothing fits."""
     counts = []
     for p in paths:
         with open(p, "rb") as fh:
             head = fh.read(INDEX_HEADER_SIZE)
         if len(head) == INDEX_HEADER_SIZE:
             counts.append(_INDEX_HEADER.unpack(head)[5])
-    default = StoreConfig()
-    if index_file_size(default.max_hash_slot_num, default.max_index_num) == size:
-        return default.max_hash_slot_num, default.max_index_num
+    for default in (StoreConfig.broker_defaults(), StoreConfig()):
+        if index_file_size(default.max_hash_slot_num, default.max_index_num) == size:
+            return default.max_hash_slot_num, default.max_index_num
     for n in sorted(set(counts), reverse=True):
         rest = size - INDEX_HEADER_SIZE - INDEX_ENTRY_SIZE * n
         if n > 1 and rest > 0 and rest % INDEX_HASH_SLOT_SIZE == 0:
