@@ -1,9 +1,10 @@
 """A pull consumer over one store: read, hand out, commit (at-least-once).
 
 :class:`Consumer` is what :meth:`MessageStore.consumer` returns. It plays the
-part of a RocketMQ consumer of one group subscribed to one topic that owns
-every queue it reads (no rebalancing: one consumer per group, topic and queue
-at a time), with the broker's offset table as its offset store
+part of a RocketMQ consumer of one group subscribed to one topic (clustering
+mode): the live members of the group, in any process, divide the topic's
+queues and rebalance as members come and go (:mod:`rmqstore.service.group`),
+with the broker's offset table as its offset store
 (``RemoteBrokerOffsetStore`` + ``ConsumerOffsetManager``).
 """
 
@@ -51,7 +52,19 @@ class Consumer:
     Each queue starts at the group's committed offset (see
     :meth:`MessageStore.get_committed_offset`), or at the queue's first stored
     message when the group never committed one (RocketMQ's
-    CONSUME_FROM_FIRST_OFFSET for a new group). Messages are pulled in batches
+    CONSUME_FROM_FIRST_OFFSET for a new group).
+
+    Group: without *queue_ids* the consumer is a member of *group* and
+    reads its share of the topic's queues (RocketMQ's
+    ``AllocateMessageQueueAveragely`` over the live members, in this process
+    or others: writers and read-only followers alike), each under a lease
+    (a ``flock`` the operating system releases when the process dies). It
+    looks at the members about once a second, and between messages only,
+    after committing, lets go of queues no longer its share, so no message
+    is in two live members' hands at once. With *queue_ids* it reads
+    exactly those queues, outside the group's division.
+
+    Messages are pulled in batches
     of *batch* per queue and handed out one at a time, taking the queues in
     turn (round robin: one message of each queue that has one, then the next
     round), in queue-offset order within a queue.
@@ -88,8 +101,8 @@ class Consumer:
             that follows the writer's (its commits are merged into the same
             file, see :class:`~rmqstore.service.offsets.ConsumerOffsetStore`).
         group (str), topic (str): non-empty, without ``@``.
-        queue_ids (iterable[int] | None): the queues to read; None = every queue
-            the topic has (now and later).
+        queue_ids (iterable[int] | None): the queues to read; None = this
+            member's share of every queue the topic has (now and later).
         batch (int): messages pulled per queue at a time (RocketMQ
             ``pullBatchSize``, default 32), 1 .. 2**31-1.
         tags (str | list[str] | None): tag filter as in
@@ -106,6 +119,8 @@ class Consumer:
         MessageTypeError, IllegalMessageError: bad arguments; ArgumentError:
             a negative or NaN *wait_ms*.
         StoreClosedError: the store is closed, now or when iterating.
+        OSError: the group's lease files cannot be made (a read-only file
+            system, no permission on ``config/``).
 
     Not thread-safe: one thread iterates a consumer (another may
     :meth:`close` it, which wakes a waiting iteration).
@@ -138,16 +153,9 @@ class Consumer:
         self._key = offset_key(group, topic)
         self._fixed = queue_ids
         self._topic_queues: list = []  # the topic's queues as last seen (group mode)
+        self._queues: list = [] if queue_ids is None else list(queue_ids)
         self._membership = None
         self._next_rebalance = 0.0
-        if queue_ids is None:  # a member of the group: its share of the topic's queues, under leases
-            from .group import GroupMembership
-
-            self._membership = GroupMembership(store.root_dir, group, topic)
-            self._queues: list = []
-            self._rebalance()
-        else:
-            self._queues = list(queue_ids)
         self._pos: dict = {}  # queue id -> next queue offset to pull
         self._acked: dict = {}  # queue id -> offset everything before which is processed or filtered out
         self._committed: dict = {}  # queue id -> offset last committed by us (or found committed)
@@ -158,6 +166,15 @@ class Consumer:
         self._rr = 0
         self._closed = False
         self.delivered = 0  # messages handed out by this consumer
+        if queue_ids is None:  # a member of the group: its share of the topic's queues, under leases
+            from .group import GroupMembership
+
+            self._membership = GroupMembership(store.root_dir, group, topic)
+            try:
+                self._rebalance()
+            except BaseException:
+                self._membership.close()
+                raise
 
     # --- queues and positions ---------------------------------------------------------
 
