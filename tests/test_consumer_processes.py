@@ -184,6 +184,8 @@ def test_members_share_a_group_rebalance_on_join_and_death_and_never_overlap(tmp
         for (_b1, e1), (b2, _e2) in itertools.pairwise(spans_of):
             assert e1 <= b2, f"{key} was processed by two members at once"
     assert {n for n in "ac" if intervals(journals[n], stopped)} == {"a", "c"}  # both had a share
+    leases = root / "config" / "consumerLeases" / "T%40G"
+    assert [f for f in os.listdir(leases) if f.startswith("member-")] == []  # b's removed by a live member
 
 
 def journal_of_begins(path) -> bool:

@@ -96,13 +96,15 @@ class GroupMembership:
     def __init__(self, root: str, group: str, topic: str):
         self.dir = os.path.join(root, LEASE_DIR, urllib.parse.quote(offset_key(group, topic), safe=""))
         os.makedirs(self.dir, exist_ok=True)
-        self.member_id = f"{socket.gethostname()}@{os.getpid()}@{next(_ids)}"
-        self._member_path = os.path.join(self.dir, "member-" + urllib.parse.quote(self.member_id, safe=""))
         self._pid = os.getpid()
         self._queues: dict = {}  # queue id -> descriptor of its held lease
-        fd = os.open(self._member_path, _FLAGS, 0o644)
-        if not _try_lock(fd):  # (a name of a dead process, reused after a pid wrap: it is ours now)
-            fcntl.flock(fd, fcntl.LOCK_EX)
+        while True:  # (a file left by a dead process of the same pid is free: it is ours now)
+            self.member_id = f"{socket.gethostname()}@{self._pid}@{next(_ids)}"
+            self._member_path = os.path.join(self.dir, "member-" + urllib.parse.quote(self.member_id, safe=""))
+            fd = os.open(self._member_path, _FLAGS, 0o644)
+            if _try_lock(fd):
+                break
+            os.close(fd)  # (held: a name that is not ours after all; the next one)
         self._member_fd: int | None = fd
         _live.add(self)
 
@@ -119,7 +121,9 @@ class GroupMembership:
                 out.append(member)
                 continue
             try:
-                fd = os.open(path, os.O_RDONLY | _NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+                # (read-write: where flock is emulated by fcntl locks, NFS, an
+                # exclusive lock needs a descriptor open for writing)
+                fd = os.open(path, os.O_RDWR | _NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
             except FileNotFoundError:
                 continue  # (left meanwhile)
             try:
