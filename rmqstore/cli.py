@@ -199,6 +199,18 @@ def _check_store(path) -> None:
 # --- commands -----------------------------------------------------------------
 
 
+def _groups(s) -> dict:
+    """``{group: [topics]}`` with committed offsets; {} with a warning when
+    the offset file does not parse (the rest of ``info`` still stands)."""
+    from .exceptions import CorruptedFileError
+
+    try:
+        return s.consumer_offsets().group_topic_map()
+    except CorruptedFileError as e:
+        print(f"rmqstore: warning: consumer offsets not read: {e}", file=sys.stderr)
+        return {}
+
+
 def cmd_info(args) -> int:
     with _open(args.store) as s:
         cl = s.commitlog
@@ -218,6 +230,7 @@ def cmd_info(args) -> int:
             },
             "checkpoint": s.checkpoint.to_dict(),
             "clean_shutdown": s.last_exit_ok,
+            "groups": _groups(s),  # (consumer groups with committed offsets)
             "queues": [],
         }
         for topic, qid in s.queues():
@@ -246,11 +259,75 @@ def cmd_info(args) -> int:
         for f in out["index"]["files"]:
             print(f"  {f['name']}  keys={f['index_count'] - 1}  phy=[{f['begin_phy_offset']}, {f['end_phy_offset']}]  "
                   f"time=[{_ts(f['begin_timestamp'])}, {_ts(f['end_timestamp'])}]")
+        groups = out["groups"]
+        print(f"consumer groups  {len(groups)}" + (" (rmqstore consumer-progress STORE: their lag)" if groups else ""))
+        for g, topics in groups.items():
+            print(f"  {g}: {', '.join(topics)}")
         print(f"queues           {len(out['queues'])}")
         width = max([len(q["topic"]) for q in out["queues"]] + [5])
         for q in out["queues"]:
             print(f"  {q['topic']:<{width}} {q['queue_id']:>3}  offsets [{q['min_offset']}, {q['max_offset']})  "
                   f"{q['messages']:>8} msgs  {q['first_store_time']} .. {q['last_store_time']}")
+    return 0
+
+
+def _progress_rows(s, group=None) -> list:
+    """Per (group, topic, queue) with a committed offset: the committed
+    offset, the queue's max offset, the lag in messages and the store time
+    of the first message not consumed (RocketMQ ``consumerProgress``)."""
+    from .service.offsets import split_offset_key
+
+    now = int(time.time() * 1000)
+    rows = []
+    for key, qmap in sorted(s.consumer_offsets().table().items()):
+        tg = split_offset_key(key)
+        if tg is None or (group is not None and tg[1] != group):
+            continue
+        topic, g = tg
+        for qid, committed in sorted(qmap.items()):
+            mn, mx = s.get_min_offset_in_queue(topic, qid), s.get_max_offset_in_queue(topic, qid)
+            nxt = max(committed, mn)  # (what clean-up removed is not lag)
+            lag = max(0, mx - nxt)
+            first = None
+            if lag:
+                cq = s.consume_queue(topic, qid)
+                unit = cq.get_unit(nxt) if cq is not None else None
+                first = s.commitlog.store_timestamp_at(unit[0], unit[1]) if unit else None
+            rows.append({
+                "group": g, "topic": topic, "queue_id": qid, "committed_offset": committed, "max_offset": mx,
+                "lag": lag, "first_unconsumed_store_time": _ts(first),
+                "lag_ms": max(0, now - first) if first else 0,
+            })
+    return rows
+
+
+def cmd_consumer_progress(args) -> int:
+    """Consumer groups' progress (mqadmin's ``consumerProgress``), from
+    ``config/consumerOffset.json`` and the queues."""
+    with _open(args.store) as s:
+        rows = _progress_rows(s, args.group)
+        if args.group is not None and not rows:
+            print(f"rmqstore: no committed offsets for group {args.group!r} in {_show(s.root_dir)}", file=sys.stderr)
+            return 1
+        if args.json:
+            _print_json(rows)
+            return 0
+        if not rows:
+            print("no consumer group has committed an offset")
+            return 0
+        wg = max(len("GROUP"), *(len(r["group"]) for r in rows))
+        wt = max(len("TOPIC"), *(len(r["topic"]) for r in rows))
+        print(f"{'GROUP':<{wg}}  {'TOPIC':<{wt}}  {'QUEUE':>5}  {'COMMITTED':>12}  {'MAX':>12}  {'LAG':>10}  "
+              f"{'FIRST UNCONSUMED':<29}  LAG TIME")
+        for r in rows:
+            print(f"{r['group']:<{wg}}  {r['topic']:<{wt}}  {r['queue_id']:>5}  {r['committed_offset']:>12}  "
+                  f"{r['max_offset']:>12}  {r['lag']:>10}  {r['first_unconsumed_store_time']:<29}  "
+                  f"{r['lag_ms'] / 1000:.1f} s")
+        totals: dict = {}
+        for r in rows:
+            totals[r["group"]] = totals.get(r["group"], 0) + r["lag"]
+        for g, lag in totals.items():
+            print(f"group {g}: {lag} message(s) behind")
     return 0
 
 
@@ -519,6 +596,11 @@ def _parser() -> argparse.ArgumentParser:
     sp.add_argument("--json", action="store_true", help="print one JSON object")
     sp.set_defaults(func=cmd_info)
 
+    sp = store_cmd("consumer-progress", "each consumer group's committed offset and lag, per topic and queue")
+    sp.add_argument("group", nargs="?", type=_text("group"), help="one group (default: every group)")
+    sp.add_argument("--json", action="store_true", help="print one JSON list of rows")
+    sp.set_defaults(func=cmd_consumer_progress)
+
     sp = store_cmd("dump", "every message as a JSON line, in CommitLog order")
     sp.add_argument("--topic", type=topic_arg)
     sp.add_argument("--queue-id", type=_queue_id)
@@ -595,7 +677,7 @@ def _parser() -> argparse.ArgumentParser:
     sp.set_defaults(func=cmd_tail)
 
     sp = sub.add_parser("demo", help="write, consume and query a demo store with default settings",
-                        description="Writes messages into a store under the current directory with RocketMQ's "
+                        description="Writes messages into a store under the current directory with the "
                                     "default settings, consumes them, queries by key and time, prints timings. "
                                     "It replaces only a store an earlier demo made (marked by a "
                                     f"{demo.DEMO_MARKER} file) and refuses any other directory that is not empty.")

@@ -7,11 +7,12 @@ import re
 import shutil
 import subprocess
 import sys
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
 
-from rmqstore import MessageStore, StoreConfig
+from rmqstore import Message, MessageStore, StoreConfig
 from rmqstore.cli import main
 
 GOLDEN = Path(__file__).parent / "data" / "golden"
@@ -168,3 +169,30 @@ def test_python_dash_m(tmp_path):
     )
     assert r.returncode == 0, r.stderr
     assert len(r.stdout.splitlines()) == 5
+
+
+def test_consumer_progress_and_groups_in_info(tmp_path, capsys):
+    root = tmp_path / "s"
+    with MessageStore.open(root, StoreConfig(mapped_file_size_commit_log=1 << 16, make_files_ahead=False)) as s:
+        for i in range(10):
+            s.put_message(Message("T", b"m%d" % i, queue_id=i % 2))
+        times = [s.get_messages("T", q, 0, 10).messages for q in (0, 1)]
+        s.commit_offset("billing", "T", 0, 5)  # queue 0 drained
+        s.commit_offset("billing", "T", 1, 2)  # queue 1: 3 behind, from its message at offset 2
+        s.commit_offset("audit", "T", 0, 0)
+    code, out, _ = run(capsys, "consumer-progress", root, "--json")
+    assert code == 0
+    rows = json.loads(out)
+    assert [(r["group"], r["queue_id"], r["committed_offset"], r["max_offset"], r["lag"]) for r in rows] == [
+        ("audit", 0, 0, 5, 5), ("billing", 0, 5, 5, 0), ("billing", 1, 2, 5, 3)]  # by "<topic>@<group>", queue
+    billing1 = next(r for r in rows if r["group"] == "billing" and r["queue_id"] == 1)
+    want = datetime.fromtimestamp(times[1][2].store_timestamp / 1000, timezone.utc).isoformat(timespec="milliseconds")
+    assert billing1["first_unconsumed_store_time"] == want and billing1["lag_ms"] >= 0
+    code, out, _ = run(capsys, "consumer-progress", root, "billing")
+    assert code == 0 and "group billing: 3 message(s) behind" in out and "audit" not in out
+    code, out, err = run(capsys, "consumer-progress", root, "nobody")
+    assert code == 1 and out == "" and "no committed offsets for group 'nobody'" in err
+    code, out, _ = run(capsys, "info", root, "--json")
+    assert json.loads(out)["groups"] == {"audit": ["T"], "billing": ["T"]}
+    code, out, _ = run(capsys, "info", root)
+    assert "consumer groups  2" in out and "  billing: T" in out
