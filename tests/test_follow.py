@@ -232,18 +232,31 @@ def test_reader_follows_a_writer_process(tmp_path):
             p.wait()
 
 
-def test_cli_tail_prints_new_messages(tmp_path, capsys):
+def test_cli_tail_prints_new_messages(tmp_path, capsys, monkeypatch):
+    import types
+
+    import rmqstore.cli as cli
+
+    # the tail's first pause says it has taken its start positions: the new
+    # messages are put after that, however slow its open is on a busy machine
+    started = threading.Event()
+
+    def sleep(seconds):
+        started.set()
+        time.sleep(seconds)
+
+    monkeypatch.setattr(cli, "time", types.SimpleNamespace(monotonic=time.monotonic, time=time.time, sleep=sleep))
     with MessageStore.open(tmp_path, config=CFG) as w:
         for i in range(5):
             put(w, i)
-        timer = threading.Timer(0.3, lambda: [put(w, i) for i in range(5, 12)])
-        timer.start()
+        producer = threading.Thread(target=lambda: started.wait(30) and [put(w, i) for i in range(5, 12)])
+        producer.start()
         try:
             with no_hang(30):
                 rc = cli_main(["tail", str(tmp_path), "--topic", TOPIC, "--max", "7", "--timeout", "20",
                                "--interval", "10"])
         finally:
-            timer.join()
+            producer.join()
     assert rc == 0
     lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
     # only messages stored after tail started, in per-queue order
