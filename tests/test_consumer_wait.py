@@ -25,8 +25,16 @@ SMALL = StoreConfig(
 )
 
 
-def later(delay, fn, *args):
-    t = threading.Timer(delay, fn, args)
+def once_waiting(store, fn, *args):
+    """Run fn(*args) in a thread once a pull of *store* waits for arrivals
+    (however slow the machine is to get there)."""
+    def run():
+        deadline = time.monotonic() + 30
+        while not store._waiting and time.monotonic() < deadline:
+            time.sleep(0.005)
+        fn(*args)
+
+    t = threading.Thread(target=run)
     t.start()
     return t
 
@@ -95,7 +103,7 @@ def test_a_close_from_another_thread_ends_a_waiting_iteration(tmp_path, closer):
         s.put_message(Message("T", b"a"))
         c = s.consumer("G", "T", wait_ms=math.inf)
         assert next(c).body == b"a"
-        t = later(0.1, c.close if closer == "consumer" else s.close)
+        t = once_waiting(s, c.close if closer == "consumer" else s.close)
         with no_hang(30), pytest.raises(StopIteration):
             next(c)  # waits until the close
         t.join()
@@ -113,7 +121,7 @@ def test_keyboard_interrupt_while_waiting_loses_nothing(tmp_path):
             s.put_message(Message("T", b"m%d" % i))
         c = s.consumer("G", "T", wait_ms=math.inf)
         assert [next(c).body, next(c).body] == [b"m0", b"m1"]
-        t = later(0.1, os.kill, os.getpid(), signal.SIGINT)  # (a real signal: Ctrl-C)
+        t = once_waiting(s, os.kill, os.getpid(), signal.SIGINT)  # (a real signal: Ctrl-C)
         with no_hang(30), pytest.raises(KeyboardInterrupt):
             next(c)
         t.join()
