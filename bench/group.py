@@ -43,6 +43,7 @@ with MessageStore.open(root, read_only=True) as store:
         for m in c:
             n += 1
         c.commit()
+        offsets.flush()  # (deferred commits: the other members see them now, not in 5 s)
         if sum(offsets.get_all(group, "G").values()) >= total:
             break
     c.close()

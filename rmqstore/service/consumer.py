@@ -35,6 +35,9 @@ _I32_MAX = (1 << 31) - 1
 _REBALANCE = 1.0
 #: seconds before trying again for a queue whose last holder has not let go
 _RETRY_LEASE = 0.05
+#: messages handed out between two looks at the clock for a rebalance (a
+#: drained or waiting consumer looks at every wake)
+_LOOK_EVERY = 64
 
 # statuses after which a queue has nothing more to give right now
 _EMPTY = frozenset({
@@ -156,6 +159,7 @@ class Consumer:
         self._queues: list = [] if queue_ids is None else list(queue_ids)
         self._membership = None
         self._next_rebalance = 0.0
+        self._look_in = _LOOK_EVERY
         self._pos: dict = {}  # queue id -> next queue offset to pull
         self._acked: dict = {}  # queue id -> offset everything before which is processed or filtered out
         self._committed: dict = {}  # queue id -> offset last committed by us (or found committed)
@@ -261,15 +265,26 @@ class Consumer:
             self._ack_inflight()
         if self._dirty:
             self._commit_acked()
-        self._rebalance_if_due()
-        m = self._step()
-        if m is None and self.wait_ms is not None:
-            m = self._wait_for_message(self.wait_ms)
+        if self._membership is not None:
+            # a look at the clock every _LOOK_EVERY messages: a clock read
+            # costs as much as a message here (a VM's clock is a system call)
+            self._look_in -= 1
+            if self._look_in <= 0:
+                self._look_in = _LOOK_EVERY
+                if time.monotonic() >= self._next_rebalance:
+                    self._rebalance()
+        # (inline, not _step and _deliver: a call per message is measurable)
+        m = self._next_message()
         if m is None:
-            if not (self._closed or self.store.closed):  # (a close committed already)
-                self._commit_acked()  # progress made over filtered-out messages
-            raise StopIteration
-        self._deliver(m)
+            m = self._step()
+            if m is None and self.wait_ms is not None:
+                m = self._wait_for_message(self.wait_ms)
+            if m is None:
+                if not (self._closed or self.store.closed):  # (a close committed already)
+                    self._commit_acked()  # progress made over filtered-out messages
+                raise StopIteration
+        self._inflight = (m.queue_id, m.queue_offset + 1)
+        self.delivered += 1
         return m
 
     def _step(self):
