@@ -130,7 +130,7 @@ class GroupMembership:
                 if _try_lock(fd):  # nobody holds it: that member is gone
                     try:
                         os.unlink(path)
-                    except FileNotFoundError:
+                    except OSError:  # (gone meanwhile, or a directory this process may not change)
                         pass
                 else:
                     out.append(member)
