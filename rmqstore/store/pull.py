@@ -263,20 +263,9 @@ class Pull(Put):
         while True:
             if result.status is GetMessageStatus.NO_MATCHED_MESSAGE:
                 offset = result.next_begin_offset  # filtered units are done with
-            with self._arrival:  # held only while waiting: dispatch must not stall
-                self._waiting += 1
-                try:
-                    while True:
-                        if self._closed:
-                            return result  # close() wakes long polls
-                        if self.get_max_offset_in_queue(topic, queue_id) > offset:
-                            break
-                        left = deadline - time.monotonic()
-                        if left <= 0:
-                            return result
-                        self._arrival.wait(min(left, _WAIT_SLICE))
-                finally:
-                    self._waiting -= 1
+            if not self._wait_until(lambda past=offset: self.get_max_offset_in_queue(topic, queue_id) > past,
+                                    deadline - time.monotonic()):
+                return result  # (the wait ran out, or close() woke it)
             result = self._pull(topic, queue_id, offset, max_count, tags)
             if result.messages or result.status not in _WAITABLE:
                 return result
