@@ -249,3 +249,24 @@ def test_closing_the_store_ends_an_async_consumer(tmp_path):
             await store.close()
 
     asyncio.run(main())
+
+
+def test_closing_an_async_consumer_from_another_task_ends_its_loop(tmp_path):
+    async def main():
+        async with AsyncMessageStore.open(tmp_path / "s", config=SMALL) as store:
+            await store.put_message(Message("T", b"only"))
+            c = store.consumer("G", "T", wait_ms=math.inf)
+            got = []
+
+            async def consume():
+                async for m in c:
+                    got.append(m.body)
+
+            task = asyncio.create_task(consume())
+            await asyncio.sleep(0.05)  # it handled "only" and waits for more
+            await asyncio.wait_for(c.close(), 30)  # (before: waited for the waiting thread forever)
+            await asyncio.wait_for(task, 30)
+            assert got == [b"only"] and c.consumer.closed
+            assert await store.get_committed_offset("G", "T", 0) == 1  # "only" was asked past: committed
+
+    asyncio.run(main())

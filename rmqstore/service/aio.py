@@ -291,6 +291,7 @@ class AsyncConsumer:
         # each commit on disk before the next message (the consumer's *sync*)
         self._sync = consumer._offsets.sync if consumer.sync is None else bool(consumer.sync)
         self._busy: asyncio.Future | None = None  # the last call sent to a thread
+        self._closing = False  # close() was called: a waiting step ends
 
     def __aiter__(self):
         return self
@@ -314,8 +315,9 @@ class AsyncConsumer:
             left = -1.0 if deadline is None else deadline - time.monotonic()
             if left > 0:
                 await self._wait(c._wait_slice(left))
-            if left <= 0 or c.closed or front.store.closed:
-                if not (c.closed or front.store.closed):
+            ended = self._closing or c.closed or front.store.closed
+            if left <= 0 or ended:
+                if not ended:
                     await self._commit()  # (progress over filtered-out messages)
                 raise StopAsyncIteration
 
@@ -333,7 +335,7 @@ class AsyncConsumer:
         cancelled = False
 
         def ready() -> bool:
-            return cancelled or c._ready()
+            return cancelled or self._closing or c._ready()
 
         try:
             return await self._call(store._wait_until, ready, timeout)
@@ -373,7 +375,10 @@ class AsyncConsumer:
 
     async def close(self) -> None:
         """:meth:`Consumer.close` (commits what is acknowledged), in the
-        executor; a wait in progress ends."""
+        executor; a task waiting in ``async for`` on this consumer ends its
+        loop (StopAsyncIteration) first."""
+        self._closing = True
+        self._front.store._wake_waiters()  # (its thread's wait sees _closing and returns)
         await self._call(self.consumer.close)
 
     async def __aenter__(self) -> AsyncConsumer:
