@@ -13,20 +13,18 @@ import math
 import os
 import sys
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 
 from . import IMPLEMENTATION, __version__
 from .config import StoreConfig
 from .exceptions import ConfigError, RmqStoreError
 from .message import decode_offset_msg_id
 from .store import MessageStore
-from .store.args import MAX_OFFSET
+from .store.args import MAX_OFFSET, time_ms
 
 __all__ = ["main"]
 
 INT32_MAX = (1 << 31) - 1
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
-_MS = timedelta(milliseconds=1)
 
 
 class UsageError(Exception):
@@ -91,21 +89,9 @@ def _time(text: str) -> int:
     """An argparse type: ms since epoch from an integer or an ISO-8601 time
     (UTC when no zone), from the epoch to Java's Long.MAX_VALUE."""
     try:
-        ms = int(text)
-    except ValueError:
-        try:
-            dt = datetime.fromisoformat(text)
-        except ValueError as e:
-            why = "" if str(e).startswith("Invalid isoformat") else f"{e}; "  # (that one only repeats the text)
-            raise argparse.ArgumentTypeError(
-                f"not a time: {text!r} ({why}give ms since epoch or ISO-8601, e.g. 2024-09-19T08:00:30)"
-            ) from None
-        if dt.tzinfo is None:
-            dt = dt.replace(tzinfo=timezone.utc)
-        ms = (dt - _EPOCH) // _MS  # exact: no float rounding of the milliseconds
-    if not 0 <= ms <= MAX_OFFSET:
-        raise argparse.ArgumentTypeError(f"time {text!r} is out of range (1970-01-01 up to {MAX_OFFSET} ms)")
-    return ms
+        return time_ms(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _seconds(text: str) -> float:

@@ -8,6 +8,7 @@ is missing, unless ``RMQSTORE_REQUIRE_SPARK=1`` (CI), which makes that an error.
 
 from __future__ import annotations
 
+import datetime
 import glob
 import hashlib
 import json
@@ -140,6 +141,29 @@ def test_filter_options_prune_without_pushdown_conf(spark, mixed):
     assert df.rdd.getNumPartitions() < all_parts
     got = [r.physical_offset for r in df.select("physical_offset").collect()]
     assert got == [m.physical_offset for m in msgs if m.topic == "SCHEDULE_TOPIC_XXXX" and m.store_timestamp >= t0]
+
+
+def test_options_cannot_be_misspelt_and_times_may_be_iso(spark, mixed):
+    """An unknown option is an error naming the valid ones (``topic`` for
+    ``topics`` read everything before); a directory above ``store/`` is an
+    error pointing below; store-time bounds take ISO-8601 as the CLI does."""
+    with pytest.raises(Exception, match=r"unknown option\(s\) 'topic'.*valid: .*topics"):
+        spark.read.format("rmqstore").option("topic", "TopicA").load(str(mixed)).count()
+    with pytest.raises(Exception, match="unknown option"):
+        spark.range(1).selectExpr("'T' AS topic", "'x' AS body").write.format("rmqstore").mode("append") \
+            .option("storehost", "1.2.3.4:1").option("lockTimeOut", "1").option("config.maxIndexNum", "400") \
+            .option("bodies", "x").save(str(mixed.parent / "out-misspelt"))
+    assert not (mixed.parent / "out-misspelt").exists()  # (refused before anything was written)
+    with pytest.raises(Exception, match=f"no rmqstore / RocketMQ store in {mixed.parent}.*the store is in {mixed}"):
+        spark.read.format("rmqstore").load(str(mixed.parent)).count()
+    msgs = plain_rows(mixed)
+    t0 = msgs[100].store_timestamp
+    iso = datetime.datetime.fromtimestamp(t0 / 1000, datetime.timezone.utc).isoformat(timespec="milliseconds")
+    by_iso = spark.read.format("rmqstore").option("minStoreTimestamp", iso).load(str(mixed))
+    by_ms = spark.read.format("rmqstore").option("minStoreTimestamp", str(t0)).load(str(mixed))
+    assert by_iso.count() == by_ms.count() == sum(1 for m in msgs if m.store_timestamp >= t0)
+    with pytest.raises(Exception, match="option maxStoreTimestamp: not a time: 'yesterday'"):
+        spark.read.format("rmqstore").option("maxStoreTimestamp", "yesterday").load(str(mixed)).count()
 
 
 def test_sql_filter_pushdown_prunes_files(spark, mixed):

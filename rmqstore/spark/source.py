@@ -18,7 +18,9 @@ Reading (``spark.read.format("rmqstore")``)
     Filters, applied exactly and used to skip files (:class:`rmqstore.arrow.ScanFilter`):
     ``topics``, ``queueIds`` (comma-separated), ``minPhysicalOffset``,
     ``maxPhysicalOffset`` (bytes, inclusive), ``minStoreTimestamp``,
-    ``maxStoreTimestamp`` (ms since epoch, inclusive). With ``pushdown=true``
+    ``maxStoreTimestamp`` (ms since epoch or ISO-8601, UTC unless a zone is
+    given; inclusive). An option not named here is an error listing the
+    valid ones, and so is a directory that holds no store. With ``pushdown=true``
     and ``spark.sql.python.filterPushdown.enabled=true``, WHERE conditions on
     topic, queue_id, physical_offset and store_timestamp prune the same way
     (Spark still evaluates them); with the conf off, ``pushdown=true`` is
@@ -70,6 +72,7 @@ from pyspark.sql.types import (
 )
 
 from .. import arrow
+from ..store.args import time_ms
 
 __all__ = ["RmqStoreDataSource", "RmqStoreWriter", "RmqStoreStreamReader", "register", "spark_schema"]
 
@@ -142,7 +145,60 @@ def _columns(options) -> tuple:
 
 def _int_opt(options, name):
     v = options.get(name)
-    return None if v is None or v == "" else int(v)
+    if v is None or v == "":
+        return None
+    try:
+        return int(v)
+    except ValueError:
+        raise ValueError(f"option {name} must be an integer, got {v!r}") from None
+
+
+def _time_opt(options, name):
+    """A store-time bound: ms since epoch or ISO-8601 (UTC unless a zone is given)."""
+    v = options.get(name)
+    if v is None or v == "":
+        return None
+    try:
+        return time_ms(v)
+    except ValueError as e:
+        raise ValueError(f"option {name}: {e}") from None
+
+
+#: the options of each direction (Spark's option names are case-insensitive)
+READ_OPTIONS = frozenset({
+    "path", "paths", "brokers", "schema", "columns", "splitBytes", "batchRows", "checkCrc", "onCorrupt",
+    "topics", "queueIds", "minPhysicalOffset", "maxPhysicalOffset", "minStoreTimestamp", "maxStoreTimestamp",
+    "pushdown",
+})
+STREAM_OPTIONS = READ_OPTIONS | {"startingOffsets"}
+WRITE_OPTIONS = frozenset({"path", "paths", "brokerDirs", "storeHost", "lockTimeout"})  # and config.<setting>
+
+
+def check_options(options, valid, what: str, prefixes=()) -> None:
+    """Refuse an option *valid* does not name (a misspelt ``topic`` for
+    ``topics`` read everything before), listing the valid ones."""
+    known = {o.lower() for o in valid}
+    unknown = sorted(k for k in options if k.lower() not in known
+                     and not any(k.lower().startswith(p) for p in prefixes))
+    if unknown:
+        extra = "".join(f", {p}<name>" for p in prefixes)
+        raise ValueError(f"unknown option(s) {', '.join(map(repr, unknown))} for {what}; "
+                         f"valid: {', '.join(sorted(valid, key=str.lower))}{extra}")
+
+
+def _check_stores(paths: list) -> None:
+    """A read's directories each hold a store (a directory above ``store/``
+    read as an empty table before)."""
+    for p in paths:
+        if os.path.isdir(os.path.join(p, "commitlog")) or os.path.isdir(os.path.join(p, "consumequeue")):
+            continue
+        hint = ""
+        below = os.path.join(p, "store")
+        if os.path.isdir(os.path.join(below, "commitlog")):
+            hint = f"; the store is in {below}"
+        elif not os.path.isdir(p):
+            hint = "; no such directory"
+        raise ValueError(f"no rmqstore / RocketMQ store in {p} (no commitlog/ directory){hint}")
 
 
 def _option_filter(options) -> arrow.ScanFilter:
@@ -153,8 +209,8 @@ def _option_filter(options) -> arrow.ScanFilter:
         queue_ids=frozenset(int(q) for q in qids.split(",") if q.strip()) if qids else None,
         min_physical_offset=_int_opt(options, "minPhysicalOffset"),
         max_physical_offset=_int_opt(options, "maxPhysicalOffset"),
-        min_store_timestamp=_int_opt(options, "minStoreTimestamp"),
-        max_store_timestamp=_int_opt(options, "maxStoreTimestamp"),
+        min_store_timestamp=_time_opt(options, "minStoreTimestamp"),
+        max_store_timestamp=_time_opt(options, "maxStoreTimestamp"),
     )
 
 
@@ -177,14 +233,17 @@ class RmqStoreDataSource(DataSource):
         return spark_schema(_columns(self.options))
 
     def reader(self, schema: StructType) -> DataSourceReader:
+        check_options(self.options, READ_OPTIONS, "reading an rmqstore table")
         if _truthy(self.options.get("pushdown", "false")) and _planning_with_pushdown():
             return _PushdownReader(self.options, schema)
         return RmqStoreReader(self.options, schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> RmqStoreWriter:
+        check_options(self.options, WRITE_OPTIONS, "writing an rmqstore table", prefixes=("config.",))
         return RmqStoreWriter(self.options, schema, overwrite)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        check_options(self.options, STREAM_OPTIONS, "streaming from an rmqstore table")
         return RmqStoreStreamReader(self.options, schema)
 
 
@@ -206,6 +265,7 @@ class RmqStoreReader(DataSourceReader):
 
     def __init__(self, options, schema: StructType):
         self.paths = _paths(options)
+        _check_stores(self.paths)
         self.brokers = _brokers(options, self.paths)
         self.columns = tuple(f.name for f in schema.fields)
         self.filter = _option_filter(options)

@@ -3,6 +3,7 @@ pull and query arguments."""
 
 from __future__ import annotations
 
+import datetime
 import math
 import operator
 import time
@@ -13,6 +14,7 @@ MAX_OFFSET = (1 << 63) - 1
 # the ranges of RocketMQ's Java ints and longs: what an argument may hold
 _I32_MIN, _I32_MAX = -(1 << 31), (1 << 31) - 1
 _I64_MIN, _I64_MAX = -(1 << 63), MAX_OFFSET
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
 
 
 def _now_ms() -> int:
@@ -32,6 +34,35 @@ def _int_arg(name: str, value, lo: int, hi: int) -> int:
     if not lo <= value <= hi:
         raise ArgumentError(f"{name} must be in [{lo}, {hi}], got {value}")
     return value
+
+
+def time_ms(text) -> int:
+    """ms since epoch from an int, an integer string or an ISO-8601 time
+    (UTC when it names no zone), from the epoch to Java's Long.MAX_VALUE;
+    exact (no float rounding of the milliseconds). Raises ValueError
+    saying what it accepts."""
+    if isinstance(text, bool):
+        raise ValueError(f"not a time: {text!r}")
+    if isinstance(text, int):
+        ms = text
+    else:
+        text = str(text).strip()
+        try:
+            ms = int(text)
+        except ValueError:
+            try:
+                dt = datetime.datetime.fromisoformat(text)
+            except ValueError as e:
+                why = "" if str(e).startswith("Invalid isoformat") else f"{e}; "  # (that one only repeats the text)
+                raise ValueError(
+                    f"not a time: {text!r} ({why}give ms since epoch or ISO-8601, e.g. 2024-09-19T08:00:30)"
+                ) from None
+            if dt.tzinfo is None:
+                dt = dt.replace(tzinfo=datetime.timezone.utc)
+            ms = (dt - _EPOCH) // datetime.timedelta(milliseconds=1)
+    if not 0 <= ms <= _I64_MAX:
+        raise ValueError(f"time {text!r} is out of range (1970-01-01 up to {_I64_MAX} ms)")
+    return ms
 
 
 def _wait_arg(wait_ms):
