@@ -59,7 +59,8 @@ NARROW = "physical_offset, topic, queue_id, queue_offset, store_timestamp, born_
 @pytest.fixture(scope="module")
 def spark():
     os.environ["PYSPARK_PYTHON"] = sys.executable  # workers: this interpreter
-    s = session("local[2]", "rmqstore-bench", {"spark.sql.shuffle.partitions": "2", "spark.driver.memory": "4g"})
+    s = session("local[2]", "rmqstore-bench", {"spark.sql.shuffle.partitions": "2", "spark.driver.memory": "4g",
+                                               "spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false"})
     yield s
     s.stop()
 

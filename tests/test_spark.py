@@ -50,7 +50,8 @@ from test_arrow import SMALL, make_store, plain_rows  # noqa: E402
 @pytest.fixture(scope="session")
 def spark():
     os.environ["PYSPARK_PYTHON"] = sys.executable  # workers: this interpreter
-    s = session("local[2]", "rmqstore-tests", {"spark.sql.shuffle.partitions": "2"})
+    s = session("local[2]", "rmqstore-tests", {"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false",
+                                               "spark.ui.showConsoleProgress": "false"})
     yield s
     s.stop()
 
@@ -129,8 +130,20 @@ def test_narrow_schema_split_files_and_options(spark, mixed):
     assert cols.columns == ["topic", "body"]
 
 
+def test_session_turns_pushdown_on_and_keeps_ui_settings_it_is_given(spark):
+    assert spark.conf.get("spark.sql.python.filterPushdown.enabled") == "true"  # (register() did)
+    assert spark.conf.get("spark.ui.showConsoleProgress") == "false"  # (the fixture asked for it)
+
+
 def test_filter_options_prune_without_pushdown_conf(spark, mixed):
-    assert spark.conf.get("spark.sql.python.filterPushdown.enabled", "false") == "false"
+    spark.conf.set("spark.sql.python.filterPushdown.enabled", "false")
+    try:
+        _filter_options_prune(spark, mixed)
+    finally:
+        spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
+
+
+def _filter_options_prune(spark, mixed):
     msgs = plain_rows(mixed)
     t0 = msgs[100].store_timestamp
     df = (
@@ -166,20 +179,19 @@ def test_options_cannot_be_misspelt_and_times_may_be_iso(spark, mixed):
         spark.read.format("rmqstore").option("maxStoreTimestamp", "yesterday").load(str(mixed)).count()
 
 
-def test_sql_filter_pushdown_prunes_files(spark, mixed):
+def test_sql_filter_pushdown_prunes_files_by_default(spark, mixed):
+    """No option, no conf set by hand: register() turned pushdown on."""
     msgs = plain_rows(mixed)
     lo, hi = msgs[50].physical_offset, msgs[120].physical_offset
-    spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
-    try:
-        df = spark.read.format("rmqstore").option("pushdown", "true").option("schema", "narrow").load(str(mixed))
-        t = msgs[60].store_timestamp
-        q = df.where(f"physical_offset >= {lo} AND physical_offset < {hi} AND queue_id IN (0, 2) AND topic = 'TopicA'"
-                     f" AND store_timestamp >= timestamp_millis({t})")
-        parts = q.rdd.getNumPartitions()
-        got = [r.physical_offset for r in q.select("physical_offset").orderBy("physical_offset").collect()]
-    finally:
-        spark.conf.unset("spark.sql.python.filterPushdown.enabled")
-    assert parts < len(os.listdir(mixed / "commitlog"))
+    df = spark.read.format("rmqstore").option("schema", "narrow").load(str(mixed))
+    t = msgs[60].store_timestamp
+    q = df.where(f"physical_offset >= {lo} AND physical_offset < {hi} AND queue_id IN (0, 2) AND topic = 'TopicA'"
+                 f" AND store_timestamp >= timestamp_millis({t})")
+    parts = q.rdd.getNumPartitions()
+    got = [r.physical_offset for r in q.select("physical_offset").orderBy("physical_offset").collect()]
+    off = spark.read.format("rmqstore").option("schema", "narrow").option("pushdown", "false").load(str(mixed))
+    everything = off.where(f"physical_offset >= {lo}").rdd.getNumPartitions()
+    assert parts < len(os.listdir(mixed / "commitlog")) == everything  # (pushdown=false: every file)
     assert got == [m.physical_offset for m in msgs if lo <= m.physical_offset < hi and m.queue_id in (0, 2)
                    and m.topic == "TopicA" and m.store_timestamp >= t]
     assert got

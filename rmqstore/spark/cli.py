@@ -17,10 +17,12 @@ __all__ = ["main", "session"]
 
 
 def session(master: str = "local[*]", app_name: str = "rmqstore", conf: dict | None = None):
-    """A SparkSession for rmqstore jobs: UTC, UI and progress bars off, log
-    level ERROR, the ``rmqstore`` format registered, *conf* (Spark settings)
-    applied. Python workers run this interpreter with rmqstore importable
-    (``PYSPARK_PYTHON``, ``PYTHONPATH``), so a plain checkout works too."""
+    """A SparkSession for rmqstore jobs: UTC, log level ERROR, the
+    ``rmqstore`` format registered (filter pushdown on, see
+    :func:`rmqstore.spark.register`), *conf* (Spark settings) applied;
+    Spark's UI and console progress bar stay as Spark sets them (on). Python
+    workers run this interpreter with rmqstore importable (``PYSPARK_PYTHON``,
+    ``PYTHONPATH``), so a plain checkout works too."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     if master.startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -35,8 +37,6 @@ def session(master: str = "local[*]", app_name: str = "rmqstore", conf: dict | N
     builder = (
         SparkSession.builder.master(master)
         .appName(app_name)
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.session.timeZone", "UTC")
     )
     for key, value in (conf or {}).items():

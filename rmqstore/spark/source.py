@@ -20,11 +20,12 @@ Reading (``spark.read.format("rmqstore")``)
     ``maxPhysicalOffset`` (bytes, inclusive), ``minStoreTimestamp``,
     ``maxStoreTimestamp`` (ms since epoch or ISO-8601, UTC unless a zone is
     given; inclusive). An option not named here is an error listing the
-    valid ones, and so is a directory that holds no store. With ``pushdown=true``
-    and ``spark.sql.python.filterPushdown.enabled=true``, WHERE conditions on
-    topic, queue_id, physical_offset and store_timestamp prune the same way
-    (Spark still evaluates them); with the conf off, ``pushdown=true`` is
-    accepted and only the options prune.
+    valid ones, and so is a directory that holds no store. WHERE conditions
+    on topic, queue_id, physical_offset and store_timestamp prune the same
+    way (Spark still evaluates them) under
+    ``spark.sql.python.filterPushdown.enabled``, which :func:`register`
+    turns on; ``pushdown=false`` turns it off for one read (with the conf
+    off, only the options prune).
 
 Writing (``df.write.format("rmqstore")``)
     see :class:`RmqStoreWriter`.
@@ -94,9 +95,21 @@ def spark_schema(columns=None) -> StructType:
     return StructType([StructField(c, _SPARK_TYPES[c], True) for c in cols])
 
 
+#: the Spark setting under which Spark hands WHERE conditions to a Python
+#: source's reader; register() turns it on (it only lets readers that offer
+#: pushFilters see the conditions; Spark still evaluates them all)
+PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
+
+
 def register(spark) -> None:
-    """Register the ``rmqstore`` format with *spark* (a SparkSession)."""
+    """Register the ``rmqstore`` format with *spark* (a SparkSession) and turn
+    on ``spark.sql.python.filterPushdown.enabled``, so that WHERE conditions
+    on topic, queue_id, physical_offset and store_timestamp skip files by
+    default (the ``pushdown`` option, default true, turns it off for one
+    read). A session that set the conf itself keeps its value."""
     spark.dataSource.register(RmqStoreDataSource)
+    if spark.conf.get(PUSHDOWN_CONF, None) is None:
+        spark.conf.set(PUSHDOWN_CONF, "true")
 
 
 # --- options ----------------------------------------------------------------------------------------
@@ -234,7 +247,7 @@ class RmqStoreDataSource(DataSource):
 
     def reader(self, schema: StructType) -> DataSourceReader:
         check_options(self.options, READ_OPTIONS, "reading an rmqstore table")
-        if _truthy(self.options.get("pushdown", "false")) and _planning_with_pushdown():
+        if _truthy(self.options.get("pushdown", "true")) and _planning_with_pushdown():
             return _PushdownReader(self.options, schema)
         return RmqStoreReader(self.options, schema)
 
