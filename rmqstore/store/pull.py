@@ -91,26 +91,6 @@ class Pull(Put):
     long polling), ``lookMessageByOffset``, ``queryMessage`` and
     ``getOffsetInQueueByTime``, plus zero-copy views and columns."""
 
-    def _poll_follow(self, topic, queue_id, offset, max_count, tags, wait_ms, result) -> GetMessageResult:
-        """Long polling on a read-only store: no in-process signal comes from
-        a writer process, so poll the queue's tail every
-        ``follow_poll_interval`` ms until messages arrive or *wait_ms* pass."""
-        deadline = time.monotonic() + wait_ms / 1000
-        pause = max(self.config.follow_poll_interval, 1) / 1000
-        while True:
-            if result.status is GetMessageStatus.NO_MATCHED_MESSAGE:
-                offset = result.next_begin_offset
-            left = deadline - time.monotonic()
-            if left <= 0 or self._closed:
-                return result
-            time.sleep(min(pause, left))
-            if self._closed:
-                return result
-            if self._follow_queue(topic, queue_id):
-                result = self._pull(topic, queue_id, offset, max_count, tags)
-                if result.messages or result.status not in _WAITABLE:
-                    return result
-
     def _wait_until(self, ready, timeout: float) -> bool:
         """Block until ``ready()`` (a check of the queues, called with no
         lock of the store's writing held) is true, the store closes or
@@ -249,14 +229,13 @@ class Pull(Put):
         queue_id, offset, max_count = _pull_args(queue_id, offset, max_count)
         wait_ms = _wait_arg(wait_ms)
         result = self._pull(topic, queue_id, offset, max_count, tags)
+        # follow mode: a writer process may have dispatched more since (past
+        # the end as this reader last saw it is not past the end yet); a wait
+        # below polls through _wait_until, which follows the queue too
         if self.read_only and not result.messages and (result.status in _WAITABLE
-                                                       or result.status is GetMessageStatus.OFFSET_OVERFLOW_BADLY):
-            # follow mode: a writer process may have dispatched more since
-            # (past the end as this reader last saw it is not past the end yet)
-            if self._follow_queue(topic, queue_id):
-                result = self._pull(topic, queue_id, offset, max_count, tags)
-            if wait_ms > 0 and not result.messages and result.status in _WAITABLE:
-                return self._poll_follow(topic, queue_id, offset, max_count, tags, wait_ms, result)
+                                                       or result.status is GetMessageStatus.OFFSET_OVERFLOW_BADLY) \
+                and self._follow_queue(topic, queue_id):
+            result = self._pull(topic, queue_id, offset, max_count, tags)
         if wait_ms <= 0 or result.messages or result.status not in _WAITABLE:
             return result
         deadline = time.monotonic() + wait_ms / 1000
