@@ -14,7 +14,7 @@ cdef class Message:
     # as for the twin.
     cdef public object topic, body, queue_id, flag, tags, keys, unique_key, properties
     cdef public object born_timestamp, born_host, store_host, reconsume_times, sys_flag
-    cdef public object prepared_transaction_offset
+    cdef public object prepared_transaction_offset, delay_level
 
 
 cdef class MessageExt:

@@ -175,6 +175,7 @@ class Message:
     reconsume_times: Any
     sys_flag: Any
     prepared_transaction_offset: Any
+    delay_level: Any
     def __init__(
         self,
         topic: str,
@@ -191,6 +192,7 @@ class Message:
         reconsume_times: int = 0,
         sys_flag: int = 0,
         prepared_transaction_offset: int = 0,
+        delay_level: int | None = None,
     ) -> None: ...
     @property
     def transaction_type(self) -> int: ...

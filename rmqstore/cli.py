@@ -476,7 +476,8 @@ def cmd_clean(args) -> int:
             sizes["mapped_file_size_consume_queue"] = cq_sizes.pop()
         if ro.index.files:
             sizes["max_hash_slot_num"], sizes["max_index_num"] = ro.index.hash_slot_num, ro.index.index_num
-    config = config.replace(clean_service_enable=False, **sizes)
+    # (a maintenance open: no clean-up round of its own, no delayed delivery)
+    config = config.replace(clean_service_enable=False, schedule_service_enable=False, **sizes)
     try:
         store = MessageStore.open(args.store, config=config)
     except StoreLockedError as e:

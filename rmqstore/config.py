@@ -110,6 +110,9 @@ class StoreConfig:
     # rmqstore's own knobs for the clean-up service (docs/recovery.md#retention; no RocketMQ name)
     clean_service_enable: bool = True
     clean_resource_initial_delay: int = 60_000
+    # rmqstore's own knob: the writer delivers delayed messages (docs/service.md#delayed-delivery;
+    # a broker's ScheduleMessageService); off, they wait in SCHEDULE_TOPIC_XXXX for a writer that does
+    schedule_service_enable: bool = True
     disk_check_interval: int = 1000
     follow_poll_interval: int = 10
     max_transfer_count_on_message_in_memory: int = 32

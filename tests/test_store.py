@@ -389,15 +389,31 @@ def test_schedule_topic_tags_code(tmp_path, delay, tags, expect):
         assert r.status is PutMessageStatus.PUT_OK
         unit = s.consume_queue("SCHEDULE_TOPIC_XXXX", 2).get_unit(0)
         assert unit == (r.wrote_offset, r.wrote_bytes, expect(r.store_timestamp))
-        # DELAY outside the schedule topic changes nothing
-        r2 = s.put_message(Message("Plain", b"x", tags=tags, properties=props))
-        assert s.consume_queue("Plain", 0).get_unit(0)[2] == (java_hash(tags) if tags else 0)
+        # outside the schedule topic a DELAY above 0 moves the message there
+        # (docs/service.md#delayed-delivery), one of 0 or below stays, and one
+        # Java cannot parse is refused, as the broker refuses the send
+        plain = Message("Plain", b"x", tags=tags, properties={"DELAY": delay})
+        if delay in ("abc", ""):
+            with pytest.raises(rmqstore.IllegalMessageError, match="DELAY"):
+                s.put_message(plain)
+            plain.properties = None
+        r2 = s.put_message(plain)
+        m2 = s.get_message(r2.wrote_offset)
+        if plain.properties and int(delay) > 0:
+            level = min(int(delay), 18)
+            assert (m2.topic, m2.queue_id) == ("SCHEDULE_TOPIC_XXXX", level - 1)
+            assert m2.properties["DELAY"] == str(level)
+            assert (m2.properties["REAL_TOPIC"], m2.properties["REAL_QID"]) == ("Plain", "0")
+            assert s.get_max_offset_in_queue("Plain", 0) == 0
+        else:
+            assert m2.topic == "Plain" and "REAL_TOPIC" not in m2.properties
+            assert s.consume_queue("Plain", 0).get_unit(0)[2] == (java_hash(tags) if tags else 0)
         r3 = s.put_message(Message("SCHEDULE_TOPIC_XXXX", b"after", queue_id=2))
-        assert r3.queue_offset == 1
+        assert r3.queue_offset == 1 + (delay == "3")  # (level 3 is queue 2: the Plain message's too)
     # the record stays readable and dispatchable after a restart
     with MessageStore.open(tmp_path, SMALL) as s:
         assert s.recovery_report["stopped_because"] is None
-        assert s.get_max_offset_in_queue("SCHEDULE_TOPIC_XXXX", 2) == 2
+        assert s.get_max_offset_in_queue("SCHEDULE_TOPIC_XXXX", 2) == 2 + (delay == "3")
         assert s.get_message(r.wrote_offset).properties.get("DELAY") == (delay or None)
         assert s.get_message(r2.wrote_offset) is not None
 

@@ -327,7 +327,7 @@ cdef class Appender:
         cdef Py_ssize_t ppos = 0, plen = 0, nl
         cdef const char *nb
         cdef int seen = 0
-        cdef PyObject *v[14]
+        cdef PyObject *v[S_COUNT]
         cdef long long x, sys_flag, flag, reconsume, prepared, born_ts = 0
         if (self.commit_file is None and unbound is None) or type(msg) is not Message:
             return None  # (the twin's Message: step by step)
@@ -346,6 +346,8 @@ cdef class Appender:
             return None
         if not (_str_or_none(v[S_TAGS]) and _str_or_none(v[S_KEYS]) and _str_or_none(v[S_UNIQ])):
             return None
+        if <object>v[S_DELAY] is not None:
+            return None  # (a delay shorthand: the step-by-step path moves the message to SCHEDULE_TOPIC_XXXX)
         q = self._bound(<object>v[S_TOPIC], <object>v[S_QUEUE_ID])
         if q is None:
             if unbound is None:
@@ -398,7 +400,9 @@ cdef class Appender:
                     uniq, seen = value, seen | 4
                 elif self.append_crc and _is(nb, nl, "__CRC32#", 8):
                     continue  # the store writes its own
-                elif q.schedule and _is(nb, nl, "DELAY", 5):
+                elif _is(nb, nl, "DELAY", 5):
+                    if not q.schedule:
+                        return None  # (a delayed message: the step-by-step path moves it to SCHEDULE_TOPIC_XXXX)
                     if not self.delays:
                         return None
                     r.delay_level = _delay_level(value, self.max_delay)

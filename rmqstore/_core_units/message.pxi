@@ -57,7 +57,7 @@ cdef class Message:
     Message(topic, body=b"", queue_id=0, flag=0, tags=None, keys=None,
     unique_key=None, properties=None, born_timestamp=None, born_host=None,
     store_host=None, reconsume_times=0, sys_flag=0,
-    prepared_transaction_offset=0)
+    prepared_transaction_offset=0, delay_level=None)
 
     Args:
         topic (str): non-empty, at most 127 UTF-8 bytes for v1 records; up to
@@ -72,7 +72,8 @@ cdef class Message:
         properties (dict[str, str] | None): written in the order given; names and
             values must not contain ``\\x01``/``\\x02``. A shorthand whose name is
             also in *properties* must agree with it and keeps that position;
-            other shorthands follow in the order tags, keys, unique_key.
+            other shorthands follow in the order tags, keys, unique_key,
+            delay_level.
         born_timestamp (int | None): ms since epoch; None = the store clock at put.
         born_host, store_host (str | tuple | None): ``"a.b.c.d:port"`` or
             ``"[v6]:port"``; None = the store's host. IPv6 sets the V6 sysflag bits.
@@ -80,6 +81,12 @@ cdef class Message:
         sys_flag (int): sysflag bits (docs/format.md#sysflag-bits); V6 bits are set by the store.
         prepared_transaction_offset (int): for commit/rollback records, the
             physical offset of the prepared record.
+        delay_level (int | None): shorthand for ``DELAY`` (RocketMQ's
+            ``setDelayTimeLevel``), i32: a level above 0 (capped at the last
+            of ``message_delay_level``) makes the put store the message in ``SCHEDULE_TOPIC_XXXX``, to
+            be delivered to its topic and queue once the level's delay has
+            passed (docs/service.md#delayed-delivery); 0 or below is stored
+            as it is.
 
     Raises:
         MessageTypeError: a field has the wrong type.
@@ -92,7 +99,7 @@ cdef class Message:
 
     def __init__(self, topic, body=b"", queue_id=0, flag=0, tags=None, keys=None, unique_key=None,
                  properties=None, born_timestamp=None, born_host=None, store_host=None, reconsume_times=0,
-                 sys_flag=0, prepared_transaction_offset=0):
+                 sys_flag=0, prepared_transaction_offset=0, delay_level=None):
         # the common case checked here; anything else (an error, a list of
         # keys, a memoryview body) by the pure checks, whose errors these are
         if (PyUnicode_CheckExact(topic) and PyUnicode_GET_LENGTH(topic) > 0
@@ -102,18 +109,19 @@ cdef class Message:
                 and (unique_key is None or _plain_str(unique_key)) and _plain_props(properties)
                 and (born_timestamp is None or _int_in(born_timestamp, LLONG_MIN, LLONG_MAX))
                 and _int_in(reconsume_times, INT32_MIN, INT32_MAX) and _int_in(sys_flag, INT32_MIN, INT32_MAX)
-                and _int_in(prepared_transaction_offset, LLONG_MIN, LLONG_MAX)):
+                and _int_in(prepared_transaction_offset, LLONG_MIN, LLONG_MAX)
+                and (delay_level is None or _int_in(delay_level, INT32_MIN, INT32_MAX))):
             self.topic, self.body, self.queue_id, self.flag = topic, body, queue_id, flag
             self.tags, self.keys, self.unique_key, self.properties = tags, keys, unique_key, properties
             self.born_timestamp, self.born_host, self.store_host = born_timestamp, born_host, store_host
             self.reconsume_times, self.sys_flag = reconsume_times, sys_flag
-            self.prepared_transaction_offset = prepared_transaction_offset
+            self.prepared_transaction_offset, self.delay_level = prepared_transaction_offset, delay_level
             return
         (self.topic, self.body, self.queue_id, self.flag, self.tags, self.keys, self.unique_key, self.properties,
          self.born_timestamp, self.born_host, self.store_host, self.reconsume_times, self.sys_flag,
-         self.prepared_transaction_offset) = _pm.message_fields(
+         self.prepared_transaction_offset, self.delay_level) = _pm.message_fields(
             topic, body, queue_id, flag, tags, keys, unique_key, properties, born_timestamp, born_host,
-            store_host, reconsume_times, sys_flag, prepared_transaction_offset)
+            store_host, reconsume_times, sys_flag, prepared_transaction_offset, delay_level)
 
     @property
     def transaction_type(self):
@@ -137,7 +145,7 @@ cdef class Message:
         return _message_of, (self.topic, self.body, self.queue_id, self.flag, self.tags, self.keys,
                              self.unique_key, self.properties, self.born_timestamp, self.born_host,
                              self.store_host, self.reconsume_times, self.sys_flag,
-                             self.prepared_transaction_offset)
+                             self.prepared_transaction_offset, self.delay_level)
 
     def __repr__(self):
         return f"Message(topic={self.topic!r}, queue_id={self.queue_id}, body={bytes(self.body[:32])!r}...)"
@@ -147,7 +155,8 @@ def _message_of(*fields):
     """A Message with *fields* (MESSAGE_FIELDS order) as they were, unchecked (unpickling)."""
     cdef Message m = Message.__new__(Message)
     (m.topic, m.body, m.queue_id, m.flag, m.tags, m.keys, m.unique_key, m.properties, m.born_timestamp,
-     m.born_host, m.store_host, m.reconsume_times, m.sys_flag, m.prepared_transaction_offset) = fields
+     m.born_host, m.store_host, m.reconsume_times, m.sys_flag, m.prepared_transaction_offset,
+     m.delay_level) = fields
     return m
 
 

@@ -381,7 +381,7 @@ cdef object _hex_id_after(const unsigned char *host_hex, Py_ssize_t hn, long lon
 
 cdef enum:
     S_TOPIC, S_BODY, S_QUEUE_ID, S_FLAG, S_TAGS, S_KEYS, S_UNIQ, S_PROPS, S_BORN_TS, S_BORN_HOST, \
-        S_STORE_HOST, S_RECONSUME, S_SYS_FLAG, S_PREPARED
+        S_STORE_HOST, S_RECONSUME, S_SYS_FLAG, S_PREPARED, S_DELAY, S_COUNT
 
 
 cdef inline void _fields_of(Message m, PyObject **v) noexcept:
@@ -394,3 +394,4 @@ cdef inline void _fields_of(Message m, PyObject **v) noexcept:
         <PyObject *>m.store_host
     v[S_RECONSUME], v[S_SYS_FLAG], v[S_PREPARED] = <PyObject *>m.reconsume_times, <PyObject *>m.sys_flag, \
         <PyObject *>m.prepared_transaction_offset
+    v[S_DELAY] = <PyObject *>m.delay_level

@@ -325,7 +325,9 @@ class Appender:
                         uniq = value
                 elif self._append_crc and name == "__CRC32#":
                     continue
-                elif name == "DELAY" and msg.topic == SCHEDULE_TOPIC:
+                elif name == "DELAY":
+                    if msg.topic != SCHEDULE_TOPIC:
+                        return None  # (a delayed message: the step-by-step path moves it to SCHEDULE_TOPIC_XXXX)
                     if not self._delay_table:
                         return None
                     level = delay_level(value, len(self._delays))
@@ -373,6 +375,8 @@ class Appender:
                 (msg.tags is None or type(msg.tags) is str) and (msg.keys is None or type(msg.keys) is str) and
                 (msg.unique_key is None or type(msg.unique_key) is str)):
             return None
+        if msg.delay_level is not None:
+            return None  # (a delay shorthand: the step-by-step path moves the message to SCHEDULE_TOPIC_XXXX)
         key = (msg.topic, msg.queue_id)
         bound = self._queues.get(key)
         if bound is None and unbound is not None:

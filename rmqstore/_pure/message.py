@@ -13,6 +13,7 @@ from ..format.layout import (
     BORNHOST_V6_FLAG,
     KEY_SEPARATOR,
     MAX_PROPERTIES_LENGTH,
+    PROPERTY_DELAY,
     PROPERTY_KEYS,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
@@ -49,7 +50,7 @@ def _check_str(name, value):
 MESSAGE_FIELDS = (
     "topic", "body", "queue_id", "flag", "tags", "keys", "unique_key", "properties",
     "born_timestamp", "born_host", "store_host", "reconsume_times", "sys_flag",
-    "prepared_transaction_offset",
+    "prepared_transaction_offset", "delay_level",
 )
 
 
@@ -68,6 +69,7 @@ def message_fields(
     reconsume_times=0,
     sys_flag=0,
     prepared_transaction_offset=0,
+    delay_level=None,
 ) -> tuple:
     """Message's arguments checked, in MESSAGE_FIELDS order (a list of keys
     joined, a memoryview body cast to bytes). Both implementations of
@@ -109,8 +111,9 @@ def message_fields(
     prepared_transaction_offset = _check_int(
         "prepared_transaction_offset", prepared_transaction_offset, _INT64
     )
+    delay_level = None if delay_level is None else _check_int("delay_level", delay_level)
     return (topic, body, queue_id, flag, tags, keys, unique_key, properties, born_timestamp, born_host, store_host,
-            reconsume_times, sys_flag, prepared_transaction_offset)
+            reconsume_times, sys_flag, prepared_transaction_offset, delay_level)
 
 
 class Message:
@@ -129,7 +132,8 @@ class Message:
         properties (dict[str, str] | None): written in the order given; names and
             values must not contain ``\\x01``/``\\x02``. A shorthand whose name is
             also in *properties* must agree with it and keeps that position;
-            other shorthands follow in the order tags, keys, unique_key.
+            other shorthands follow in the order tags, keys, unique_key,
+            delay_level.
         born_timestamp (int | None): ms since epoch; None = the store clock at put.
         born_host, store_host (str | tuple | None): ``"a.b.c.d:port"`` or
             ``"[v6]:port"``; None = the store's host. IPv6 sets the V6 sysflag bits.
@@ -137,17 +141,19 @@ class Message:
         sys_flag (int): sysflag bits (docs/format.md#sysflag-bits); V6 bits are set by the store.
         prepared_transaction_offset (int): for commit/rollback records, the
             physical offset of the prepared record.
+        delay_level (int | None): shorthand for ``DELAY`` (RocketMQ's
+            ``setDelayTimeLevel``), i32: a level above 0 (capped at the last of ``message_delay_level``)
+            makes the put store the message in ``SCHEDULE_TOPIC_XXXX``, to
+            be delivered to its topic and queue once the level's delay has
+            passed (docs/service.md#delayed-delivery); 0 or below is stored
+            as it is.
 
     Raises:
         MessageTypeError: a field has the wrong type.
         IllegalMessageError: a value is out of range or holds a separator.
     """
 
-    __slots__ = (
-        "topic", "body", "queue_id", "flag", "tags", "keys", "unique_key", "properties",
-        "born_timestamp", "born_host", "store_host", "reconsume_times", "sys_flag",
-        "prepared_transaction_offset",
-    )
+    __slots__ = MESSAGE_FIELDS
 
     def __init__(
         self,
@@ -165,14 +171,15 @@ class Message:
         reconsume_times: int = 0,
         sys_flag: int = 0,
         prepared_transaction_offset: int = 0,
+        delay_level=None,
     ):
         (
             self.topic, self.body, self.queue_id, self.flag, self.tags, self.keys, self.unique_key, self.properties,
             self.born_timestamp, self.born_host, self.store_host, self.reconsume_times, self.sys_flag,
-            self.prepared_transaction_offset,
+            self.prepared_transaction_offset, self.delay_level,
         ) = message_fields(
             topic, body, queue_id, flag, tags, keys, unique_key, properties, born_timestamp, born_host, store_host,
-            reconsume_times, sys_flag, prepared_transaction_offset,
+            reconsume_times, sys_flag, prepared_transaction_offset, delay_level,
         )
 
     @property
@@ -206,6 +213,11 @@ def property_map(msg) -> dict:
     value = msg.unique_key
     if value is not None and props.setdefault(PROPERTY_UNIQ_KEY, value) != value:
         _twice(PROPERTY_UNIQ_KEY, props[PROPERTY_UNIQ_KEY], value)
+    level = msg.delay_level
+    if level is not None:
+        value = str(_check_int("delay_level", level))
+        if props.setdefault(PROPERTY_DELAY, value) != value:
+            _twice(PROPERTY_DELAY, props[PROPERTY_DELAY], value)
     return props
 
 

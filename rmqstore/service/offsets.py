@@ -358,6 +358,52 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[n:]
 
 
+def _write_new(path: str, data: bytes) -> None:
+    """Write *data* to the new file *path* (never through a link left there) and fsync it."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o644)
+    try:
+        _write_all(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def replace_config_file(path: str, data: bytes, backup: bool = True) -> None:
+    """Replace the broker config file *path* (``config/*.json``) by *data*
+    atomically, keeping the previous version as ``<path>.bak`` when *backup*
+    (pass False while the current file is one that failed to parse: the good
+    ``.bak`` then stays), as RocketMQ's ``ConfigManager.persist`` keeps one:
+
+    1. write ``<path>.tmp`` and fsync it;
+    2. make ``<path>.bak`` the current file: a hard link moved into place
+       with a rename (a copy, fsynced, where the file system has no hard
+       links);
+    3. rename ``<path>.tmp`` over the file;
+    4. fsync the directory.
+
+    At every moment the file is a complete version, and so is ``.bak``.
+    Raises OSError (the old file is then intact)."""
+    _write_new(path + ".tmp", data)
+    if backup and os.path.exists(path):
+        bak_tmp = path + ".bak.tmp"
+        try:
+            try:
+                os.unlink(bak_tmp)
+            except FileNotFoundError:
+                pass
+            os.link(path, bak_tmp)  # the current version's inode, already on disk
+        except OSError:
+            with open(path, "rb") as src:
+                _write_new(bak_tmp, src.read())
+        os.replace(bak_tmp, path + ".bak")
+    os.replace(path + ".tmp", path)
+    fsync_dir(os.path.dirname(path))
+
+
 # --- the store ---------------------------------------------------------------------------
 
 
@@ -649,19 +695,10 @@ class ConsumerOffsetStore:
     # --- persisting --------------------------------------------------------------------
 
     def persist(self) -> None:
-        """Write the table to the file atomically, keeping the previous version as
-        ``<file>.bak`` (RocketMQ ``ConfigManager.persist``):
-
-        1. write ``<file>.tmp`` and fsync it;
-        2. make ``<file>.bak`` the current file, if that is a version this store
-           read or wrote (never a file that failed to parse: the good ``.bak``
-           stays): a hard link moved into place with a rename (a copy, fsynced,
-           where the file system has no hard links);
-        3. rename ``<file>.tmp`` over the file;
-        4. fsync the directory.
-
-        At every moment the file is a complete version (the old one until step
-        3, the new one after), and so is ``.bak``.
+        """Write the table to the file atomically (:func:`replace_config_file`,
+        RocketMQ ``ConfigManager.persist``), keeping the previous version as
+        ``<file>.bak`` if it is one this store read or wrote (never a file
+        that failed to parse: the good ``.bak`` stays).
 
         Raises StoreReadOnlyError, StoreClosedError, OSError (the old file is
         then intact)."""
@@ -712,49 +749,12 @@ class ConsumerOffsetStore:
             os.close(fd)
 
     def _replace_file(self, data: bytes) -> None:
-        path = self.path
-        directory = os.path.dirname(path)
-        tmp = path + ".tmp"
-        try:  # a leftover (or a link planted in its place): never written through
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o644)
-        try:
-            _write_all(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        if self._main_good and os.path.exists(path):
-            self._backup_current()
-        os.replace(tmp, path)
-        fsync_dir(directory)
+        replace_config_file(self.path, data, backup=self._main_good)
         self._main_good = True
         try:
-            self._loaded_stat = _stat_key(os.stat(path))
+            self._loaded_stat = _stat_key(os.stat(self.path))
         except OSError:  # pragma: no cover
             pass
-
-    def _backup_current(self) -> None:
-        """``<file>.bak`` := the current file, atomically."""
-        path, bak = self.path, self.bak_path
-        bak_tmp = bak + ".tmp"
-        try:
-            os.unlink(bak_tmp)
-        except FileNotFoundError:
-            pass
-        try:
-            os.link(path, bak_tmp)  # the current version's inode, already on disk
-        except OSError:
-            with open(path, "rb") as src:
-                data = src.read()
-            fd = os.open(bak_tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o644)
-            try:
-                _write_all(fd, data)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        os.replace(bak_tmp, bak)
 
     def flush(self) -> None:
         """Persist if commits are waiting (deferred commits). No-op when read-only."""

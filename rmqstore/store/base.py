@@ -98,6 +98,7 @@ class StoreBase(k.StoreCore):
         self.last_exit_ok = True
         self.recovery_report: dict = {}
         self._offsets = None  # ConsumerOffsetStore (service/offsets.py), created by consumer_offsets()
+        self._schedule = None  # ScheduleService (service/schedule.py): a writer's delayed delivery
         # consumers made by consumer(): their group leases end with the store
         self._consumers: weakref.WeakSet = weakref.WeakSet()
         # retention, disk space and follow mode (retention.py, docs/recovery.md#retention)

@@ -22,6 +22,7 @@ from ..message import (
     encode_host,
 )
 from ..service.allocate import AllocateService
+from ..service.schedule import ScheduleService
 from .args import MAX_OFFSET, _now_ms
 from .lock import StoreLock, _open_stores
 from .pull import _MAX_FILTER_UNITS, Pull, _tag_filter, _view_units
@@ -129,6 +130,9 @@ class MessageStore(Pull):
         self.index.last_full_end_timestamp = self.checkpoint.index_msg_timestamp
         plan = self._plan_recovery()
         if not self.read_only:
+            if self.config.schedule_service_enable:
+                self._schedule = ScheduleService(self)
+                self._schedule.load()  # (a delay offset file that does not parse: refused before any write)
             # from the first write on, a failure is a crash to the next open,
             # whose recovery does the same again (and never cuts records
             # that validate)
@@ -168,6 +172,8 @@ class MessageStore(Pull):
                 )
                 self.commitlog.queue.on_take = self._allocator.wake
                 self._allocator.start()
+            if self._schedule is not None:
+                self._schedule.start()
             if self.config.clean_service_enable:
                 self._cleaner = threading.Thread(
                     target=self._clean_loop, name=f"rmqstore-clean:{os.path.basename(self.root_dir)}", daemon=True
@@ -219,6 +225,8 @@ class MessageStore(Pull):
                             pass
                 if self._offsets is not None:  # persist deferred consumer-offset commits
                     self._offsets.close()
+                if self._schedule is not None and self._write_error is None:
+                    self._schedule.persist()  # (its thread stopped above: delivery offsets as of now)
             finally:
                 self._closed = True
                 self._fast = None  # drops its references to the files
@@ -242,6 +250,8 @@ class MessageStore(Pull):
 
     def _stop_flusher(self) -> None:
         self._stop.set()
+        if self._schedule is not None:  # (first: its puts may wait for the others)
+            self._schedule.stop()
         if self._allocator is not None:
             self._allocator.stop()
         for t in (self._cleaner, self._flusher):

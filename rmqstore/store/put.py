@@ -24,8 +24,10 @@ from ..format.layout import (
     MAX_TOPIC_LENGTH_V1,
     MAX_TOPIC_LENGTH_V2,
     PROPERTY_CRC32,
+    PROPERTY_DELAY,
     PROPERTY_KEYS,
     PROPERTY_UNIQ_KEY,
+    SCHEDULE_TOPIC,
     STOREHOSTADDRESS_V6_FLAG,
 )
 from ..message import (
@@ -39,6 +41,7 @@ from ..message import (
     encode_host,
     offset_msg_id,
 )
+from ..service.schedule import to_schedule
 from .args import MAX_OFFSET
 from .recovery import Recovery
 
@@ -81,13 +84,19 @@ class Put(Recovery):
             _check_int("reconsume_times", msg.reconsume_times),
             _check_int("prepared_transaction_offset", msg.prepared_transaction_offset, _INT64),
         )
+        sys_flag = _check_int("sys_flag", msg.sys_flag) & ~(BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG)
         props = msg.property_map()
         if self._append_crc:
             props.pop(PROPERTY_CRC32, None)  # the store appends its own
+        if PROPERTY_DELAY in props:  # a delayed message is stored in SCHEDULE_TOPIC_XXXX
+            moved = to_schedule(topic, fields[0], sys_flag, props, cfg.max_delay_level)
+            if moved is not None:
+                topic, qid = moved
+                topic_b = self._check_topic(topic)
+                fields = (qid, *fields[1:])
         props_b = msg.encode_properties(props)
         born_raw = self._store_host_raw if msg.born_host is None else encode_host(msg.born_host)
         store_raw = self._store_host_raw if msg.store_host is None else encode_host(msg.store_host)
-        sys_flag = _check_int("sys_flag", msg.sys_flag) & ~(BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG)
         if len(born_raw) == 20:
             sys_flag |= BORNHOST_V6_FLAG
         if len(store_raw) == 20:
@@ -408,7 +417,16 @@ class Put(Recovery):
                 raise
         if self._sync_flush and commit:
             self._commit(result.wrote_offset + result.wrote_bytes)
+        if prepared[0] == SCHEDULE_TOPIC and msg.topic != SCHEDULE_TOPIC:  # (moved there by its DELAY)
+            self._scheduled()
         return result
+
+    def _scheduled(self) -> None:
+        """A message was stored delayed: the schedule service looks now
+        (starting, at the store's first)."""
+        schedule = self._schedule
+        if schedule is not None:
+            schedule.wake()
 
     def put_messages(self, msgs) -> list:
         """Put each message of *msgs* (an iterable of :class:`Message`) under one
@@ -449,6 +467,8 @@ class Put(Recovery):
                 raise
         if self._sync_flush and results:
             self._commit(results[-1].wrote_offset + results[-1].wrote_bytes)
+        if any(p is not None and p[0] == SCHEDULE_TOPIC and m.topic != SCHEDULE_TOPIC for p, m in zip(prepared, msgs)):
+            self._scheduled()
         return results
 
     def _appender(self):

@@ -84,7 +84,8 @@ def recover_store(root, config: StoreConfig | None = None) -> dict:
     cfg, notes = infer_config(root, config)
     data_end = _commitlog_data_end(root)
     ends_before = _queue_ends(root)
-    store = MessageStore.open(root, config=cfg)
+    # (recovery only: delayed records stay for the store's next writer to deliver)
+    store = MessageStore.open(root, config=cfg.replace(schedule_service_enable=False))
     try:
         report = dict(store.recovery_report)
         ends_after = {q: store.get_max_offset_in_queue(*q) for q in store.queues()}

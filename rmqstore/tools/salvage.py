@@ -124,7 +124,9 @@ def salvage_store(src, out, config: StoreConfig | None = None) -> dict:
             "notes": notes + ["queue offsets are renumbered densely per queue, in CommitLog order"],
         }
         now = [0]
-        store = MessageStore.open(out, config=cfg, store_host="127.0.0.1:10911", clock=lambda: now[0])
+        # (copies records as they are: delayed ones stay delayed, for the new store's writer)
+        store = MessageStore.open(out, config=cfg.replace(schedule_service_enable=False), store_host="127.0.0.1:10911",
+                                  clock=lambda: now[0])
         try:
             _copy_records(store, segs, records, now, report)
         finally:
