@@ -20,9 +20,11 @@ from ..exceptions import (
     MessageTypeError,
     StoreClosedError,
 )
-from ..message import GetMessageStatus, MessageExt
+from ..format.layout import DLQ_GROUP_TOPIC_PREFIX, PROPERTY_RETRY_TOPIC, RETRY_GROUP_TOPIC_PREFIX
+from ..message import GetMessageStatus, MessageExt, _check_int
 from ..store.args import _wait_arg
 from .offsets import _check_name, _check_queue_id, offset_key
+from .retry import MAX_RECONSUME_TIMES, retry_topic, send_back_message
 
 __all__ = ["Consumer"]
 
@@ -130,7 +132,7 @@ class Consumer:
     """
 
     def __init__(self, store, group: str, topic: str, queue_ids=None, batch: int = 32, tags=None, sync=None,
-                 wait_ms=None):
+                 wait_ms=None, max_reconsume_times: int = MAX_RECONSUME_TIMES):
         _check_name("group", group)
         _check_name("topic", topic)
         if isinstance(batch, bool) or not isinstance(batch, int):
@@ -143,6 +145,7 @@ class Consumer:
             queue_ids = sorted({_check_queue_id(q) for q in queue_ids})
         if wait_ms is not None and wait_ms != math.inf:
             wait_ms = _wait_arg(wait_ms)
+        max_reconsume_times = _check_int("max_reconsume_times", max_reconsume_times, minimum=0)
         if store.closed:
             raise StoreClosedError(f"store {store.root_dir} is closed")
         self.store = store
@@ -152,6 +155,7 @@ class Consumer:
         self.tags = tags
         self.sync = sync
         self.wait_ms = wait_ms
+        self.max_reconsume_times = max_reconsume_times
         self._offsets = store.consumer_offsets()
         self._key = offset_key(group, topic)
         self._fixed = queue_ids
@@ -170,12 +174,18 @@ class Consumer:
         self._rr = 0
         self._closed = False
         self.delivered = 0  # messages handed out by this consumer
+        # a member also consumes its group's retry topic (another Consumer, a member there too)
+        self._retry: Consumer | None = None
+        self._retry_out = None  # the retry handed out by the step under way, until delivered
         if queue_ids is None:  # a member of the group: its share of the topic's queues, under leases
             from .group import GroupMembership
 
             self._membership = GroupMembership(store.root_dir, group, topic)
             try:
                 self._rebalance()
+                if not topic.startswith((RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX)):
+                    self._retry = Consumer(store, group, retry_topic(group), batch=batch, sync=sync,
+                                           max_reconsume_times=max_reconsume_times)
             except BaseException:
                 self._membership.close()
                 raise
@@ -263,8 +273,13 @@ class Consumer:
             self._ensure_open()  # raises
         if self._inflight is not None:
             self._ack_inflight()
+        retry = self._retry
+        if retry is not None and retry._inflight is not None:
+            retry._ack_inflight()
+            retry._commit_acked()
         if self._dirty:
             self._commit_acked()
+        m = None
         if self._membership is not None:
             # a look at the clock every _LOOK_EVERY messages: a clock read
             # costs as much as a message here (a VM's clock is a system call)
@@ -273,8 +288,14 @@ class Consumer:
                 self._look_in = _LOOK_EVERY
                 if time.monotonic() >= self._next_rebalance:
                     self._rebalance()
+                if retry is not None:  # (retries are not starved by a busy topic)
+                    m = self._from_retry()
         # (inline, not _step and _deliver: a call per message is measurable)
-        m = self._next_message()
+        if m is None:
+            m = self._next_message()
+        else:
+            self._deliver(m)
+            return m
         if m is None:
             m = self._step()
             if m is None and self.wait_ms is not None:
@@ -283,21 +304,45 @@ class Consumer:
                 if not (self._closed or self.store.closed):  # (a close committed already)
                     self._commit_acked()  # progress made over filtered-out messages
                 raise StopIteration
+            if m is self._retry_out:
+                self._deliver(m)
+                return m
         self._inflight = (m.queue_id, m.queue_offset + 1)
         self.delivered += 1
         return m
 
     def _step(self):
-        """The next message in turn, pulling what is needed; None when every
-        queue is drained. Does not wait, commit or mark it in flight."""
+        """The next message in turn, pulling what is needed, then one of the
+        retry topic's; None when every queue is drained. Does not wait,
+        commit or mark it in flight (a retry's consumer does: see
+        :meth:`_from_retry`)."""
         m = self._next_message()
         if m is None and self._fixed is None and self._discover() != self._topic_queues:  # queues created since
             self._rebalance()
             m = self._next_message()
+        if m is None and self._retry is not None:
+            m = self._from_retry()
+        return m
+
+    def _from_retry(self):
+        """The retry topic's next message (:meth:`_deliver` puts it in flight
+        there), its topic the original one (``RETRY_TOPIC``, as RocketMQ's consumer resets it);
+        None when it has none."""
+        retry = self._retry
+        retry._rebalance_if_due()
+        m = retry._step()
+        if m is not None:
+            self._retry_out = m
+            m.topic = (m.properties or {}).get(PROPERTY_RETRY_TOPIC, m.topic)
         return m
 
     def _deliver(self, m) -> None:
-        self._inflight = (m.queue_id, m.queue_offset + 1)
+        """*m* is handed out: in flight here, or a retry in the retry topic's consumer."""
+        if m is self._retry_out:
+            self._retry_out = None
+            self._retry._inflight = (m.queue_id, m.queue_offset + 1)
+        else:
+            self._inflight = (m.queue_id, m.queue_offset + 1)
         self.delivered += 1
 
     def _wait_for_message(self, wait_ms):
@@ -329,6 +374,8 @@ class Consumer:
             p = pos.get(q)
             if p is None or store.get_max_offset_in_queue(topic, q) > p:
                 return True
+        if self._retry is not None and self._retry._ready():
+            return True
         return self._fixed is None and self._discover() != self._topic_queues
 
     def _next_message(self):
@@ -419,10 +466,38 @@ class Consumer:
     def _put_back(self, m) -> None:
         """Hand *m* out next after all: it was taken by a step whose caller
         went away (a cancelled task) before it was handed out."""
-        if m is not None:
+        if m is self._retry_out:  # (back to the retry topic's consumer, as it was read)
+            self._retry_out = None
+            m.topic = self._retry.topic
+            self._retry._buf[m.queue_id].appendleft(m)
+        elif m is not None:
             self._buf[m.queue_id].appendleft(m)
 
     # --- ending -------------------------------------------------------------------------
+
+    def reconsume_later(self, msg, delay_level: int = 0):
+        """Hand back *msg*, a message this consumer gave out whose processing
+        failed, to be consumed again later (RocketMQ's ``RECONSUME_LATER``,
+        the consumer's ``sendMessageBack``; docs/service.md#retries-and-dead-letters):
+        it is stored again in ``%RETRY%<group>`` with delay level
+        ``3 + reconsume times`` (or *delay_level* > 0), and this group's
+        members get it again once the delay has passed; after
+        ``max_reconsume_times`` reconsumes, or with *delay_level* < 0, it
+        goes to ``%DLQ%<group>`` instead. The message still counts as
+        processed when the next one is asked for (its offset is committed
+        then, after the new record is stored).
+
+        Returns the new record's :class:`PutMessageResult` (its topic
+        ``SCHEDULE_TOPIC_XXXX`` for a retry, ``%DLQ%<group>`` for a dead
+        letter).
+
+        Raises StoreClosedError; StoreReadOnlyError in a read-only store (a
+        follower process: the writer's process stores retries);
+        MessageTypeError / IllegalMessageError for bad arguments; what a put
+        raises (nothing is stored then: call it again)."""
+        self._ensure_open()
+        record, _dead = send_back_message(msg, self.group, delay_level, self.max_reconsume_times)
+        return self.store.put_message(record)
 
     def commit(self) -> None:
         """Acknowledge the in-flight message (processed) and commit every queue's
@@ -431,6 +506,8 @@ class Consumer:
         self._ensure_open()
         self._ack_inflight()
         self._commit_acked()
+        if self._retry is not None:
+            self._retry.commit()
 
     def close(self) -> None:
         """Commit the acknowledged progress (not the in-flight message, which the
@@ -440,6 +517,8 @@ class Consumer:
             return
         self._closed = True
         self._inflight = None
+        if self._retry is not None:
+            self._retry.close()  # (its in-flight message, unacknowledged, comes again)
         try:
             if not self.store.closed:
                 self._commit_acked()
@@ -454,6 +533,8 @@ class Consumer:
         leases go, committing nothing more."""
         if self._membership is not None:
             self._membership.close()
+        if self._retry is not None:
+            self._retry._leave_group()
 
     @property
     def closed(self) -> bool:
