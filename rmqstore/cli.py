@@ -260,8 +260,11 @@ def cmd_info(args) -> int:
 def _progress_rows(s, group=None) -> list:
     """Per (group, topic, queue) with a committed offset: the committed
     offset, the queue's max offset, the lag in messages and the store time
-    of the first message not consumed (RocketMQ ``consumerProgress``)."""
+    of the first message not consumed (RocketMQ ``consumerProgress``); and
+    the group's messages in its retry and dead-letter topics
+    (docs/service.md#retries-and-dead-letters)."""
     from .service.offsets import split_offset_key
+    from .service.retry import dlq_topic, retry_topic
 
     now = int(time.time() * 1000)
     rows = []
@@ -284,6 +287,12 @@ def _progress_rows(s, group=None) -> list:
                 "lag": lag, "first_unconsumed_store_time": _ts(first),
                 "lag_ms": max(0, now - first) if first else 0,
             })
+    held: dict = {}  # messages the store holds per topic (retry and dead-letter topics)
+    for topic, qid in s.queues():
+        held[topic] = held.get(topic, 0) + s.get_max_offset_in_queue(topic, qid) - s.get_min_offset_in_queue(topic, qid)
+    for r in rows:  # (the group's, on each of its rows: the rows stay one shape)
+        r["retry_messages"] = held.get(retry_topic(r["group"]), 0)
+        r["dead_letters"] = held.get(dlq_topic(r["group"]), 0)
     return rows
 
 
@@ -313,7 +322,9 @@ def cmd_consumer_progress(args) -> int:
         for r in rows:
             totals[r["group"]] = totals.get(r["group"], 0) + r["lag"]
         for g, lag in totals.items():
-            print(f"group {g}: {lag} message(s) behind")
+            r = next(r for r in rows if r["group"] == g)
+            print(f"group {g}: {lag} message(s) behind; {r['retry_messages']} in %RETRY%{g}, "
+                  f"{r['dead_letters']} dead letter(s) in %DLQ%{g}")
     return 0
 
 
@@ -583,7 +594,8 @@ def _parser() -> argparse.ArgumentParser:
     sp.add_argument("--json", action="store_true", help="print one JSON object")
     sp.set_defaults(func=cmd_info)
 
-    sp = store_cmd("consumer-progress", "each consumer group's committed offset and lag, per topic and queue")
+    sp = store_cmd("consumer-progress", "each consumer group's committed offset and lag, per topic and queue, "
+                                        "and its retry and dead-letter counts")
     sp.add_argument("group", nargs="?", type=_text("group"), help="one group (default: every group)")
     sp.add_argument("--json", action="store_true", help="print one JSON list of rows")
     sp.set_defaults(func=cmd_consumer_progress)

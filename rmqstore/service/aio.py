@@ -216,11 +216,12 @@ class AsyncMessageStore:
         return await self._run(self.store.get_messages, topic, queue_id, offset, max_count, tags, wait_ms)
 
     def consumer(self, group: str, topic: str, queue_ids=None, batch: int = 32, tags=None, sync=None,
-                 wait_ms=None) -> AsyncConsumer:
+                 wait_ms=None, max_reconsume_times: int = 16) -> AsyncConsumer:
         """``MessageStore.consumer`` as an :class:`AsyncConsumer`:
         ``async for msg in store.consumer(group, topic, wait_ms=...)``. Same
         arguments, errors and delivery contract (raised here, at once)."""
-        return AsyncConsumer(self, self.store.consumer(group, topic, queue_ids, batch, tags, sync, wait_ms))
+        return AsyncConsumer(self, self.store.consumer(group, topic, queue_ids, batch, tags, sync, wait_ms,
+                                                       max_reconsume_times))
 
     def iter_messages(self, start_offset: int = 0) -> _AsyncMessages:
         """``MessageStore.iter_messages`` as an async iterator (``async for``);
@@ -368,6 +369,10 @@ class AsyncConsumer:
                 raise
             except Exception:  # (its own caller was cancelled: its outcome is nobody's)
                 pass
+
+    async def reconsume_later(self, msg, delay_level: int = 0):
+        """:meth:`Consumer.reconsume_later` (a put), in the executor."""
+        return await self._call(self.consumer.reconsume_later, msg, delay_level)
 
     async def commit(self) -> None:
         """:meth:`Consumer.commit`, in the executor."""

@@ -271,13 +271,10 @@ class Consumer:
     def __next__(self) -> MessageExt:
         if self._closed or self.store.closed:
             self._ensure_open()  # raises
-        if self._inflight is not None:
-            self._ack_inflight()
         retry = self._retry
-        if retry is not None and retry._inflight is not None:
-            retry._ack_inflight()
-            retry._commit_acked()
-        if self._dirty:
+        if self._inflight is not None or (retry is not None and retry._inflight is not None):
+            self._ack_inflight()
+        if self._dirty or (retry is not None and retry._dirty):
             self._commit_acked()
         m = None
         if self._membership is not None:
@@ -429,6 +426,9 @@ class Consumer:
             self._acked[q] = nxt
 
     def _ack_inflight(self) -> None:
+        """The message handed out last is processed (a retry: in its consumer)."""
+        if self._retry is not None:
+            self._retry._ack_inflight()
         if self._inflight is None:
             return
         q, nxt = self._inflight
@@ -441,8 +441,11 @@ class Consumer:
 
     def _commit_acked(self, defer: bool = False) -> bool:
         """Commit the acknowledged progress of the queues that moved (*defer*:
-        in memory only, the caller persists); returns whether any had."""
+        in memory only, the caller persists), the retry topic's too; returns
+        whether any had."""
         acked, committed, dirty = self._acked, self._committed, self._dirty
+        if self._retry is not None and self._retry._dirty:
+            return self._retry._commit_acked(defer) | self._commit_acked(defer)
         if not dirty:
             return False
         if len(dirty) == 1:  # (a message at a time: its queue only)
@@ -506,8 +509,6 @@ class Consumer:
         self._ensure_open()
         self._ack_inflight()
         self._commit_acked()
-        if self._retry is not None:
-            self._retry.commit()
 
     def close(self) -> None:
         """Commit the acknowledged progress (not the in-flight message, which the

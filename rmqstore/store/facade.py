@@ -353,7 +353,7 @@ class MessageStore(Pull):
         return self.consumer_offsets().get(group, topic, queue_id)
 
     def consumer(self, group: str, topic: str, queue_ids=None, batch: int = 32, tags=None, sync=None,
-                 wait_ms=None):
+                 wait_ms=None, max_reconsume_times: int = 16):
         """A :class:`~rmqstore.service.consumer.Consumer` of *topic* for consumer group
         *group*: an iterator of :class:`MessageExt` from the group's committed
         offsets (a queue's first message when none), round robin over the
@@ -366,6 +366,12 @@ class MessageStore(Pull):
         per queue at a time; *tags* filters as in :meth:`get_messages`;
         *sync* as in :meth:`commit_offset`.
 
+        Without *queue_ids* it is a member of the group (the members divide
+        the queues) and also consumes the group's ``%RETRY%<group>`` topic:
+        ``consumer.reconsume_later(msg)`` hands a failed message back, to
+        come again after a delay, or to ``%DLQ%<group>`` after
+        *max_reconsume_times* reconsumes (docs/service.md#retries-and-dead-letters).
+
         A read-only store (a follower of a writer process) has consumers
         too: they read what the writer publishes and commit as the writer's
         do.
@@ -375,6 +381,7 @@ class MessageStore(Pull):
         from ..service.consumer import Consumer
 
         self._ensure_open()
-        c = Consumer(self, group, topic, queue_ids=queue_ids, batch=batch, tags=tags, sync=sync, wait_ms=wait_ms)
+        c = Consumer(self, group, topic, queue_ids=queue_ids, batch=batch, tags=tags, sync=sync, wait_ms=wait_ms,
+                     max_reconsume_times=max_reconsume_times)
         self._consumers.add(c)
         return c
