@@ -506,7 +506,7 @@ def test_new_files_and_queues_go_through_the_appender(tmp_path, impl, mode):
         assert [m.body for m in s.query_messages("T", "x119")] == [b"x119"]
     with _open(tmp_path / "steps", impl, config=cfg, clock=ListClock(range(T0, T0 + 1000))) as s:
         # every declined message step by step, as before the Appender was asked again
-        s._append_declined = lambda msg, prepared, ts: s._append_stepped(prepared, ts)  # type: ignore[method-assign]
+        s._append_declined = lambda prepared, ts: s._append_stepped(prepared, ts)  # type: ignore[method-assign]
         s._bind_queue = lambda topic, queue_id: None  # type: ignore[method-assign]
         work(s)
     assert _files(tmp_path / "s") == _files(tmp_path / "steps")

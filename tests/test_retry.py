@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import DELAY_LEVEL_MS, STORE_HOST, StepClock, dump_messages, input_body, load_input
 
+from conftest import DELAY_LEVEL_MS, STORE_HOST, StepClock, dump_messages, input_body, load_input
 from rmqstore import IllegalMessageError, Message, MessageStore, MessageTypeError, StoreConfig, StoreReadOnlyError
 from rmqstore.cli import main as cli_main
 from rmqstore.service.retry import send_back_message

@@ -14,6 +14,7 @@ import collections
 import logging
 import math
 import time
+from typing import Any
 
 from ..exceptions import (
     IllegalMessageError,
@@ -176,7 +177,7 @@ class Consumer:
         self.delivered = 0  # messages handed out by this consumer
         # a member also consumes its group's retry topic (another Consumer, a member there too)
         self._retry: Consumer | None = None
-        self._retry_out = None  # the retry handed out by the step under way, until delivered
+        self._retry_out: Any = None  # the retry handed out by the step under way, until delivered
         if queue_ids is None:  # a member of the group: its share of the topic's queues, under leases
             from .group import GroupMembership
 
@@ -325,7 +326,7 @@ class Consumer:
         """The retry topic's next message (:meth:`_deliver` puts it in flight
         there), its topic the original one (``RETRY_TOPIC``, as RocketMQ's consumer resets it);
         None when it has none."""
-        retry = self._retry
+        retry: Any = self._retry
         retry._rebalance_if_due()
         m = retry._step()
         if m is not None:
@@ -335,9 +336,10 @@ class Consumer:
 
     def _deliver(self, m) -> None:
         """*m* is handed out: in flight here, or a retry in the retry topic's consumer."""
+        retry: Any = self._retry
         if m is self._retry_out:
             self._retry_out = None
-            self._retry._inflight = (m.queue_id, m.queue_offset + 1)
+            retry._inflight = (m.queue_id, m.queue_offset + 1)
         else:
             self._inflight = (m.queue_id, m.queue_offset + 1)
         self.delivered += 1
@@ -469,10 +471,11 @@ class Consumer:
     def _put_back(self, m) -> None:
         """Hand *m* out next after all: it was taken by a step whose caller
         went away (a cancelled task) before it was handed out."""
+        retry: Any = self._retry
         if m is self._retry_out:  # (back to the retry topic's consumer, as it was read)
             self._retry_out = None
-            m.topic = self._retry.topic
-            self._retry._buf[m.queue_id].appendleft(m)
+            m.topic = retry.topic
+            retry._buf[m.queue_id].appendleft(m)
         elif m is not None:
             self._buf[m.queue_id].appendleft(m)
 

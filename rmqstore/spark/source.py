@@ -544,10 +544,9 @@ class RmqStoreWriter(DataSourceArrowWriter):
         cfg = StoreConfig.from_dict(_config_names(self.config)) if self.config else StoreConfig()
         if os.path.isdir(os.path.join(store, "commitlog")):
             cfg, _notes = infer_config(store, cfg)
-        if cfg.clean_service_enable:
-            # the clock replays old store times while writing: no retention by it
-            cfg = cfg.replace(clean_service_enable=False)
-        return cfg
+        # the clock replays old store times while writing: no retention by it,
+        # and no delayed delivery (delayed records stay for the store's next writer)
+        return cfg.replace(clean_service_enable=False, schedule_service_enable=False)
 
     def _append(self, store: str, paths: list, config_from: str) -> None:
         from ..exceptions import StoreLockedError

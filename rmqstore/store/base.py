@@ -17,6 +17,7 @@ from ..exceptions import StoreClosedError, StoreReadOnlyError
 
 if TYPE_CHECKING:
     from ..service.allocate import AllocateService
+    from ..service.schedule import ScheduleService
 from ..message import encode_host
 from ..storage.checkpoint import StoreCheckpoint
 from ..storage.index import IndexService
@@ -98,7 +99,7 @@ class StoreBase(k.StoreCore):
         self.last_exit_ok = True
         self.recovery_report: dict = {}
         self._offsets = None  # ConsumerOffsetStore (service/offsets.py), created by consumer_offsets()
-        self._schedule = None  # ScheduleService (service/schedule.py): a writer's delayed delivery
+        self._schedule: ScheduleService | None = None  # a writer's delayed delivery (service/schedule.py)
         # consumers made by consumer(): their group leases end with the store
         self._consumers: weakref.WeakSet = weakref.WeakSet()
         # retention, disk space and follow mode (retention.py, docs/recovery.md#retention)

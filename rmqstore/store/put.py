@@ -27,7 +27,6 @@ from ..format.layout import (
     PROPERTY_DELAY,
     PROPERTY_KEYS,
     PROPERTY_UNIQ_KEY,
-    SCHEDULE_TOPIC,
     STOREHOSTADDRESS_V6_FLAG,
 )
 from ..message import (
@@ -62,7 +61,10 @@ class Put(Recovery):
         it meanwhile. Returns ``(topic, topic bytes, (queue_id, flag,
         born_timestamp, reconsume_times, prepared_transaction_offset),
         sys_flag, born host, store host, body, property blob, properties,
-        record size)``."""
+        record size, the message the Appender is asked to put)``: *msg*
+        itself, or, for a delayed message, its rewrite into
+        ``SCHEDULE_TOPIC_XXXX`` (docs/service.md#delayed-delivery), which the
+        Appender puts as any other."""
         if not isinstance(msg, MESSAGE_TYPES):
             raise MessageTypeError(f"expected a Message, got {type(msg).__name__}")
         cfg = self.config
@@ -88,15 +90,20 @@ class Put(Recovery):
         props = msg.property_map()
         if self._append_crc:
             props.pop(PROPERTY_CRC32, None)  # the store appends its own
+        born_host, store_host = msg.born_host, msg.store_host
+        asked = msg
         if PROPERTY_DELAY in props:  # a delayed message is stored in SCHEDULE_TOPIC_XXXX
             moved = to_schedule(topic, fields[0], sys_flag, props, cfg.max_delay_level)
             if moved is not None:
                 topic, qid = moved
                 topic_b = self._check_topic(topic)
                 fields = (qid, *fields[1:])
+                asked = Message(topic, body, qid, fields[1], properties=props, born_timestamp=fields[2],
+                                born_host=born_host, store_host=store_host, reconsume_times=fields[3],
+                                sys_flag=sys_flag, prepared_transaction_offset=fields[4])
         props_b = msg.encode_properties(props)
-        born_raw = self._store_host_raw if msg.born_host is None else encode_host(msg.born_host)
-        store_raw = self._store_host_raw if msg.store_host is None else encode_host(msg.store_host)
+        born_raw = self._store_host_raw if born_host is None else encode_host(born_host)
+        store_raw = self._store_host_raw if store_host is None else encode_host(store_host)
         if len(born_raw) == 20:
             sys_flag |= BORNHOST_V6_FLAG
         if len(store_raw) == 20:
@@ -113,7 +120,7 @@ class Put(Recovery):
             raise MessageTooLargeError(
                 f"record of {size} bytes cannot fit in a {self.commitlog.file_size}-byte CommitLog file"
             )
-        return (topic, topic_b, fields, sys_flag, born_raw, store_raw, body, props_b, props, size)
+        return (topic, topic_b, fields, sys_flag, born_raw, store_raw, body, props_b, props, size, asked)
 
     def check_message(self, msg: Message) -> int:
         """Validate *msg* as :meth:`put_message` would, writing nothing (for
@@ -189,7 +196,7 @@ class Put(Recovery):
         if plan is None:
             plan = [0, 0, 0, {}, 0]
         counts = plan[3]
-        for topic, _tb, fields, sys_flag, _born, _store, _body, _blob, props, size in prepared:
+        for topic, _tb, fields, sys_flag, _born, _store, _body, _blob, props, size, _asked in prepared:
             plan[0] += size
             if size > plan[1]:
                 plan[1] = size
@@ -284,7 +291,7 @@ class Put(Recovery):
         if store_ts is None:
             store_ts = self._clock()
         topic, topic_b, (qid, flag, born_ts, reconsume, prepared_off), sys_flag, born_raw, store_raw, body, props_b, \
-            props, size = prepared
+            props, size, _asked = prepared
         consumed = gets_consume_queue_unit(sys_flag)  # (the dispatch rules: docs/recovery.md#dispatch)
         key = (topic, qid)
         queue_offset = self._queue_offsets.get(key, 0) if consumed else 0
@@ -306,7 +313,7 @@ class Put(Recovery):
             PutMessageStatus.PUT_OK, offset_msg_id(store_raw, phy), phy, size, queue_offset, store_ts
         )
 
-    def _append_declined(self, msg, prepared, store_ts) -> PutMessageResult:
+    def _append_declined(self, prepared, store_ts) -> PutMessageResult:
         """One message the Appender declined, its files made (:meth:`_reserve`;
         append lock held): the one place where a put leaves the core's path.
         The CommitLog rolls here when the record does not fit its last
@@ -316,15 +323,16 @@ class Put(Recovery):
         SYNC_FLUSH) and asked again; what it declines again (an index roll,
         where a record's keys may straddle two files; a message it does not
         vouch for) goes step by step (:meth:`_append_stepped`).
-        *prepared*: :meth:`_prepare`'s tuple for *msg*; *store_ts*: the
-        store time already read for it."""
+        *prepared*: :meth:`_prepare`'s tuple for the message (whose last
+        item is what the Appender is asked for); *store_ts*: the store time
+        already read for it."""
         fast = self._fast
         if fast is not None:
             self.commitlog.segment_for(prepared[9])  # a CommitLog roll, or the store's first segment
             if self.config.message_index_enable and not self.index.files and not self._sync_flush:
                 self.index.writable_file()  # the store's first index file (SYNC_FLUSH: its dispatch's)
             self._bind_queue(prepared[0], prepared[2][0])
-            result = fast.put(msg, store_ts)
+            result = fast.put(prepared[10], store_ts)  # (*msg*, or its rewrite)
             if result is not None:
                 self._appended(result[2] + result[3], store_ts)
                 return result
@@ -411,13 +419,13 @@ class Put(Recovery):
             self._reserve(self._plan_prepared([prepared]))
             mark = self._mark()
             try:
-                result = self._append_declined(msg, prepared, self._clock() if store_ts is None else store_ts)
+                result = self._append_declined(prepared, self._clock() if store_ts is None else store_ts)
             except BaseException:
                 self._undo(mark)
                 raise
         if self._sync_flush and commit:
             self._commit(result.wrote_offset + result.wrote_bytes)
-        if prepared[0] == SCHEDULE_TOPIC and msg.topic != SCHEDULE_TOPIC:  # (moved there by its DELAY)
+        if prepared[10] is not msg:  # (moved to SCHEDULE_TOPIC_XXXX by its DELAY)
             self._scheduled()
         return result
 
@@ -467,7 +475,7 @@ class Put(Recovery):
                 raise
         if self._sync_flush and results:
             self._commit(results[-1].wrote_offset + results[-1].wrote_bytes)
-        if any(p is not None and p[0] == SCHEDULE_TOPIC and m.topic != SCHEDULE_TOPIC for p, m in zip(prepared, msgs)):
+        if any(p is not None and p[10] is not m for p, m in zip(prepared, msgs)):
             self._scheduled()
         return results
 
@@ -494,7 +502,7 @@ class Put(Recovery):
                 self._appended(results[-1][2] + results[-1][3], results[-1][5])
             if i >= len(msgs):
                 break
-            results.append(self._append_declined(msgs[i], prepared[i] or self._prepare(msgs[i]), store_ts))
+            results.append(self._append_declined(prepared[i] or self._prepare(msgs[i]), store_ts))
             i += 1
         return results
 
@@ -578,7 +586,7 @@ class Put(Recovery):
                                          encoded)
                     if i < n:  # declined (a new file or queue, odd input): this row as its Message, then on
                         m = message(i)
-                        r = self._append_declined(m, own.get(i) or self._prepare(m), ts)
+                        r = self._append_declined(own.get(i) or self._prepare(m), ts)
                         phys[i], sizes[i], qoffs[i] = r.wrote_offset, r.wrote_bytes, r.queue_offset
                         i += 1
             except BaseException:
