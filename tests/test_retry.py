@@ -8,11 +8,13 @@ members consume their retry topic, and a message that keeps failing ends in
 from __future__ import annotations
 
 import json
+import os
+import time
 
 import pytest
 
 from conftest import DELAY_LEVEL_MS, STORE_HOST, StepClock, dump_messages, input_body, load_input
-from rmqstore import IllegalMessageError, Message, MessageStore, MessageTypeError, StoreConfig, StoreReadOnlyError
+from rmqstore import IllegalMessageError, Message, MessageStore, MessageTypeError, StoreConfig
 from rmqstore.cli import main as cli_main
 from rmqstore.service.retry import send_back_message
 
@@ -157,16 +159,49 @@ def test_send_back_keeps_what_came_before(tmp_path):
         assert out.properties["DELAY"] == "7"
 
 
-def test_a_follower_cannot_store_retries(tmp_path):
-    with MessageStore.open(tmp_path, SMALL, clock=fixed_clock()) as w:
-        w.put_message(Message("T", b"x"))
+def test_a_followers_send_back_is_stored_by_the_writer(tmp_path):
+    """A consumer in a read-only process leaves its send-back, fsynced, in
+    config/sendBack/; the writer's schedule service stores it and removes
+    the file."""
+    clock = fixed_clock()
+    with MessageStore.open(tmp_path, SMALL, clock=clock) as w:
+        w.put_message(Message("T", b"x", keys="k"))
         with MessageStore.open(tmp_path, read_only=True) as ro:
             c = ro.consumer("g", "T")
             m = next(c)
-            with pytest.raises(StoreReadOnlyError):
-                c.reconsume_later(m)
+            assert c.reconsume_later(m, delay_level=2) is None
+            assert list(c) == []  # (processed: committed)
             c.close()
-        assert w.queues() == [("T", 0)]
+        spool = tmp_path / "config" / "sendBack"
+        (name,) = os.listdir(spool)
+        assert json.loads((spool / name).read_text())["msg_id"] == m.msg_id
+        deadline = time.monotonic() + 30
+        while os.listdir(spool):  # the writer's service thread looks about once a second
+            assert time.monotonic() < deadline, "the writer did not store the send-back"
+            time.sleep(0.02)
+        (sched,) = w.get_messages(SCHEDULE, 1, 0).messages  # (level 2: queue 1)
+        assert (sched.properties["REAL_TOPIC"], sched.properties["RETRY_TOPIC"], sched.reconsume_times) == \
+            ("%RETRY%g", "T", 1)
+        clock.now += DELAY_LEVEL_MS[2]
+        w._schedule.deliver_due()
+        with w.consumer("g", "T") as again:
+            assert [(x.topic, x.body, x.reconsume_times) for x in again] == [("T", b"x", 1)]
+
+
+def test_send_backs_that_cannot_be_stored_are_dropped(tmp_path, caplog):
+    with MessageStore.open(tmp_path, SMALL, clock=fixed_clock()) as w:
+        r = w.put_message(Message("T", b"x"))
+        spool = tmp_path / "config" / "sendBack"
+        spool.mkdir(parents=True)
+        (spool / "h@1.jsonl").write_text(
+            "not json\n"
+            + json.dumps({"group": "g", "offset": r.wrote_offset, "msg_id": "0" * 32}) + "\n"  # another record
+            + json.dumps({"group": "g", "offset": r.wrote_offset, "msg_id": w.get_message(0).msg_id}) + "\n"
+            + '{"group": "g", "offset": 0, "msg_id": "x", "delay_level": 1')  # (a writer killed mid-line)
+        w._schedule.deliver_due()
+        assert os.listdir(spool) == []
+        assert len(w.get_messages(SCHEDULE, 2, 0).messages) == 1  # (the one good request)
+    assert "does not parse" in caplog.text and "gone" in caplog.text
 
 
 def test_consumers_of_fixed_queues_do_not_read_retries(tmp_path):

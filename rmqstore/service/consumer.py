@@ -25,7 +25,7 @@ from ..format.layout import DLQ_GROUP_TOPIC_PREFIX, PROPERTY_RETRY_TOPIC, RETRY_
 from ..message import GetMessageStatus, MessageExt, _check_int
 from ..store.args import _wait_arg
 from .offsets import _check_name, _check_queue_id, offset_key
-from .retry import MAX_RECONSUME_TIMES, retry_topic, send_back_message
+from .retry import MAX_RECONSUME_TIMES, retry_topic, send_back_message, spool_send_back
 
 __all__ = ["Consumer"]
 
@@ -497,13 +497,21 @@ class Consumer:
         ``SCHEDULE_TOPIC_XXXX`` for a retry, ``%DLQ%<group>`` for a dead
         letter).
 
-        Raises StoreClosedError; StoreReadOnlyError in a read-only store (a
-        follower process: the writer's process stores retries);
-        MessageTypeError / IllegalMessageError for bad arguments; what a put
-        raises (nothing is stored then: call it again)."""
+        In a read-only store (a follower process) the send-back is left,
+        fsynced, in ``config/sendBack/`` for the writer process, whose
+        schedule service stores it within about a second (or the next
+        writer, when none runs now); it returns None then.
+
+        Raises StoreClosedError; MessageTypeError / IllegalMessageError for
+        bad arguments; what a put raises (nothing is stored then: call it
+        again); OSError (a follower's spool file)."""
         self._ensure_open()
+        store = self.store
+        if store.read_only:
+            spool_send_back(store.root_dir, self.group, msg, delay_level, self.max_reconsume_times)
+            return None
         record, _dead = send_back_message(msg, self.group, delay_level, self.max_reconsume_times)
-        return self.store.put_message(record)
+        return store.put_message(record)
 
     def commit(self) -> None:
         """Acknowledge the in-flight message (processed) and commit every queue's

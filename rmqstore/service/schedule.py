@@ -55,6 +55,7 @@ from ..format.layout import (
 )
 from ..message import GetMessageStatus, Message
 from .offsets import _as_int, _loads, _quote_bare_keys, replace_config_file
+from .retry import drain_send_backs
 
 __all__ = ["DELAY_OFFSET_FILE", "DelayOffsetTable", "ScheduleService", "time_up_message", "to_schedule"]
 
@@ -259,18 +260,21 @@ class ScheduleService:
 
     :meth:`deliver_due` does one round; the service thread runs rounds
     whenever a level's next record is due (woken at once by a put of a
-    delayed message, else looking at least every second) from the first
-    delayed message on. The store starts and stops it."""
+    delayed message, else looking at least every second) from the store's
+    first delayed message on (at open, when it has some). Before that, its
+    rounds only store what follower processes sent back
+    (:func:`~rmqstore.service.retry.drain_send_backs`) and read no clock.
+    The store starts and stops it."""
 
     def __init__(self, store):
         self._store = store
         self.offsets = DelayOffsetTable(os.path.join(store.root_dir, DELAY_OFFSET_FILE))
         self._lock = threading.Lock()  # (one round at a time)
-        self._start_lock = threading.Lock()
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._dirty = False
+        self._armed = False  # delayed messages exist: rounds deliver (and read the clock)
         #: records delivered by this service since the store opened
         self.delivered = 0
 
@@ -282,7 +286,7 @@ class ScheduleService:
     def start(self) -> None:
         """Bring each level's offset into its queue's range (RocketMQ's
         ``correctDelayOffset``; the store's queues are recovered by now) and
-        start the thread when anything is delayed."""
+        start the thread, delivering at once when anything is delayed."""
         store = self._store
         levels = self._levels()
         for level, qid in levels:
@@ -295,8 +299,11 @@ class ScheduleService:
             if fixed != off:
                 log.error("delay level %d: offset %d outside queue [%d, %d]; moved to %d", level, off, lo, hi, fixed)
                 self.offsets.table[level] = fixed
-        if levels:
-            self.wake()
+        self._armed = bool(levels)
+        self._thread = threading.Thread(
+            target=self._run, name=f"rmqstore-schedule:{os.path.basename(store.root_dir)}", daemon=True,
+        )
+        self._thread.start()
 
     def _levels(self) -> list:
         """``(level, queue id)`` of the delay queues the store has."""
@@ -304,18 +311,8 @@ class ScheduleService:
         return [(q + 1, q) for q in range(self._store.config.max_delay_level) if (SCHEDULE_TOPIC, q) in cqs]
 
     def wake(self) -> None:
-        """A delayed message was put (or the store opened with some): run a
-        round now, starting the thread if it is not running."""
-        if self._stop.is_set():
-            return
-        if self._thread is None:
-            with self._start_lock:
-                if self._thread is None and not self._stop.is_set():
-                    self._thread = threading.Thread(
-                        target=self._run, name=f"rmqstore-schedule:{os.path.basename(self._store.root_dir)}",
-                        daemon=True,
-                    )
-                    self._thread.start()
+        """A delayed message was put: deliver from now on, a round now."""
+        self._armed = True
         self._wake.set()
 
     def stop(self) -> None:
@@ -339,7 +336,12 @@ class ScheduleService:
         while not self._stop.is_set():
             self._wake.clear()
             try:
-                wait_ms = self.deliver_due()
+                if self._armed:
+                    wait_ms = self.deliver_due()
+                else:
+                    with self._lock:
+                        drain_send_backs(store)
+                    wait_ms = None
             except StoreClosedError:
                 return
             except Exception:  # (a disk error, say: RocketMQ tries again after 10 s)
@@ -348,15 +350,17 @@ class ScheduleService:
             self._wake.wait(_LOOK if wait_ms is None else min(max(wait_ms, 1) / 1000, _LOOK))
 
     def deliver_due(self) -> int | None:
-        """One round: deliver, level by level and in queue order, every record
-        whose time has come on the store's clock; then write the offsets if
-        any moved. Returns ms until the earliest record not yet due (None:
-        none waits). Raises StoreClosedError, and what a put raises (the
-        record stays to be delivered by a later round)."""
+        """One round: store what followers sent back, then deliver, level by
+        level and in queue order, every record whose time has come on the
+        store's clock; then write the offsets if any moved. Returns ms until
+        the earliest record not yet due (None: none waits). Raises
+        StoreClosedError, and what a put raises (the record stays to be
+        delivered by a later round)."""
         store = self._store
         cfg = store.config
         soonest = None
         with self._lock:
+            drain_send_backs(store)
             try:
                 for level, qid in self._levels():
                     due = self._deliver_level(store, cfg, level, qid)
