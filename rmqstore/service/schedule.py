@@ -54,7 +54,7 @@ from ..format.layout import (
     TRANSACTION_NOT_TYPE,
 )
 from ..message import GetMessageStatus, Message
-from .offsets import _as_int, _loads, _quote_bare_keys, replace_config_file
+from .offsets import _INT32_MAX, _INT64_MAX, _as_int, _loads, _quote_bare_keys, replace_config_file
 from .retry import drain_send_backs
 
 __all__ = ["DELAY_OFFSET_FILE", "DelayOffsetTable", "ScheduleService", "time_up_message", "to_schedule"]
@@ -70,8 +70,6 @@ TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
 _LOOK = 1.0
 #: records read from a level's queue at a time
 _BATCH = 32
-_INT32_MAX = (1 << 31) - 1
-_INT64_MAX = (1 << 63) - 1
 
 
 # --- the rules ---------------------------------------------------------------------------
