@@ -453,21 +453,50 @@ def cmd_salvage(args) -> int:
     return 1 if lost else 0
 
 
+def _confirm(args, question: str) -> bool:
+    """Whether to go on with a destructive command: yes with ``--yes`` or
+    when stdin is not a terminal (a script); else the answer to *question*."""
+    if args.yes or not sys.stdin.isatty():
+        return True
+    print(f"{question} [y/N] ", end="", file=sys.stderr, flush=True)
+    return sys.stdin.readline().strip().lower() in ("y", "yes")
+
+
+def _recovery_sentence(report: dict, would: bool) -> str:
+    kind = ("normal recovery" if report.get("last_exit_ok")
+            else "abnormal recovery (the store was not shut down cleanly)")
+    why = report.get("stopped_because")
+    cut, dropped = ("would truncate", "would be dropped") if would else ("truncated", "dropped")
+    return (f"{kind} of {_show(report['store'])}: valid data ends at physical offset {report.get('process_offset')}; "
+            f"{cut} {report.get('truncated_bytes', 0)} byte(s)" + (f" because: {why}" if why else "")
+            + f"; {report['consume_queue_units_dropped']} ConsumeQueue unit(s) {dropped}")
+
+
 def cmd_recover(args) -> int:
     from .exceptions import StoreLockedError
     from .tools import recover_store
 
+    config = _config_arg(args)
+    if args.dry_run or (not args.yes and sys.stdin.isatty()):
+        plan = recover_store(args.store, config=config, dry_run=True)
+        if args.dry_run:
+            _print_json(plan)
+            print(_recovery_sentence(plan, would=True) + "; nothing was changed")
+            if plan["writer_running"]:
+                print("rmqstore: a writer holds the store: recover would refuse", file=sys.stderr)
+            if plan.get("would_refuse"):
+                print(f"rmqstore: {plan['would_refuse']}", file=sys.stderr)
+            return 0
+        print(_recovery_sentence(plan, would=True), file=sys.stderr)
+        if not _confirm(args, "recover now?"):
+            print("rmqstore: nothing was changed", file=sys.stderr)
+            return 1
     try:
-        report = recover_store(args.store, config=_config_arg(args))
+        report = recover_store(args.store, config=config)
     except StoreLockedError as e:
         raise UsageError(f"refusing to recover: {e} (stop the writer first)") from e
     _print_json(report)
-    kind = ("normal recovery" if report.get("last_exit_ok")
-            else "abnormal recovery (the store was not shut down cleanly)")
-    why = report.get("stopped_because")
-    print(f"{kind} of {_show(report['store'])}: valid data ends at physical offset {report.get('process_offset')}; "
-          f"truncated {report.get('truncated_bytes', 0)} byte(s)" + (f" because: {why}" if why else "")
-          + f"; {report['consume_queue_units_dropped']} ConsumeQueue unit(s) dropped")
+    print(_recovery_sentence(report, would=False))
     return 0
 
 
@@ -478,7 +507,10 @@ def cmd_clean(args) -> int:
 
     config = _config_arg(args) or StoreConfig()
     # the files say how big they are: a store written with other sizes opens too
-    with MessageStore.open(args.store, read_only=True) as ro:
+    with MessageStore.open(args.store, config=config, read_only=True) as ro:
+        plan = None
+        if args.dry_run or (not args.yes and sys.stdin.isatty()):
+            plan = ro.delete_expired(force=args.force, reserved_hours=args.reserved_hours, dry_run=True)
         sizes = {}
         if ro.commitlog.queue.files:
             sizes["mapped_file_size_commit_log"] = ro.commitlog.file_size
@@ -487,6 +519,13 @@ def cmd_clean(args) -> int:
             sizes["mapped_file_size_consume_queue"] = cq_sizes.pop()
         if ro.index.files:
             sizes["max_hash_slot_num"], sizes["max_index_num"] = ro.index.hash_slot_num, ro.index.index_num
+    if plan is not None:
+        if args.dry_run:
+            return _print_cleanup(args, plan, would=True)
+        _print_cleanup(args, plan, would=True, out=sys.stderr)
+        if not _confirm(args, "delete these files now?"):
+            print("rmqstore: nothing was changed", file=sys.stderr)
+            return 1
     # (a maintenance open: no clean-up round of its own, no delayed delivery)
     config = config.replace(clean_service_enable=False, schedule_service_enable=False, **sizes)
     try:
@@ -495,19 +534,30 @@ def cmd_clean(args) -> int:
         raise UsageError(f"{e} (a running writer cleans its own store)") from e
     with store:
         report = store.delete_expired(force=args.force, reserved_hours=args.reserved_hours)
-    out = report._asdict()
-    out["deleted"] = report.deleted
-    if args.json:
-        _print_json(out)
+    return _print_cleanup(args, report, would=False)
+
+
+def _print_cleanup(args, report, would: bool, out=None) -> int:
+    """A clean-up report (or, *would*, a dry run's) as JSON with ``--json``
+    (on stdout only), else as lines."""
+    data = report._asdict()
+    data["deleted"] = report.deleted
+    if would:
+        data["dry_run"] = True
+    if args.json and out is None:
+        _print_json(data)
         return 0
+    verb = "would delete" if would else "deleted"
     for key, label in (("commit_log_files", "CommitLog"), ("consume_queue_files", "ConsumeQueue"),
                        ("index_files", "index")):
-        for path in out[key]:
-            print(f"deleted {label:<12} {_show(path)}")
-    print(f"{_show(args.store)}: deleted {report.deleted} CommitLog, "
+        for path in data[key]:
+            print(f"{verb} {label:<12} {_show(path)}", file=out)
+    print(f"{_show(args.store)}: {verb} {report.deleted} CommitLog, "
           f"{len(report.consume_queue_files)} ConsumeQueue and "
-          f"{len(report.index_files)} index file(s); CommitLog now starts at physical offset "
-          f"{report.min_physical_offset}" + ("; readers held a file, run again later" if report.busy else ""))
+          f"{len(report.index_files)} index file(s); CommitLog "
+          f"{'would start' if would else 'now starts'} at physical offset {report.min_physical_offset}"
+          + ("; readers held a file, run again later" if report.busy else "")
+          + ("; nothing was changed" if would else ""), file=out)
     return 0
 
 
@@ -653,6 +703,8 @@ def _parser() -> argparse.ArgumentParser:
 
     sp = store_cmd("recover", "open the store for writing, which runs recovery, and report what was truncated")
     config_opt(sp, "broker .properties file for settings not inferred from the files")
+    sp.add_argument("--dry-run", action="store_true", help="print what recovery would cut; change nothing")
+    sp.add_argument("--yes", action="store_true", help="do not ask for confirmation on a terminal")
     sp.set_defaults(func=cmd_recover)
 
     sp = store_cmd("clean", "delete expired files now (RocketMQ's deleteExpiredCommitLog), then print what went")
@@ -662,6 +714,8 @@ def _parser() -> argparse.ArgumentParser:
                     help="keep files younger than this (default: fileReservedTime, 72)")
     config_opt(sp, "broker .properties file (fileReservedTime, deleteFileBatchMax, ...)")
     sp.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    sp.add_argument("--dry-run", action="store_true", help="print what would be deleted now; delete nothing")
+    sp.add_argument("--yes", action="store_true", help="do not ask for confirmation on a terminal")
     sp.set_defaults(func=cmd_clean)
 
     sp = store_cmd("tail", "print a topic's new messages as a writer stores them (read-only, Ctrl-C stops)")

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import io
 import json
 import os
 import shutil
 import struct
+import sys
 
 import pytest
 
@@ -526,6 +528,68 @@ def test_recover_truncates_and_is_idempotent(root, capsys):
     assert again["consume_queue_units_dropped"] == 0
 
 
+def test_recover_dry_run_says_what_recover_does_and_changes_nothing(root, capsys):
+    victim = seg_records(2)[12]
+    pos = victim["filePosition"] + 30
+    patch(root / "commitlog" / CL[2], pos, bytes(FILE_SIZE - pos))
+    (root / "abort").write_text("1")
+    before = {p: hash_tree(root / p) for p in ("commitlog", "consumequeue", "index")}
+    names = sorted(p.name for p in root.iterdir())
+    code, out, err = run(capsys, "recover", root, "--dry-run")
+    assert code == 0 and err == ""
+    plan = json.loads(out.splitlines()[0])
+    assert plan["dry_run"] is True and plan["writer_running"] is False and "would_refuse" not in plan
+    assert "would truncate" in out.splitlines()[1] and "nothing was changed" in out.splitlines()[1]
+    assert {p: hash_tree(root / p) for p in before} == before
+    assert sorted(p.name for p in root.iterdir()) == names  # (abort still there: nothing written)
+    real = recover_store(root)
+    for key in ("last_exit_ok", "process_offset", "truncated_bytes", "stopped_because", "data_end_before",
+                "data_bytes_dropped", "consume_queue_units_dropped"):
+        assert plan[key] == real[key], key
+
+
+def test_destructive_commands_ask_on_a_terminal(root, capsys, monkeypatch):
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    victim = seg_records(2)[12]
+    patch(root / "commitlog" / CL[2], victim["filePosition"] + 30, bytes(FILE_SIZE - victim["filePosition"] - 30))
+    before = hash_tree(root / "commitlog")
+    monkeypatch.setattr(sys, "stdin", Terminal("n\n"))
+    code, out, err = run(capsys, "recover", root)
+    assert code == 1 and out == ""
+    assert "would truncate" in err and "recover now? [y/N]" in err and "nothing was changed" in err
+    assert hash_tree(root / "commitlog") == before
+    monkeypatch.setattr(sys, "stdin", Terminal("y\n"))
+    code, out, err = run(capsys, "recover", root)
+    assert code == 0 and json.loads(out.splitlines()[0])["process_offset"] == victim["physicalOffset"]
+    assert hash_tree(root / "commitlog") != before
+    # clean: the same question; --yes skips it
+    monkeypatch.setattr(sys, "stdin", Terminal("no\n"))
+    code, out, err = run(capsys, "clean", root, "--force")
+    assert code == 1 and "would delete" in err and "delete these files now? [y/N]" in err
+    assert len(os.listdir(root / "commitlog")) == len(CL)
+    code, out, err = run(capsys, "clean", root, "--force", "--yes")
+    assert code == 0 and len(os.listdir(root / "commitlog")) == 1 and "[y/N]" not in err
+
+
+def test_clean_dry_run_names_what_clean_deletes(root, capsys):
+    listing = {d: sorted(str(p.relative_to(root)) for p in (root / d).rglob("*") if p.is_file())
+               for d in ("commitlog", "consumequeue", "index")}
+    code, out, _ = run(capsys, "clean", root, "--force", "--dry-run", "--json")
+    assert code == 0
+    plan = json.loads(out)
+    assert plan["dry_run"] is True and plan["deleted"] == len(CL) - 1
+    assert {d: sorted(str(p.relative_to(root)) for p in (root / d).rglob("*") if p.is_file())
+            for d in listing} == listing  # nothing deleted
+    code, out, _ = run(capsys, "clean", root, "--force", "--json")
+    done = json.loads(out)
+    for key in ("commit_log_files", "consume_queue_files", "index_files", "min_physical_offset", "deleted"):
+        assert plan[key] == done[key], key
+    assert done["consume_queue_files"] or done["index_files"]  # (the plan foresaw the queues' and index's too)
+
+
 def test_recover_refuses_a_locked_store(root, capsys):
     # (the writer holding the lock delivers nothing meanwhile: the files stay as they were)
     cfg = StoreConfig.from_dict(load_input(GOLD)["storeConfig"]).replace(schedule_service_enable=False)
@@ -534,6 +598,9 @@ def test_recover_refuses_a_locked_store(root, capsys):
         code, out, err = run(capsys, "recover", root)
         assert code == 2 and out == ""
         assert "locked" in err and "refusing" in err
+        code, out, err = run(capsys, "recover", root, "--dry-run")  # (reads only: says a real run would refuse)
+        assert code == 0 and json.loads(out.splitlines()[0])["writer_running"] is True
+        assert "a writer holds the store" in err
     assert hash_tree(root / "commitlog") == before
 
 

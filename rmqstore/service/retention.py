@@ -129,22 +129,24 @@ class Retention:
         ``delete_when``'s hours (true for the whole hour)."""
         return time.localtime(now_ms / 1000).tm_hour in self.store.config.delete_hours
 
-    def space_to_delete(self) -> tuple:
+    def space_to_delete(self, update: bool = True) -> tuple:
         """RocketMQ ``isSpaceToDelete`` for the CommitLog's and the
         ConsumeQueues' file systems. Returns ``(to_delete, clean_immediately,
-        physic_ratio)``; sets the store's DISK_FULL state above the warning
-        level and clears it at or below the clean-forcibly level."""
+        physic_ratio)``; with *update*, sets the store's DISK_FULL state above
+        the warning level and clears it at or below the clean-forcibly level."""
         store, cfg = self.store, self.store.config
         warn, forcibly = cfg.disk_space_warning_level, cfg.disk_space_clean_forcibly_level
         physic = store._probe_disk(store.commitlog.queue.directory)
         logics = store._probe_disk(os.path.join(store.root_dir, "consumequeue"))
         for ratio in (physic, logics):
             if ratio > warn:
-                store._set_disk_full(True, ratio)
+                if update:
+                    store._set_disk_full(True, ratio)
                 return True, True, physic
             if ratio > forcibly:
                 return True, True, physic
-            store._set_disk_full(False, ratio)
+            if update:
+                store._set_disk_full(False, ratio)
         limit = cfg.disk_max_used_space_level
         to_delete = physic < 0 or physic > limit or logics < 0 or logics > limit
         return to_delete, False, physic
@@ -198,18 +200,56 @@ class Retention:
                 "+".join(reasons), bool(reasons) and clean_at_once, ratio, busy,
             )
 
+    def plan(self, force: bool = False, reserved_hours=None) -> CleanupReport:
+        """What a manual round (:meth:`run` with *manual*, the store's
+        ``delete_expired``) would delete now, deleting nothing and changing
+        no state (a dry run; also on a read-only store): the same choice of
+        CommitLog segments, then the ConsumeQueue and index files that would
+        only point below the CommitLog's new first offset. Readers holding a
+        file (which would make a real round retry it) are not foreseen."""
+        store, cfg = self.store, self.store.config
+        now = store._clock()
+        _to_delete, immediately, ratio = self.space_to_delete(update=False)
+        clean_at_once = force or (cfg.clean_file_forcibly_enable and immediately)
+        hours = cfg.file_reserved_time if reserved_hours is None else reserved_hours
+        heads = self._expired_heads(hours * 3_600_000, clean_at_once, now)
+        files = store.commitlog.queue.files
+        cl_min = files[len(heads)].file_from_offset if heads else store.commitlog.min_offset()
+        cq_files = [mf.path for key in sorted(store._cqs) for cq in (store._cqs[key],)
+                    for mf in cq.queue.files[:cq.expired_head_count(cl_min)]]
+        index_files = [f.path for f in store.index.files[:store.index.expired_head_count(cl_min)]]
+        return CleanupReport(
+            tuple(mf.path for mf in heads if mf.available), tuple(cq_files), tuple(index_files), cl_min,
+            "manual", clean_at_once, ratio, False,
+        )
+
     # --- CommitLog (docs/recovery.md#retention) --------------------------------------
+
+    def _expired_heads(self, expired_ms: int, clean_at_once: bool, now: int) -> list:
+        """The CommitLog segments a round deletes, oldest first: from the
+        head while each is expired (``now >= time + expired_ms``) or
+        *clean_at_once*, never the current one, at most
+        ``delete_file_batch_max`` not deleted yet (a segment unlinked by an
+        earlier forced destroy comes along, to be dropped)."""
+        cl, most = self.store.commitlog, self.store.config.delete_file_batch_max
+        heads: list = []
+        fresh = 0
+        for mf in cl.queue.files[:-1]:
+            if mf.available and not clean_at_once and now < cl.file_timestamp(mf) + expired_ms:
+                break  # files go from the head only: a younger one ends the round
+            heads.append(mf)
+            fresh += mf.available
+            if fresh >= most:
+                break
+        return heads
 
     def _delete_commit_log(self, expired_ms: int, clean_at_once: bool, now: int) -> tuple:
         store, cfg = self.store, self.store.config
-        cl = store.commitlog
-        candidates = list(cl.queue.files[:-1])
+        candidates = self._expired_heads(expired_ms, clean_at_once, now)
         deleted: list = []
         busy = False
         for i, mf in enumerate(candidates):
             unlinked_before = not mf.available  # forced earlier: reported then
-            if not unlinked_before and not clean_at_once and now < cl.file_timestamp(mf) + expired_ms:
-                break  # files go from the head only: a younger one ends the round
             outcome = self._destroy_commit_log_head(mf, now)
             if outcome == "busy":
                 busy = True
@@ -219,8 +259,6 @@ class Retention:
                 log.info("deleted CommitLog file %s", mf.path)
             if outcome == "unlinked":
                 busy = True  # still mapped for the readers inside: dropped by a later round
-                break
-            if len(deleted) >= cfg.delete_file_batch_max:
                 break
             pause = cfg.delete_commit_log_files_interval
             if pause > 0 and i + 1 < len(candidates) and store._stop.wait(pause / 1000):

@@ -81,6 +81,30 @@ class StoreLock:
             self._fd = fd
         return self
 
+    @staticmethod
+    def is_held(root_dir) -> bool:
+        """Whether a writer holds the store in *root_dir* now, in this process
+        or another (a probe for read-only tools; it creates no file). The
+        probe takes the lock for an instant when it is free: a writer
+        opening at that very moment is refused, as by any other holder."""
+        root_dir = os.fspath(root_dir)
+        with _open_writers_lock:
+            st = os.stat(root_dir)
+            if (st.st_dev, st.st_ino) in _open_writers:
+                return True
+            try:
+                fd = open_no_follow(os.path.join(root_dir, "lock"), os.O_RDWR | _NOFOLLOW
+                                    | getattr(os, "O_CLOEXEC", 0), 0o644)
+            except FileNotFoundError:
+                return False
+            try:
+                fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
+            except OSError:
+                return True
+            finally:
+                os.close(fd)  # (drops the probe's lock)
+            return False
+
     def release(self) -> None:
         if self._fd >= 0:
             os.close(self._fd)  # closing the descriptor drops the fcntl lock

@@ -22,7 +22,7 @@ class Space(Follow):
     :class:`~rmqstore.service.retention.Retention`) and its DISK_FULL
     running flag."""
 
-    def delete_expired(self, force: bool = False, reserved_hours=None):
+    def delete_expired(self, force: bool = False, reserved_hours=None, dry_run: bool = False):
         """Delete expired files now, whatever the hour (RocketMQ's admin
         ``deleteExpiredCommitLog`` / ``executeDeleteFilesManually``), then the
         ConsumeQueue and index files that only point below the new CommitLog
@@ -33,6 +33,9 @@ class Space(Follow):
                 regardless of age (RocketMQ's clean-at-once).
             reserved_hours (int | None): keep files younger than this many
                 hours (0 .. 2**31-1) instead of ``file_reserved_time``.
+            dry_run (bool): report what would be deleted now and delete
+                nothing (on a read-only store too): the same choice, but for
+                files a reader would hold at that moment.
 
         A segment's age is its last record's store time (its mtime when it has
         none, docs/recovery.md#pitfall-retention-by-mtime) against the store clock. At most ``delete_file_batch_max``
@@ -42,13 +45,19 @@ class Space(Follow):
         Returns a :class:`~rmqstore.service.retention.CleanupReport`; its ``deleted``
         is the number of CommitLog segments deleted.
 
-        Raises StoreReadOnlyError, StoreClosedError; OSError from unlinking.
+        Raises StoreReadOnlyError (not for a dry run), StoreClosedError;
+        OSError from unlinking.
         """
-        self._ensure_writable()
+        if dry_run:
+            self._ensure_open()
+        else:
+            self._ensure_writable()
         if reserved_hours is not None and (isinstance(reserved_hours, bool) or not isinstance(reserved_hours, int)
                                            or not 0 <= reserved_hours <= _I32_MAX):
             raise ConfigError(f"reserved_hours must be an int in [0, {_I32_MAX}] (as file_reserved_time), "
                               f"got {reserved_hours!r}")
+        if dry_run:
+            return self._retention.plan(force=force, reserved_hours=reserved_hours)
         return self._retention.run(manual=True, force=force, reserved_hours=reserved_hours)
 
     def run_maintenance(self):

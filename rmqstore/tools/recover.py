@@ -54,9 +54,17 @@ def _queue_ends(root: str) -> dict:
     return out
 
 
-def recover_store(root, config: StoreConfig | None = None) -> dict:
+def recover_store(root, config: StoreConfig | None = None, dry_run: bool = False) -> dict:
     """Run recovery on the store in *root* explicitly: open it writable (which
     recovers, docs/recovery.md#recovery) and close it (clean shutdown).
+
+    With *dry_run* nothing is written: the store is opened read-only, whose
+    recovery makes the same decisions in memory, and the report says what a
+    real run would cut (its ``index_keys_added`` is what the read-only view
+    lacks, 0: a real run indexes what the index misses), with ``dry_run``
+    True, ``writer_running`` (a real run would be refused) and, when the
+    store has damage before its end, ``would_refuse``: a real run refuses
+    to cut there (CorruptedFileError) and points to ``salvage``.
 
     Returns ``MessageStore.recovery_report`` (``last_exit_ok``,
     ``process_offset``, ``stopped_because``, ``truncated_bytes``,
@@ -84,8 +92,15 @@ def recover_store(root, config: StoreConfig | None = None) -> dict:
     cfg, notes = infer_config(root, config)
     data_end = _commitlog_data_end(root)
     ends_before = _queue_ends(root)
-    # (recovery only: delayed records stay for the store's next writer to deliver)
-    store = MessageStore.open(root, config=cfg.replace(schedule_service_enable=False))
+    writer_running = False
+    if dry_run:
+        from ..store.lock import StoreLock
+
+        writer_running = StoreLock.is_held(root)
+        store = MessageStore.open(root, config=cfg, read_only=True)
+    else:
+        # (recovery only: delayed records stay for the store's next writer to deliver)
+        store = MessageStore.open(root, config=cfg.replace(schedule_service_enable=False))
     try:
         report = dict(store.recovery_report)
         ends_after = {q: store.get_max_offset_in_queue(*q) for q in store.queues()}
@@ -106,4 +121,9 @@ def recover_store(root, config: StoreConfig | None = None) -> dict:
         },
         notes=notes,
     )
+    if dry_run:
+        report.update(dry_run=True, writer_running=writer_running)
+        if report.get("damage"):
+            report["would_refuse"] = ("damage before the end of the CommitLog: recovery refuses to cut there; "
+                                      f"copy every valid record into a new store with: rmqstore salvage {root} <new>")
     return report
