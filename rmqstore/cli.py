@@ -19,7 +19,7 @@ from . import IMPLEMENTATION, __version__
 from .config import StoreConfig
 from .exceptions import ConfigError, RmqStoreError
 from .message import decode_offset_msg_id
-from .store import MessageStore
+from .store import MessageStore, StoreLock
 from .store.args import MAX_OFFSET, time_ms
 
 __all__ = ["main"]
@@ -48,8 +48,42 @@ def _show(path) -> str:
     return os.fsencode(path).decode("utf-8", "backslashreplace")
 
 
+#: exit status of a read command that read around damage (and said where, on stderr)
+EXIT_DAMAGED = 3
+# the stores the read commands of this call opened, for what they read around
+_opened: list = []
+
+
 def _open(path) -> MessageStore:
-    return MessageStore.open(path, read_only=True)
+    store = MessageStore.open(path, read_only=True)
+    _opened.append(store)
+    return store
+
+
+def _damage_seen() -> bool:
+    """Say on stderr where the stores the command read are damaged (a
+    read-only open reads around damage inside the CommitLog; a store shut
+    down cleanly whose last records do not validate is damaged at its end;
+    a crash's torn tail and a live writer's unfinished one are not), with
+    what to run next. Whether there was any."""
+    seen = False
+    for s in _opened:
+        report = s.recovery_report
+        root = _show(s.root_dir)
+        for d in report.get("damage", ()):
+            print(f"rmqstore: {root}: damage at CommitLog physical offset {d['physical_offset']} ({d['reason']}); "
+                  f"read on from {d['resumes_at']}", file=sys.stderr)
+            seen = True
+        if report.get("truncated_bytes") and s.last_exit_ok and not StoreLock.is_held(s.root_dir):
+            print(f"rmqstore: {root}: the store was shut down cleanly but its CommitLog's valid data ends at "
+                  f"physical offset {report.get('process_offset')}: {report['truncated_bytes']} byte(s) after it "
+                  f"do not validate ({report.get('stopped_because')})", file=sys.stderr)
+            seen = True
+        if seen:
+            print(f"rmqstore: `rmqstore verify {root}` lists every problem; `rmqstore salvage {root} NEW_DIR` "
+                  f"copies every valid message into a new store", file=sys.stderr)
+    _opened.clear()
+    return seen
 
 
 def _print_json(obj) -> None:
@@ -185,6 +219,26 @@ def _check_store(path) -> None:
 # --- commands -----------------------------------------------------------------
 
 
+def _file_states(s) -> list:
+    """Per CommitLog file, oldest first: ``{"name", "state"}``, the state
+    ``ok``, ``damaged at <offset>`` (read around, see the open's report) or
+    ``valid data ends at <offset>`` (where the readable records stop)."""
+    report = s.recovery_report
+    end = report.get("process_offset")
+    out = []
+    for f in s.commitlog.queue.files:
+        lo, hi = f.file_from_offset, f.file_from_offset + f.file_size
+        hits = [d["physical_offset"] for d in report.get("damage", ()) if lo <= d["physical_offset"] < hi]
+        if hits:
+            state = "damaged at " + ", ".join(str(x) for x in hits)
+        elif report.get("truncated_bytes") and end is not None and lo <= end < hi:
+            state = f"valid data ends at {end}"
+        else:
+            state = "ok"
+        out.append({"name": os.path.basename(f.path), "state": state})
+    return out
+
+
 def _groups(s) -> dict:
     """``{group: [topics]}`` with committed offsets; {} with a warning when
     the offset file does not parse (the rest of ``info`` still stands)."""
@@ -206,6 +260,7 @@ def cmd_info(args) -> int:
             "commitlog": {
                 "file_size": cl.file_size,
                 "files": [os.path.basename(f.path) for f in files],
+                "file_states": _file_states(s),
                 "min_physical_offset": s.min_physical_offset,
                 "max_physical_offset": s.max_physical_offset,
             },
@@ -240,6 +295,8 @@ def cmd_info(args) -> int:
         print(f"store            {_show(out['store'])}  ({shutdown})")
         print(f"commitlog        {len(files)} file(s) of {cl.file_size} bytes, physical offsets "
               f"[{s.min_physical_offset}, {s.max_physical_offset})")
+        for f in out["commitlog"]["file_states"]:
+            print(f"  {f['name']}  {f['state']}")
         print(f"index            {len(s.index.files)} file(s), "
               f"{s.index.hash_slot_num} slots x {s.index.index_num} entries")
         for f in out["index"]["files"]:
@@ -787,7 +844,9 @@ def main(argv=None) -> int:
     """Run ``rmqstore <command> ...`` (*argv* defaults to ``sys.argv[1:]``) and
     return the exit status: 0 done, 1 for a command's own "not found" or
     "damaged" answer (see each command), 2 for a mistake in the arguments or
-    a path that is not a store, reported as one line on stderr."""
+    a path that is not a store, reported as one line on stderr, 3
+    (:data:`EXIT_DAMAGED`) when a read command read around damage, which it
+    says on stderr."""
     try:
         args = _parser().parse_args(argv)
     except UsageError as e:
@@ -796,7 +855,11 @@ def main(argv=None) -> int:
     try:
         if getattr(args, "store", None) is not None:
             _check_store(args.store)
-        return args.func(args)
+        _opened.clear()
+        code = args.func(args)
+        if _damage_seen() and code == 0:
+            code = EXIT_DAMAGED
+        return code
     except BrokenPipeError:  # `rmqstore dump | head`
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0

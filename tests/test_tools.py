@@ -590,6 +590,34 @@ def test_clean_dry_run_names_what_clean_deletes(root, capsys):
     assert done["consume_queue_files"] or done["index_files"]  # (the plan foresaw the queues' and index's too)
 
 
+def test_read_commands_say_they_read_around_damage(root, capsys):
+    """Damage is never silent: a read command that reads around damage
+    says where on stderr, points to verify and salvage, and exits 3."""
+    victim = seg_records(0)[40]
+    patch(root / "commitlog" / CL[0], victim["filePosition"], bytes(8))  # a zeroed header inside the first file
+    code, out, err = run(capsys, "dump", root)
+    assert code == 3
+    assert len(out.splitlines()) == len(records()) - 1  # every other message is dumped
+    assert f"damage at CommitLog physical offset {victim['physicalOffset']}" in err
+    assert "rmqstore verify" in err and "rmqstore salvage" in err
+    code, out, err = run(capsys, "info", root, "--json")
+    assert code == 3
+    states = json.loads(out)["commitlog"]["file_states"]
+    assert [f["state"] for f in states] == [f"damaged at {victim['physicalOffset']}"] + ["ok"] * (len(CL) - 1)
+    code, out, _ = run(capsys, "query-msgid", root, records()[0]["msgId"])
+    assert code == 3 and json.loads(out)["physical_offset"] == 0
+
+
+def test_a_torn_tail_is_damage_after_a_clean_shutdown_not_after_a_crash(root, capsys):
+    last = seg_records(len(CL) - 1)[-1]
+    patch(root / "commitlog" / CL[-1], last["filePosition"] + 10, b"\xff" * 8)  # the last record's header
+    code, _out, err = run(capsys, "dump", root, "--limit", "1")
+    assert code == 3 and "shut down cleanly but its CommitLog's valid data ends at physical offset" in err
+    (root / "abort").write_text("")  # a crash: its torn tail is what recovery cuts, not damage
+    code, _out, err = run(capsys, "dump", root, "--limit", "1")
+    assert code == 0 and "rmqstore:" not in err
+
+
 def test_recover_refuses_a_locked_store(root, capsys):
     # (the writer holding the lock delivers nothing meanwhile: the files stay as they were)
     cfg = StoreConfig.from_dict(load_input(GOLD)["storeConfig"]).replace(schedule_service_enable=False)

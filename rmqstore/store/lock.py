@@ -5,11 +5,17 @@ from __future__ import annotations
 
 import fcntl
 import os
+import struct
+import sys
 import threading
 import weakref
 
 from ..exceptions import StoreLockedError
 from ..storage.mapped_file import _NOFOLLOW, open_no_follow
+
+#: ``struct flock`` of 64-bit Linux (type, whence, start, len, pid), for
+#: asking who holds the lock without taking it; None elsewhere
+_GETLK = "hh4xqqi4x" if sys.platform.startswith("linux") and struct.calcsize("P") == 8 else None
 
 # writable stores open in this process, by the (device, inode) of their
 # directory: fcntl locks do not exclude the same process, and one directory
@@ -84,26 +90,32 @@ class StoreLock:
     @staticmethod
     def is_held(root_dir) -> bool:
         """Whether a writer holds the store in *root_dir* now, in this process
-        or another (a probe for read-only tools; it creates no file). The
-        probe takes the lock for an instant when it is free: a writer
-        opening at that very moment is refused, as by any other holder."""
+        or another (for read-only tools; it creates no file and, on 64-bit
+        Linux, takes no lock: ``F_GETLK`` asks who holds it. Elsewhere the
+        lock is taken for an instant when free, so a writer opening at that
+        very moment is refused, as by any other holder)."""
         root_dir = os.fspath(root_dir)
         with _open_writers_lock:
             st = os.stat(root_dir)
             if (st.st_dev, st.st_ino) in _open_writers:
                 return True
+            mode = os.O_RDONLY if _GETLK is not None else os.O_RDWR  # (a reader may not write the store)
             try:
-                fd = open_no_follow(os.path.join(root_dir, "lock"), os.O_RDWR | _NOFOLLOW
-                                    | getattr(os, "O_CLOEXEC", 0), 0o644)
+                fd = open_no_follow(os.path.join(root_dir, "lock"), mode | _NOFOLLOW | getattr(os, "O_CLOEXEC", 0),
+                                    0o644)
             except FileNotFoundError:
                 return False
             try:
-                fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
-            except OSError:
-                return True
+                if _GETLK is not None:
+                    answer = fcntl.fcntl(fd, fcntl.F_GETLK, struct.pack(_GETLK, fcntl.F_WRLCK, 0, 0, 1, 0))
+                    return struct.unpack(_GETLK, answer)[0] != fcntl.F_UNLCK
+                try:
+                    fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
+                except OSError:
+                    return True
+                return False
             finally:
-                os.close(fd)  # (drops the probe's lock)
-            return False
+                os.close(fd)  # (drops a probe's lock)
 
     def release(self) -> None:
         if self._fd >= 0:
