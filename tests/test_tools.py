@@ -652,3 +652,44 @@ def test_golden_copy_recovers_without_changes(tmp_path):
     assert report["config"]["mapped_file_size_commit_log"] == 4096
     assert {k: v[:2] for k, v in hash_tree(root / "commitlog").items()} == {k: v[:2] for k, v in cl.items()}
     assert verify_store(root) == []
+
+
+LIVE_WRITER = """
+import sys, time
+from rmqstore import Message, MessageStore, StoreConfig
+s = MessageStore.open(sys.argv[1], StoreConfig(mapped_file_size_commit_log=1 << 20, max_hash_slot_num=500,
+                                               max_index_num=2000, mapped_file_size_consume_queue=20 * 500))
+print("open", flush=True)
+i = 0
+while True:
+    s.put_messages([Message("T", b"x" * 200, queue_id=j % 4, keys="k%d" % (i + j)) for j in range(50)])
+    i += 50
+    time.sleep(0.005)
+"""
+
+
+def test_verify_beside_a_live_writer_reports_no_false_errors(tmp_path):
+    """A writer is not damage: while a writer process puts (rolling CommitLog,
+    queue and index files), verify checks what it had written, says a writer
+    holds the store, and finds no error; after a kill -9 (files made ahead
+    and unused included) neither."""
+    import subprocess
+    import time
+
+    root = tmp_path / "live"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__))), os.environ.get("PYTHONPATH")])))
+    p = subprocess.Popen([sys.executable, "-c", LIVE_WRITER, str(root)], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert p.stdout.readline().strip() == "open"
+        time.sleep(0.5)
+        for _ in range(2):
+            problems = verify_store(root)
+            assert [x for x in problems if x.severity == "error"] == []
+            assert any("a writer holds the store" in x.problem for x in problems)
+    finally:
+        p.kill()
+        p.wait()
+    problems = verify_store(root)
+    assert [x for x in problems if x.severity == "error"] == []
+    assert [x.file for x in problems] == ["abort"]

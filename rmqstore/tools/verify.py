@@ -36,6 +36,7 @@ from ..service.offsets import CONSUMER_OFFSET_FILE, _read_offset_file
 from ..storage.checkpoint import field_problems as checkpoint_field_problems
 from ..storage.index import header_problem, index_file_size, infer_index_geometry
 from ..storage.walker import PHY_MISMATCH, Segment, find_valid_record, list_segments, validate_record
+from ..store.lock import StoreLock
 from ._common import _I32, _I64, _INDEX_HEADER, _common_size, _first_nonzero, _nonzero_end, _queue_dirs, _rel
 from .inference import _header_geometry
 
@@ -144,8 +145,12 @@ class _RecordTable:
 
 
 class _Verifier:
-    def __init__(self, root: str, config: StoreConfig | None):
+    def __init__(self, root: str, config: StoreConfig | None, live: bool = False):
         self.root = root
+        # a writer holds the store: what it writes while the check runs (units
+        # and index entries past the CommitLog end seen, a tail not yet
+        # dispatched, the checkpoint) is not damage
+        self.live = live
         self.cfg = config if config is not None else StoreConfig()
         self.explicit_max = None if config is None else config.max_message_size + RECORD_SIZE_SLACK
         self.problems: list = []
@@ -230,6 +235,10 @@ class _Verifier:
                 self.segments.append(self._map(path, start))
             except OSError as e:
                 self.error(rel, 0, f"cannot read the segment: {e}")
+        # segments made ahead (docs/format.md#files-made-ahead) hold nothing
+        # yet: the last one with data is the last one written
+        while len(self.segments) > 1 and _nonzero_end(self.segments[-1].buf, 0, self.segments[-1].size) == 0:
+            self.segments.pop().close()
         if not self.segments:
             return
         self.cl_min = self.segments[0].start
@@ -283,6 +292,8 @@ class _Verifier:
                         self.warning(rel, q, f"non-zero bytes after the end of written data (physical offset "
                                              f"{seg.start + q}): stale or garbage data")
                 return pos, True
+            if is_last and self.live:
+                return pos, True  # (the record the live writer is writing now)
             why = _STATUS_TEXT.get(st, f"invalid record (status {st})")
             if st == PHY_MISMATCH:
                 stored = _I64.unpack_from(buf, pos + POS_PHYSICALOFFSET)[0]
@@ -365,6 +376,8 @@ class _Verifier:
                     zero_seen = True
                     continue
                 if zero_seen:
+                    if self.live:
+                        break  # (the live writer filled the queue on past the zeros read)
                     if not stale_reported:
                         self.warning(f.rel, upos, f"non-zero unit (queue offset {q}) after an all-zero unit: stale "
                                                   "units after the end of the queue (recovery drops them)")
@@ -386,7 +399,8 @@ class _Verifier:
         if phy < self.cl_min:
             return  # expired: the CommitLog no longer holds it
         if phy + size > self.cl_end:
-            self.error(f.rel, upos, f"{where} points beyond the CommitLog end ({self.cl_end})")
+            if not self.live:
+                self.error(f.rel, upos, f"{where} points beyond the CommitLog end ({self.cl_end})")
             return
         rec = self.lookup(phy)
         if rec is None:
@@ -411,6 +425,8 @@ class _Verifier:
             what = (f"message missing from ConsumeQueue: {rec.topic}/{rec.queue_id} queue offset {rec.queue_offset} "
                     f"(record at physical offset {rec.phys}, {rec.file}@{rec.pos})")
             entry = self.queues.get((rec.topic, rec.queue_id))
+            if self.live and entry is None:
+                continue  # (a live writer's new queue, made after the queues were listed)
             if entry is None or rec.queue_offset < 0:
                 self.error(rec.file, rec.pos, f"{what}: no such queue{hint}" if entry is None else what)
                 continue
@@ -419,6 +435,8 @@ class _Verifier:
             start = logical - logical % fs
             upos = logical - start
             f = mapped.get(start)
+            if self.live and (f is None or upos + U > f.size or k.cq_get(f.buf, upos)[:2] == (0, 0)):
+                continue  # (not dispatched yet by the live writer)
             if f is None:
                 path = os.path.join(self.root, "consumequeue", rec.topic, str(rec.queue_id), f"{start:020d}")
                 self.error(_rel(self.root, path), upos, f"{what}: the queue has no such file{hint}")
@@ -456,6 +474,8 @@ class _Verifier:
                            f"cannot determine the index geometry: {e}")
                 return
             s, n = geo
+        if self.live and good:
+            good = good[:-1]  # (the newest is being written: its header, slots and entries move apart)
         for path in good:
             try:
                 f = self._map(path)
@@ -547,8 +567,9 @@ class _Verifier:
         if phy < self.cl_min:
             return  # expired
         if phy >= self.cl_end:
-            self.error(rel, off,
-                       f"index entry {i} points at physical offset {phy}, beyond the CommitLog end ({self.cl_end})")
+            if not self.live:
+                self.error(rel, off, f"index entry {i} points at physical offset {phy}, beyond the CommitLog end "
+                                     f"({self.cl_end})")
             return
         rec = self.lookup(phy)
         if rec is None:
@@ -574,10 +595,16 @@ class _Verifier:
             if size >= 40:
                 with open(cp, "rb") as fh:
                     fields = struct.unpack(">qqqqq", fh.read(40))
-                # (a store reads such a field as 0: recovery then starts earlier)
-                for offset, _name, text in checkpoint_field_problems(fields, self.cl_end):
+                # (a store reads such a field as 0: recovery then starts earlier;
+                # a live writer's fields run ahead of what was checked)
+                end = None if self.live else self.cl_end
+                for offset, _name, text in checkpoint_field_problems(fields, end):
                     self.error("checkpoint", offset, text)
-        if self.abort:
+        if self.live:
+            self.warning("lock", 0, f"a writer holds the store: checked what it had written up to CommitLog "
+                                    f"physical offset {self.cl_end}; what it writes meanwhile, and its newest index "
+                                    "file, are not checked")
+        elif self.abort:
             self.warning("abort", 0, "store was not shut down cleanly "
                          "(abort file present; the next writable open runs abnormal recovery)")
 
@@ -627,7 +654,7 @@ def verify_store(root, config: StoreConfig | None = None) -> list:
     if not os.path.isdir(root):
         raise NotADirectoryError(f"{root} is not a directory")
     os.listdir(root)  # PermissionError when unreadable
-    v = _Verifier(root, config)
+    v = _Verifier(root, config, live=StoreLock.is_held(root))
     try:
         v.commitlog()
         v.consume_queues()
