@@ -110,8 +110,9 @@ class StoreConfig:
     # rmqstore's own knobs for the clean-up service (docs/recovery.md#retention; no RocketMQ name)
     clean_service_enable: bool = True
     clean_resource_initial_delay: int = 60_000
-    # rmqstore's own knob: the writer delivers delayed messages (docs/service.md#delayed-delivery;
-    # a broker's ScheduleMessageService); off, they wait in SCHEDULE_TOPIC_XXXX for a writer that does
+    # rmqstore's own knob: the writer does a broker's part for delayed messages (docs/service.md#delayed-delivery):
+    # rewrites their puts into SCHEDULE_TOPIC_XXXX and delivers them (ScheduleMessageService); off, it
+    # stores every message as given, as RocketMQ's DefaultMessageStore does, and delivers nothing
     schedule_service_enable: bool = True
     disk_check_interval: int = 1000
     follow_poll_interval: int = 10

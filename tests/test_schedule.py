@@ -76,7 +76,7 @@ def test_the_put_stores_a_delayed_message_as_rocketmq_does(tmp_path):
     tags code (the delivery time), sizes and body."""
     pairs = golden_delayed()
     assert len(pairs) == 2
-    cfg = StoreConfig.from_dict(load_input("basic")["storeConfig"]).replace(schedule_service_enable=False)
+    cfg = StoreConfig.from_dict(load_input("basic")["storeConfig"])
     clock = fixed_clock()
     with MessageStore.open(tmp_path, cfg, store_host=STORE_HOST, clock=clock) as s:
         for m, gold in pairs:
@@ -231,7 +231,7 @@ def test_offsets_survive_a_clean_restart_in_rocketmqs_file(tmp_path):
 
 def test_a_brokers_offset_file_is_read(tmp_path):
     clock = fixed_clock(T0 + 10**9)
-    with MessageStore.open(tmp_path, SMALL.replace(schedule_service_enable=False), clock=clock) as s:
+    with MessageStore.open(tmp_path, SMALL, clock=clock) as s:
         for i in range(3):
             s.put_message(Message("T", b"%d" % i, delay_level=1))
     # fastjson's bare keys: RocketMQ's broker delivered the first two
@@ -358,11 +358,20 @@ def test_a_brokers_store_delivers_its_delayed_records(tmp_path):
 
 
 def test_the_service_can_be_off(tmp_path):
+    """Off, the writer is a plain store: a DELAY stays a property of a
+    message stored where it was put, and delayed records already in
+    SCHEDULE_TOPIC_XXXX stay there."""
     clock = fixed_clock()
+    with MessageStore.open(tmp_path, SMALL, clock=clock) as s:
+        s.put_message(Message("T", b"delayed", delay_level=1))
+    clock.now += 1000
     with MessageStore.open(tmp_path, SMALL.replace(schedule_service_enable=False), clock=clock) as s:
-        s.put_message(Message("T", b"a", delay_level=1))
         assert s._schedule is None
-        assert delivered(s, SCHEDULE, 0)[0].body == b"a"
+        r = s.put_message(Message("T", b"as given", delay_level=1))
+        assert (s.get_message(r.wrote_offset).topic, s.get_message(r.wrote_offset).properties) == \
+            ("T", {"DELAY": "1"})
+        assert [m.body for m in delivered(s, SCHEDULE, 0)] == [b"delayed"]
+        assert [m.body for m in delivered(s, "T", 0)] == [b"as given"]
     assert not (tmp_path / "config" / "delayOffset.json").exists()
 
 

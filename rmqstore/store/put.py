@@ -92,7 +92,7 @@ class Put(Recovery):
             props.pop(PROPERTY_CRC32, None)  # the store appends its own
         born_host, store_host = msg.born_host, msg.store_host
         asked = msg
-        if PROPERTY_DELAY in props:  # a delayed message is stored in SCHEDULE_TOPIC_XXXX
+        if PROPERTY_DELAY in props and cfg.schedule_service_enable:  # delayed: stored in SCHEDULE_TOPIC_XXXX
             moved = to_schedule(topic, fields[0], sys_flag, props, cfg.max_delay_level)
             if moved is not None:
                 topic, qid = moved
