@@ -86,6 +86,24 @@ def _damage_seen() -> bool:
     return seen
 
 
+def _progress(args, desc: str, unit: str = "B"):
+    """A progress bar on stderr (tqdm: done of total, rate, time left), or
+    None when stderr is not a terminal or ``--quiet`` was given. Returns
+    ``(update(done, total), close())``."""
+    if getattr(args, "quiet", False) or not sys.stderr.isatty():
+        return None, lambda: None
+    from tqdm import tqdm
+
+    bar = tqdm(desc=desc, total=0, unit=unit, unit_scale=True, file=sys.stderr, leave=False)
+
+    def update(done: int, total: int) -> None:
+        bar.total = total
+        bar.n = done
+        bar.refresh()
+
+    return update, bar.close
+
+
 def _print_json(obj) -> None:
     line = json.dumps(obj, ensure_ascii=False)
     try:
@@ -474,10 +492,13 @@ def cmd_verify(args) -> int:
     from .tools import verify_store
 
     config = _config_arg(args)
+    update, done = _progress(args, "verify")
     try:
-        problems = verify_store(args.store, config=config)
+        problems = verify_store(args.store, config=config, progress=update)
     except OSError as e:
         raise UsageError(f"cannot read the store: {e}") from e
+    finally:
+        done()
     errors = sum(1 for p in problems if p.severity == "error")
     warnings = len(problems) - errors
     if args.json:
@@ -497,10 +518,23 @@ def cmd_verify(args) -> int:
 def cmd_salvage(args) -> int:
     from .tools import salvage_store
 
+    scan, scan_done = _progress(args, "salvage: scan")
+    copy, copy_done = _progress(args, "salvage: copy", unit="msg")
+
+    def progress(stage: str, done: int, total: int) -> None:
+        if stage == "scan" and scan is not None:
+            scan(done, total)
+        elif stage == "copy" and copy is not None:
+            scan_done()
+            copy(done, total)
+
     try:
-        report = salvage_store(args.store, args.out, config=_config_arg(args))
+        report = salvage_store(args.store, args.out, config=_config_arg(args), progress=progress)
     except (OSError, ValueError) as e:  # (ValueError: the output inside the source)
         raise UsageError(str(e)) from e
+    finally:
+        scan_done()
+        copy_done()
     _print_json(report)
     lost = bool(report["bad_regions"] or report["not_copied"])
     print(f"salvaged {report['messages_copied']} of {report['records_found']} valid message(s) "
@@ -750,11 +784,13 @@ def _parser() -> argparse.ArgumentParser:
     sp = store_cmd("verify", "check every file of a store (read-only); non-zero exit when something is wrong")
     sp.add_argument("--json", action="store_true", help="print the problems as one JSON list")
     sp.add_argument("--strict", action="store_true", help="exit 1 on warnings too")
+    sp.add_argument("--quiet", action="store_true", help="no progress bar (none when stderr is not a terminal)")
     config_opt(sp, "broker .properties file (delay levels, maxMessageSize)")
     sp.set_defaults(func=cmd_verify)
 
     sp = store_cmd("salvage", "copy every verifiable message into a new store (the source is only read)")
     sp.add_argument("out", help="new store directory (must not exist or be empty)")
+    sp.add_argument("--quiet", action="store_true", help="no progress bar (none when stderr is not a terminal)")
     config_opt(sp, "broker .properties file for settings not inferred from the files")
     sp.set_defaults(func=cmd_salvage)
 

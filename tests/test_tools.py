@@ -693,3 +693,25 @@ def test_verify_beside_a_live_writer_reports_no_false_errors(tmp_path):
     problems = verify_store(root)
     assert [x for x in problems if x.severity == "error"] == []
     assert [x.file for x in problems] == ["abort"]
+
+
+def test_long_commands_show_progress_on_a_terminal_only(root, tmp_path, capsys, monkeypatch):
+    seen = []
+    assert verify_store(root, progress=lambda done, total: seen.append((done, total))) == []
+    total = sum(os.path.getsize(root / "commitlog" / n) for n in CL)
+    assert seen[-1] == (total, total) and len(seen) == len(CL)
+    stages = []
+    salvage_store(root, tmp_path / "copy", progress=lambda *a: stages.append(a))
+    assert stages[len(CL) - 1] == ("scan", total, total) and stages[-1] == ("copy", len(records()), len(records()))
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    term = Terminal()
+    monkeypatch.setattr(sys, "stderr", term)
+    assert main(["verify", str(root)]) == 0
+    assert "verify" in term.getvalue() and "100%" in term.getvalue()  # (tqdm's bar)
+    term.truncate(0)
+    assert main(["verify", str(root), "--quiet"]) == 0
+    assert term.getvalue().strip("\x00") == ""

@@ -45,7 +45,7 @@ def _ordered_properties(blob: bytes):
     return {a: b for a, b in props.items() if "\x01" not in b}, False
 
 
-def salvage_store(src, out, config: StoreConfig | None = None) -> dict:
+def salvage_store(src, out, config: StoreConfig | None = None, progress=None) -> dict:
     """Copy every verifiable message of the store in *src* into a new store at
     *out* (which must not exist or be an empty directory). *src* is only read.
 
@@ -62,6 +62,10 @@ def salvage_store(src, out, config: StoreConfig | None = None) -> dict:
     ``bytes_skipped``, ``bad_regions`` (list of ``(file, offset, length)``),
     ``not_copied`` (``(file, offset, reason)``), ``queue_offsets_renumbered``,
     ``properties_rewritten``, ``config`` and ``notes``.
+
+    *progress*, if given, is called as ``progress(stage, done, total)``:
+    stage ``"scan"`` in bytes of CommitLog walked, then ``"copy"`` in
+    records copied.
 
     Raises:
         FileNotFoundError: *src* is not a directory.
@@ -96,8 +100,12 @@ def salvage_store(src, out, config: StoreConfig | None = None) -> dict:
         if segs:
             fs = _common_size([s.size for s in segs])
         max_size = max(fs, 1)
+        total, done = sum(seg.size for seg in segs), 0
         for si, seg in enumerate(segs):
             _salvage_segment(si, seg, si == len(segs) - 1, fs, max_size, records, bad_regions)
+            done += seg.size
+            if progress is not None:
+                progress("scan", done, total)
         changes: dict = {}
         if records.max_body > cfg.max_message_size:
             changes["max_message_size"] = records.max_body
@@ -128,7 +136,7 @@ def salvage_store(src, out, config: StoreConfig | None = None) -> dict:
         store = MessageStore.open(out, config=cfg.replace(schedule_service_enable=False), store_host="127.0.0.1:10911",
                                   clock=lambda: now[0])
         try:
-            _copy_records(store, segs, records, now, report)
+            _copy_records(store, segs, records, now, report, progress)
         finally:
             store.close()
     finally:
@@ -195,7 +203,7 @@ def _body_len(buf, pos: int, fields) -> int:
     return _I32.unpack_from(buf, pos + 68 + bw + sw)[0]
 
 
-def _copy_records(store, segs, records: _Found, now, report) -> None:
+def _copy_records(store, segs, records: _Found, now, report, progress=None) -> None:
     remap: dict = {}  # old -> new physical offset, of the records others name as their prepared one
     default_crc = store.config.enabled_append_prop_crc
     for si, pos, has_crc in zip(records.segment, records.pos, records.has_crc):
@@ -225,5 +233,9 @@ def _copy_records(store, segs, records: _Found, now, report) -> None:
         if old_phys in records.referenced:
             remap[old_phys] = r.wrote_offset
         report["messages_copied"] += 1
+        if progress is not None and report["messages_copied"] % 4096 == 0:
+            progress("copy", report["messages_copied"], len(records))
         if gets_consume_queue_unit(f[7]) and r.queue_offset != f[5]:
             report["queue_offsets_renumbered"] += 1
+    if progress is not None:
+        progress("copy", report["messages_copied"], len(records))

@@ -145,8 +145,9 @@ class _RecordTable:
 
 
 class _Verifier:
-    def __init__(self, root: str, config: StoreConfig | None, live: bool = False):
+    def __init__(self, root: str, config: StoreConfig | None, live: bool = False, progress=None):
         self.root = root
+        self.progress = progress  # progress(bytes walked, bytes in all) after each CommitLog segment
         # a writer holds the store: what it writes while the check runs (units
         # and index entries past the CommitLog end seen, a tail not yet
         # dispatched, the checkpoint) is not damage
@@ -243,9 +244,13 @@ class _Verifier:
             return
         self.cl_min = self.segments[0].start
         self.seg_by_start = {seg.start: seg for seg in self.segments}
+        total, done = sum(seg.size for seg in self.segments), 0
         for i, seg in enumerate(self.segments):
             last = i == len(self.segments) - 1
             end, clean = self._walk(seg, last)
+            done += seg.size
+            if self.progress is not None:
+                self.progress(done, total)
             if last:
                 # after damage, records further on are still looked up one by one
                 self.cl_end = seg.start + (end if clean else _nonzero_end(seg.buf, end, seg.size))
@@ -636,13 +641,15 @@ class _Verifier:
                            f"{why[bak]}; the file itself is {state[path]}: a store refuses the offsets")
 
 
-def verify_store(root, config: StoreConfig | None = None) -> list:
+def verify_store(root, config: StoreConfig | None = None, progress=None) -> list:
     """Check every file of the store in *root* without writing anything.
 
     Returns a list of :class:`Problem` (empty for a healthy store). *config*
     only supplies the delay-level table and ``max_message_size`` (without it,
     any record that fits in a segment is accepted); file sizes and the index
-    geometry come from the files.
+    geometry come from the files. *progress*, if given, is called as
+    ``progress(bytes done, bytes in all)`` after each CommitLog segment is
+    walked (the long part).
 
     Raises:
         FileNotFoundError, NotADirectoryError, PermissionError: *root* is not a
@@ -654,7 +661,7 @@ def verify_store(root, config: StoreConfig | None = None) -> list:
     if not os.path.isdir(root):
         raise NotADirectoryError(f"{root} is not a directory")
     os.listdir(root)  # PermissionError when unreadable
-    v = _Verifier(root, config, live=StoreLock.is_held(root))
+    v = _Verifier(root, config, live=StoreLock.is_held(root), progress=progress)
     try:
         v.commitlog()
         v.consume_queues()
