@@ -144,6 +144,16 @@ class _RecordTable:
         return (self._rec(i) for i in range(len(self.phys)))
 
 
+def _index_count(path: str) -> int:
+    """The indexCount of an index file's header (0 when it cannot be read)."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(_INDEX_HEADER.size)
+    except OSError:
+        return 0
+    return _INDEX_HEADER.unpack(head)[5] if len(head) == _INDEX_HEADER.size else 0
+
+
 class _Verifier:
     def __init__(self, root: str, config: StoreConfig | None, live: bool = False, progress=None):
         self.root = root
@@ -284,7 +294,7 @@ class _Verifier:
                     self.error(rel, pos, f"zeros at physical offset {phys} where a record or the blank record "
                                          "should be: a hole in a segment that is not the last")
                     return pos, False
-                q = _first_nonzero(buf, pos, n)
+                q = -1 if self.live else _first_nonzero(buf, pos, n)  # (live: the writer is writing past here now)
                 if q >= 0:
                     found = find_valid_record(buf, pos, n, seg.start, max_size, prop_crc_tail=True, blank_end=fs,
                                               ranges=seg.data_ranges(pos))
@@ -479,8 +489,12 @@ class _Verifier:
                            f"cannot determine the index geometry: {e}")
                 return
             s, n = geo
-        if self.live and good:
-            good = good[:-1]  # (the newest is being written: its header, slots and entries move apart)
+        if self.live:
+            # the newest file being written (its header, slots and entries move
+            # apart), and after it those made ahead, empty yet
+            while good and _index_count(good[-1]) <= 1:
+                good.pop()
+            good = good[:-1]
         for path in good:
             try:
                 f = self._map(path)
