@@ -70,16 +70,18 @@ def _damage_seen() -> bool:
     for s in _opened:
         report = s.recovery_report
         root = _show(s.root_dir)
+        damaged = False
         for d in report.get("damage", ()):
             print(f"rmqstore: {root}: damage at CommitLog physical offset {d['physical_offset']} ({d['reason']}); "
                   f"read on from {d['resumes_at']}", file=sys.stderr)
-            seen = True
+            damaged = True
         if report.get("truncated_bytes") and s.last_exit_ok and not StoreLock.is_held(s.root_dir):
             print(f"rmqstore: {root}: the store was shut down cleanly but its CommitLog's valid data ends at "
                   f"physical offset {report.get('process_offset')}: {report['truncated_bytes']} byte(s) after it "
                   f"do not validate ({report.get('stopped_because')})", file=sys.stderr)
+            damaged = True
+        if damaged:
             seen = True
-        if seen:
             print(f"rmqstore: `rmqstore verify {root}` lists every problem; `rmqstore salvage {root} NEW_DIR` "
                   f"copies every valid message into a new store", file=sys.stderr)
     _opened.clear()
@@ -87,9 +89,9 @@ def _damage_seen() -> bool:
 
 
 def _progress(args, desc: str, unit: str = "B"):
-    """A progress bar on stderr (tqdm: done of total, rate, time left), or
-    None when stderr is not a terminal or ``--quiet`` was given. Returns
-    ``(update(done, total), close())``."""
+    """A progress bar on stderr (tqdm: done of total, rate, time left):
+    ``(update(done, total), close())``; *update* is None (and *close* does
+    nothing) when stderr is not a terminal or ``--quiet`` was given."""
     if getattr(args, "quiet", False) or not sys.stderr.isatty():
         return None, lambda: None
     from tqdm import tqdm

@@ -224,6 +224,20 @@ def _loads(text: str):
         raise ValueError("nested too deeply") from None
 
 
+def load_json_object(text: str) -> dict:
+    """The top-level object of a broker config file's *text* (``config/*.json``,
+    fastjson's): a leading BOM dropped, bare integer map keys (``{0:42}``,
+    not JSON) read too. ValueError when it is not a JSON object."""
+    text = text.removeprefix("\ufeff")
+    try:
+        doc = _loads(text)
+    except ValueError:
+        doc = _loads(_quote_bare_keys(text))  # fastjson's {0:42}
+    if not isinstance(doc, dict):
+        raise ValueError(f"top level is a {type(doc).__name__}, not an object")
+    return doc
+
+
 def parse_offset_json(text: str) -> dict:
     """Parse the text of a ``consumerOffset.json`` (ours, or a broker's with bare
     integer keys) into ``{"offsetTable": {key: {queue_id: offset}}, "dataVersion":
@@ -240,13 +254,7 @@ def parse_offset_json(text: str) -> dict:
     entry is guessed at or dropped.
 
     Raises ValueError when the text is not such a document."""
-    text = text.removeprefix("\ufeff")
-    try:
-        doc = _loads(text)
-    except ValueError:
-        doc = _loads(_quote_bare_keys(text))  # fastjson's {0:42}
-    if not isinstance(doc, dict):
-        raise ValueError(f"top level is a {type(doc).__name__}, not an object")
+    doc = load_json_object(text)
     table: dict = {}
     raw_table = doc.get("offsetTable")
     if raw_table is not None:
@@ -312,19 +320,23 @@ def _compact(value) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
-def encode_offset_json(table: dict, data_version: dict, extra=None) -> str:
-    """The file text for *table* (``{"<topic>@<group>": {queue_id: offset}}``), in
-    fastjson's pretty layout (tabs, members in alphabetical order, queue maps on
-    one line with the closing brace on the next), queue ids quoted."""
-    members = {}
-    dv = data_version
-    members["dataVersion"] = (
+def encode_data_version(dv: dict) -> str:
+    """A ``dataVersion`` member's value (``counter``, ``stateVersion``,
+    ``timestamp``) in fastjson's pretty layout, as a top-level member."""
+    return (
         "{\n"
         f'\t\t"counter":{int(dv["counter"])},\n'
         f'\t\t"stateVersion":{int(dv["stateVersion"])},\n'
         f'\t\t"timestamp":{int(dv["timestamp"])}\n'
         "\t}"
     )
+
+
+def encode_offset_json(table: dict, data_version: dict, extra=None) -> str:
+    """The file text for *table* (``{"<topic>@<group>": {queue_id: offset}}``), in
+    fastjson's pretty layout (tabs, members in alphabetical order, queue maps on
+    one line with the closing brace on the next), queue ids quoted."""
+    members = {"dataVersion": encode_data_version(data_version)}
     group_topics: dict = {}
     for key in table:
         tg = split_offset_key(key)

@@ -215,7 +215,7 @@ class Retention:
         heads = self._expired_heads(hours * 3_600_000, clean_at_once, now)
         files = store.commitlog.queue.files
         cl_min = files[len(heads)].file_from_offset if heads else store.commitlog.min_offset()
-        cq_files = [mf.path for key in sorted(store._cqs) for cq in (store._cqs[key],)
+        cq_files = [mf.path for _key, cq in sorted(store._cqs.items())
                     for mf in cq.queue.files[:cq.expired_head_count(cl_min)]]
         index_files = [f.path for f in store.index.files[:store.index.expired_head_count(cl_min)]]
         return CleanupReport(

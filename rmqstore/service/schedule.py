@@ -54,7 +54,7 @@ from ..format.layout import (
     TRANSACTION_NOT_TYPE,
 )
 from ..message import GetMessageStatus, Message
-from .offsets import _INT32_MAX, _INT64_MAX, _as_int, _loads, _quote_bare_keys, replace_config_file
+from .offsets import _INT32_MAX, _INT64_MAX, _as_int, encode_data_version, load_json_object, replace_config_file
 from .retry import drain_send_backs
 
 __all__ = ["DELAY_OFFSET_FILE", "DelayOffsetTable", "ScheduleService", "time_up_message", "to_schedule"]
@@ -171,13 +171,7 @@ class DelayOffsetTable:
     def parse(text: str) -> tuple:
         """``(table, dataVersion or None, other members)`` of a file's text.
         ValueError when it is not a delay offset table."""
-        text = text.removeprefix("\ufeff")
-        try:
-            doc = _loads(text)
-        except ValueError:
-            doc = _loads(_quote_bare_keys(text))  # fastjson's {1:5}
-        if not isinstance(doc, dict):
-            raise ValueError("top level is not an object")
+        doc = load_json_object(text)
         raw = doc.get("offsetTable") or {}
         if not isinstance(raw, dict):
             raise ValueError("offsetTable is not an object")
@@ -221,15 +215,8 @@ class DelayOffsetTable:
 
     def encode(self) -> str:
         """The file text (fastjson's pretty layout: tabs, members in order)."""
-        dv = self._version
         members = {
-            "dataVersion": (
-                "{\n"
-                f'\t\t"counter":{int(dv.get("counter", 0))},\n'
-                f'\t\t"stateVersion":{int(dv.get("stateVersion", 0))},\n'
-                f'\t\t"timestamp":{int(dv.get("timestamp", 0))}\n'
-                "\t}"
-            ),
+            "dataVersion": encode_data_version(self._version),
             "offsetTable": (
                 "{" + ",".join(f'"{level}":{off}' for level, off in sorted(self.table.items())) + "\n\t}"
                 if self.table else "{}"
@@ -244,7 +231,7 @@ class DelayOffsetTable:
         """Write the table (the data version moves on, stamped *now_ms*).
         Raises OSError (the previous file is then intact)."""
         os.makedirs(os.path.dirname(self.path), exist_ok=True)
-        self._version["counter"] = int(self._version.get("counter", 0)) + 1
+        self._version["counter"] = int(self._version["counter"]) + 1
         self._version["timestamp"] = now_ms
         replace_config_file(self.path, self.encode().encode("utf-8"), backup=self._main_good)
         self._main_good = True
