@@ -19,6 +19,7 @@ from . import IMPLEMENTATION, __version__
 from .config import StoreConfig
 from .exceptions import ConfigError, RmqStoreError
 from .message import decode_offset_msg_id
+from .service.progress import consumer_progress
 from .store import MessageStore, StoreLock
 from .store.args import MAX_OFFSET, time_ms
 
@@ -334,50 +335,13 @@ def cmd_info(args) -> int:
     return 0
 
 
-def _progress_rows(s, group=None) -> list:
-    """Per (group, topic, queue) with a committed offset: the committed
-    offset, the queue's max offset, the lag in messages and the store time
-    of the first message not consumed (RocketMQ ``consumerProgress``); and
-    the group's messages in its retry and dead-letter topics
-    (docs/service.md#retries-and-dead-letters)."""
-    from .service.offsets import split_offset_key
-    from .service.retry import dlq_topic, retry_topic
-
-    now = int(time.time() * 1000)
-    rows = []
-    for key, qmap in sorted(s.consumer_offsets().table().items()):
-        tg = split_offset_key(key)
-        if tg is None or (group is not None and tg[1] != group):
-            continue
-        topic, g = tg
-        for qid, committed in sorted(qmap.items()):
-            mn, mx = s.get_min_offset_in_queue(topic, qid), s.get_max_offset_in_queue(topic, qid)
-            nxt = max(committed, mn)  # (what clean-up removed is not lag)
-            lag = max(0, mx - nxt)
-            first = None
-            if lag:
-                cq = s.consume_queue(topic, qid)
-                unit = cq.get_unit(nxt) if cq is not None else None
-                first = s.commitlog.store_timestamp_at(unit[0], unit[1]) if unit else None
-            rows.append({
-                "group": g, "topic": topic, "queue_id": qid, "committed_offset": committed, "max_offset": mx,
-                "lag": lag, "first_unconsumed_store_time": _ts(first),
-                "lag_ms": max(0, now - first) if first else 0,
-            })
-    held: dict = {}  # messages the store holds per topic (retry and dead-letter topics)
-    for topic, qid in s.queues():
-        held[topic] = held.get(topic, 0) + s.get_max_offset_in_queue(topic, qid) - s.get_min_offset_in_queue(topic, qid)
-    for r in rows:  # (the group's, on each of its rows: the rows stay one shape)
-        r["retry_messages"] = held.get(retry_topic(r["group"]), 0)
-        r["dead_letters"] = held.get(dlq_topic(r["group"]), 0)
-    return rows
-
-
 def cmd_consumer_progress(args) -> int:
     """Consumer groups' progress (mqadmin's ``consumerProgress``), from
     ``config/consumerOffset.json`` and the queues."""
     with _open(args.store) as s:
-        rows = _progress_rows(s, args.group)
+        rows = consumer_progress(s, args.group)
+        for r in rows:
+            r["first_unconsumed_store_time"] = _ts(r["first_unconsumed_store_time"])
         if args.group is not None and not rows:
             print(f"rmqstore: no committed offsets for group {args.group!r} in {_show(s.root_dir)}", file=sys.stderr)
             return 1
