@@ -232,6 +232,8 @@ class StoreConfig:
         for raw_name, value in values.items():
             name = raw_name if raw_name in known else _camel_to_snake(raw_name)
             name = _ALIASES.get(name, name)
+            if name not in known and "maped_" in name:  # RocketMQ's older spelling (mapedFileSizeCommitLog)
+                name = name.replace("maped_", "mapped_")
             f = known.get(name)
             if f is None:
                 if strict:
@@ -251,16 +253,7 @@ class StoreConfig:
 
         Raises OSError (no such file, a directory), ConfigError (a value out
         of its range, see the fields)."""
-        values = {}
-        with open(path, encoding="iso-8859-1") as fh:
-            for line in fh:
-                line = line.strip()
-                if not line or line[0] in "#!":
-                    continue
-                m = re.match(r"([^=:\s]+)\s*(?:[=:]\s*|\s)(.*)", line)
-                if m:
-                    values[m.group(1)] = m.group(2)
-        return cls.from_dict(values, strict=False, base=cls.broker_defaults())
+        return cls.from_dict(read_properties(path), strict=False, base=cls.broker_defaults())
 
     def replace(self, **changes) -> StoreConfig:
         """A copy with *changes* applied (``dataclasses.replace``)."""
@@ -349,6 +342,24 @@ _ALIASES = {
     "delete_physic_files_interval": "delete_commit_log_files_interval",
     "destroy_mapped_file_interval_forcibly": "destroy_maped_file_interval_forcibly",
 }
+
+
+def read_properties(path) -> dict:
+    """The ``name -> value`` text pairs of a Java ``.properties`` file (a
+    broker's ``broker.conf``): ``name=value``, ``name: value`` or ``name
+    value`` lines, ``#``/``!`` comments, read as ISO-8859-1 as Java's
+    ``Properties.load`` reads a stream (so no byte is an encoding error); a
+    later line wins. Raises OSError (no such file, a directory)."""
+    values = {}
+    with open(path, encoding="iso-8859-1") as fh:
+        for line in fh:
+            line = line.strip()
+            if not line or line[0] in "#!":
+                continue
+            m = re.match(r"([^=:\s]+)\s*(?:[=:]\s*|\s)(.*)", line)
+            if m:
+                values[m.group(1)] = m.group(2)
+    return values
 
 
 def _parse_hours(text: str) -> frozenset:

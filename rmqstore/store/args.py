@@ -39,10 +39,13 @@ def _int_arg(name: str, value, lo: int, hi: int) -> int:
 def time_ms(text) -> int:
     """ms since epoch from an int, an integer string or an ISO-8601 time
     (UTC when it names no zone), from the epoch to Java's Long.MAX_VALUE;
-    exact (no float rounding of the milliseconds). Raises ValueError
+    exact (no float rounding of the milliseconds). A number in [1e9, 1e11)
+    is refused: as ms it is early 1970, as seconds since epoch it is a date
+    of this century, so it is seconds given by mistake. Raises ValueError
     saying what it accepts."""
     if isinstance(text, bool):
         raise ValueError(f"not a time: {text!r}")
+    number = True  # (an ISO time names its date: never taken for seconds)
     if isinstance(text, int):
         ms = text
     else:
@@ -50,6 +53,7 @@ def time_ms(text) -> int:
         try:
             ms = int(text)
         except ValueError:
+            number = False
             try:
                 dt = datetime.datetime.fromisoformat(text)
             except ValueError as e:
@@ -62,7 +66,16 @@ def time_ms(text) -> int:
             ms = (dt - _EPOCH) // datetime.timedelta(milliseconds=1)
     if not 0 <= ms <= _I64_MAX:
         raise ValueError(f"time {text!r} is out of range (1970-01-01 up to {_I64_MAX} ms)")
+    if number and _SECONDS_LIKE[0] <= ms < _SECONDS_LIKE[1]:
+        iso = datetime.datetime.fromtimestamp(ms, datetime.timezone.utc).isoformat()
+        raise ValueError(f"time {text!r} looks like seconds since epoch ({iso}), not ms: give {ms * 1000} "
+                         f"or an ISO-8601 time")
     return ms
+
+
+# Epoch ms in [1e9, 1e11) fall in 1970-01-12 .. 1973-03-03, which no store
+# holds; as seconds they are 2001 .. 5138: such a number is a mistake.
+_SECONDS_LIKE = (10**9, 10**11)
 
 
 def _wait_arg(wait_ms):
