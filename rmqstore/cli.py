@@ -14,9 +14,10 @@ import os
 import sys
 import time
 from datetime import datetime, timezone
+from typing import NamedTuple
 
 from . import IMPLEMENTATION, __version__
-from .config import StoreConfig
+from .config import StoreConfig, read_properties
 from .exceptions import ConfigError, RmqStoreError
 from .message import decode_offset_msg_id
 from .service.progress import consumer_progress
@@ -55,8 +56,11 @@ EXIT_DAMAGED = 3
 _opened: list = []
 
 
-def _open(path) -> MessageStore:
-    store = MessageStore.open(path, read_only=True)
+def _open(args) -> MessageStore:
+    """The store of *args* (``args.store``), read-only, with the settings of
+    ``--broker-conf`` when given (file sizes and index geometry always come
+    from the files)."""
+    store = MessageStore.open(args.store, config=_config_arg(args), read_only=True)
     _opened.append(store)
     return store
 
@@ -188,12 +192,57 @@ def _msg_id(text: str) -> str:
     return text
 
 
-def _config_file(path: str) -> StoreConfig:
-    """An argparse type: the StoreConfig of a broker .properties file."""
+class BrokerConf(NamedTuple):
+    """What ``--broker-conf FILE`` read from a broker's ``broker.conf``."""
+
+    path: str
+    config: StoreConfig  # its store settings over a broker's defaults
+    root_dir: str | None  # its storePathRootDir; None when it sets none
+    commit_log_dir: str | None  # its storePathCommitLog; None when it sets none
+
+
+def _broker_conf(path: str) -> BrokerConf:
+    """An argparse type: a broker's ``broker.conf`` (a Java .properties
+    file): its ``storePathRootDir``, ``storePathCommitLog`` and store
+    settings, RocketMQ's older spellings too (``mapedFileSizeCommitLog``)."""
     try:
-        return StoreConfig.from_properties(path)
+        props = read_properties(path)
+        config = StoreConfig.from_dict(props, strict=False, base=StoreConfig.broker_defaults())
     except (OSError, ConfigError, UnicodeError) as e:
         raise argparse.ArgumentTypeError(f"cannot use {path!r}: {e}") from None
+    root, cl = props.get("storePathRootDir") or None, props.get("storePathCommitLog") or None
+    return BrokerConf(path, config, root and os.path.expanduser(root), cl and os.path.expanduser(cl))
+
+
+#: where a broker keeps its store when its broker.conf names no storePathRootDir
+DEFAULT_STORE_ROOT = os.path.join("~", "store")
+
+
+def _resolve_store(args) -> None:
+    """Set ``args.store`` from ``--broker-conf`` when no STORE was given, and
+    refuse a broker.conf whose CommitLog lies outside ``STORE/commitlog``
+    (rmqstore keeps every file under one root). UsageError when there is
+    neither a STORE nor a broker.conf."""
+    conf = getattr(args, "broker_conf", None)
+    if args.store is None:
+        if conf is None:
+            raise UsageError("give the store directory, or --broker-conf FILE (its storePathRootDir)")
+        if conf.root_dir is None:
+            print(f"rmqstore: {_show(conf.path)} sets no storePathRootDir: reading RocketMQ's default, "
+                  f"{DEFAULT_STORE_ROOT}", file=sys.stderr)
+        args.store = conf.root_dir or os.path.expanduser(DEFAULT_STORE_ROOT)
+    if conf is not None and conf.commit_log_dir is not None:
+        want = os.path.join(args.store, "commitlog")
+        if os.path.normpath(os.path.abspath(conf.commit_log_dir)) != os.path.normpath(os.path.abspath(want)):
+            raise UsageError(f"{_show(conf.path)} keeps the CommitLog at {_show(conf.commit_log_dir)}, not in "
+                             f"{_show(want)}: rmqstore reads a store whose files are all under its root "
+                             f"(copy or link the CommitLog there)")
+
+
+def _config_arg(args) -> StoreConfig | None:
+    """The store settings of ``--broker-conf`` (read while parsing), or None."""
+    conf = getattr(args, "broker_conf", None)
+    return None if conf is None else conf.config
 
 
 # --- store paths ----------------------------------------------------------------
@@ -273,7 +322,7 @@ def _groups(s) -> dict:
 
 
 def cmd_info(args) -> int:
-    with _open(args.store) as s:
+    with _open(args) as s:
         cl = s.commitlog
         files = cl.queue.files
         out = {
@@ -338,7 +387,7 @@ def cmd_info(args) -> int:
 def cmd_consumer_progress(args) -> int:
     """Consumer groups' progress (mqadmin's ``consumerProgress``), from
     ``config/consumerOffset.json`` and the queues."""
-    with _open(args.store) as s:
+    with _open(args) as s:
         rows = consumer_progress(s, args.group)
         for r in rows:
             r["first_unconsumed_store_time"] = _ts(r["first_unconsumed_store_time"])
@@ -376,9 +425,17 @@ def cmd_dump(args) -> int:
     if args.to_offset is not None and args.from_offset > args.to_offset:
         raise UsageError(f"--from-offset ({args.from_offset}) is past --to-offset ({args.to_offset})")
     n = 0
-    with _open(args.store) as s:
+    with _open(args) as s:
+        # the first damaged region at or after where the dump starts (the open read around it)
+        stop_at = None if args.skip_damaged else next(
+            (d for d in s.recovery_report.get("damage", ()) if d["resumes_at"] > args.from_offset), None)
         for m in s.iter_messages(args.from_offset):
             if args.to_offset is not None and m.physical_offset >= args.to_offset:
+                break
+            if stop_at is not None and m.physical_offset >= stop_at["resumes_at"]:
+                print(f"rmqstore: dump stopped at the damage at CommitLog physical offset "
+                      f"{stop_at['physical_offset']}; --skip-damaged reads on from {stop_at['resumes_at']}",
+                      file=sys.stderr)
                 break
             if args.topic is not None and m.topic != args.topic:
                 continue
@@ -398,18 +455,18 @@ def cmd_query_key(args) -> int:
     end = MAX_OFFSET if args.end is None else args.end
     if begin > end:
         raise UsageError(f"--begin ({begin}) is after --end ({end})")
-    with _open(args.store) as s:
+    with _open(args) as s:
         if args.offsets_only:
-            _print_json(s.query_offsets(args.topic, args.key, args.max, begin, end))
+            _print_json(s.query_offsets(args.topic, args.key, args.limit, begin, end))
             return 0
-        msgs = s.query_messages(args.topic, args.key, args.max, begin, end)
+        msgs = s.query_messages(args.topic, args.key, args.limit, begin, end)
         for m in msgs:
             _print_json(m.to_dict(body=args.body))
         return 0 if msgs else 1
 
 
 def cmd_query_msgid(args) -> int:
-    with _open(args.store) as s:
+    with _open(args) as s:
         m = s.look_message_by_msg_id(args.msg_id)
         if m is None:
             print(f"no message with msgId {args.msg_id}", file=sys.stderr)
@@ -419,7 +476,7 @@ def cmd_query_msgid(args) -> int:
 
 
 def cmd_print_queue(args) -> int:
-    with _open(args.store) as s:
+    with _open(args) as s:
         cq = s.consume_queue(args.topic, args.queue_id)
         if cq is None:
             print(f"no ConsumeQueue for {args.topic}/{args.queue_id}", file=sys.stderr)
@@ -427,7 +484,7 @@ def cmd_print_queue(args) -> int:
         q = max(args.start, cq.min_offset_in_queue())
         mx = cq.max_offset_in_queue()
         printed = 0
-        while q < mx and (args.count is None or printed < args.count):
+        while q < mx and (args.limit is None or printed < args.limit):
             units = cq.get_units(q, 1024)
             if not units:
                 break
@@ -435,23 +492,18 @@ def cmd_print_queue(args) -> int:
                 _print_json({"queue_offset": q, "physical_offset": phy, "size": size, "tags_code": tags})
                 q += 1
                 printed += 1
-                if args.count is not None and printed >= args.count:
+                if args.limit is not None and printed >= args.limit:
                     break
     return 0
 
 
 def cmd_offset_for_time(args) -> int:
-    with _open(args.store) as s:
+    with _open(args) as s:
         ts = args.timestamp
         off = s.get_offset_in_queue_by_time(args.topic, args.queue_id, ts, args.boundary)
         _print_json({"topic": args.topic, "queue_id": args.queue_id, "timestamp": ts,
                      "boundary": args.boundary, "queue_offset": off})
     return 0
-
-
-def _config_arg(args):
-    """The StoreConfig of ``--config broker.properties`` (read while parsing), or None."""
-    return getattr(args, "config", None)
 
 
 def cmd_verify(args) -> int:
@@ -506,7 +558,7 @@ def cmd_salvage(args) -> int:
     print(f"salvaged {report['messages_copied']} of {report['records_found']} valid message(s) "
           f"into {_show(report['output'])}; "
           f"{report['bytes_skipped']} byte(s) skipped in {len(report['bad_regions'])} bad region(s), "
-          f"{len(report['not_copied'])} message(s) not copied")
+          f"{len(report['not_copied'])} message(s) not copied", file=sys.stderr)
     return 1 if lost else 0
 
 
@@ -538,7 +590,7 @@ def cmd_recover(args) -> int:
         plan = recover_store(args.store, config=config, dry_run=True)
         if args.dry_run:
             _print_json(plan)
-            print(_recovery_sentence(plan, would=True) + "; nothing was changed")
+            print(_recovery_sentence(plan, would=True) + "; nothing was changed", file=sys.stderr)
             if plan["writer_running"]:
                 print("rmqstore: a writer holds the store: recover would refuse", file=sys.stderr)
             if plan.get("would_refuse"):
@@ -553,7 +605,7 @@ def cmd_recover(args) -> int:
     except StoreLockedError as e:
         raise UsageError(f"refusing to recover: {e} (stop the writer first)") from e
     _print_json(report)
-    print(_recovery_sentence(report, would=False))
+    print(_recovery_sentence(report, would=False), file=sys.stderr)
     return 0
 
 
@@ -620,17 +672,17 @@ def _print_cleanup(args, report, would: bool, out=None) -> int:
 
 def cmd_tail(args) -> int:
     """Print messages of a topic as a writer process stores them (read-only
-    follow mode), as JSON lines, until --max messages, --timeout seconds or
+    follow mode), as JSON lines, until --limit messages, --timeout seconds or
     Ctrl-C."""
     printed = 0
     deadline = None if args.timeout is None else time.monotonic() + args.timeout
     pause = max(args.interval, 1) / 1000
     try:
-        with _open(args.store) as s:
+        with _open(args) as s:
             offsets: dict = {}
 
             def add_queues(initial: bool) -> None:
-                qids = [args.queue] if args.queue is not None else [q for t, q in s.queues() if t == args.topic]
+                qids = [args.queue_id] if args.queue_id is not None else [q for t, q in s.queues() if t == args.topic]
                 for q in qids:
                     if q not in offsets:
                         # queues there at the start: from their end (or the
@@ -650,7 +702,7 @@ def cmd_tail(args) -> int:
                         _print_json(m.to_dict(body=args.body))
                         printed += 1
                         got += 1
-                        if args.max is not None and printed >= args.max:
+                        if args.limit is not None and printed >= args.limit:
                             sys.stdout.flush()
                             return 0
                 sys.stdout.flush()
@@ -658,7 +710,7 @@ def cmd_tail(args) -> int:
                     return 0
                 if not got:
                     time.sleep(pause)
-                    if args.queue is None:
+                    if args.queue_id is None:
                         s.refresh()  # queues the writer created since
                         add_queues(False)
     except KeyboardInterrupt:
@@ -671,133 +723,239 @@ def cmd_tail(args) -> int:
 
 class _Parser(argparse.ArgumentParser):
     """argparse that reports a mistake as one line (no usage block): main()
-    prints it and returns 2. Subparsers are of this class too."""
+    prints it and returns 2. Subparsers are of this class too. ``commands``:
+    the command parsers by name (on the top-level parser)."""
+
+    commands: dict
+
+    def __init__(self, *args, **kwargs):
+        self.arguments: list = []  # every argument's Action, in order (docs/cli.md is made from them)
+        super().__init__(*args, **kwargs)
+
+    def add_argument(self, *args, **kwargs):
+        action = super().add_argument(*args, **kwargs)
+        self.arguments.append(action)
+        return action
 
     def error(self, message):
         raise UsageError(message, prog=self.prog)
 
 
-def _parser() -> argparse.ArgumentParser:
+#: exit statuses of every command (docs/cli.md#exit-status)
+EXIT_OK = 0
+EXIT_NOT_FOUND = 1  # nothing found, problems found (verify), lost data (salvage), a declined confirmation
+EXIT_USAGE = 2  # a mistake in the arguments, or a path that is no store
+
+# Examples per command, run against a copy of a golden store by the tests
+# (tests/test_cli_docs.py) and shown in --help and docs/cli.md. STORE, NEW_STORE
+# and DIR stand for paths.
+EXAMPLES = {
+    "info": ["rmqstore info STORE", "rmqstore info --broker-conf broker.conf --json"],
+    "consumer-progress": ["rmqstore consumer-progress STORE", "rmqstore consumer-progress STORE cg_basic --json"],
+    "dump": ["rmqstore dump STORE --topic TopicTest --queue-id 0 --limit 10",
+             "rmqstore dump STORE --begin 2024-09-19T08:00:00 --body none --skip-damaged"],
+    "query-key": ["rmqstore query-key STORE TopicTest order-1001 --limit 5"],
+    "query-msgid": ["rmqstore query-msgid STORE C0A8016400002A9F0000000000000000"],
+    "print-queue": ["rmqstore print-queue STORE TopicTest 0 --start 10 --limit 3"],
+    "offset-for-time": ["rmqstore offset-for-time STORE TopicTest 0 2024-09-19T08:00:00 --boundary upper"],
+    "verify": ["rmqstore verify STORE", "rmqstore verify STORE --json --quiet"],
+    "salvage": ["rmqstore salvage STORE NEW_STORE"],
+    "recover": ["rmqstore recover STORE --dry-run", "rmqstore recover STORE --yes"],
+    "clean": ["rmqstore clean STORE --dry-run --json", "rmqstore clean STORE --reserved-hours 0 --yes"],
+    "tail": ["rmqstore tail STORE --topic TopicTest --from-beginning --limit 5 --timeout 1"],
+    "report": ["rmqstore report STORE -o report.html"],
+    "completion": ["rmqstore completion bash"],
+    "demo": ["rmqstore demo --dir DIR --count 1000"],
+}
+
+_HELP_JSON_LINES = "JSON lines on stdout (one object per line): this command's only output, so scripts may give it"
+
+
+def _parser() -> _Parser:
+    """The parser of every command."""
+    import shtab  # (its completion hints below are plain dicts)
+
     from . import demo  # (a module of its own, which imports this one)
 
-    p = _Parser(prog="rmqstore", description="Read and write Apache RocketMQ store directories.")
+    fmt = argparse.RawDescriptionHelpFormatter
+    p = _Parser(prog="rmqstore", description="Read and write Apache RocketMQ store directories.",
+                epilog="Exit status: 0 done, 1 not found (or problems found), 2 usage, 3 read around damage.",
+                formatter_class=fmt)
     p.add_argument("--version", action="version", version=f"rmqstore {__version__} ({IMPLEMENTATION})")
-    sub = p.add_subparsers(dest="command", required=True)
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     topic_arg = _text("topic")
 
-    def store_cmd(name, help_):
-        sp = sub.add_parser(name, help=help_, description=help_)
-        sp.add_argument("store", help="store root directory (holds commitlog/, consumequeue/, index/)")
+    def command(name, help_, description=None):
+        epilog = "examples:\n" + "\n".join("  " + e for e in EXAMPLES.get(name, ()))
+        return sub.add_parser(name, help=help_, description=description or help_, epilog=epilog,
+                              formatter_class=fmt)
+
+    def store_cmd(name, help_, broker_conf_help="a broker's broker.conf: its storePathRootDir is the STORE "
+                                                "when none is given, and its store settings apply"):
+        sp = command(name, help_)
+        sp.add_argument("store", nargs="?", metavar="STORE",
+                        help="store root directory, holding commitlog/, consumequeue/, index/ "
+                             "(default: --broker-conf's storePathRootDir)").complete = shtab.DIRECTORY
+        sp.add_argument("--broker-conf", metavar="FILE", type=_broker_conf,
+                        help=broker_conf_help).complete = shtab.FILE
+        # (the name of earlier releases; a broker .properties file is its broker.conf)
+        sp.add_argument("--config", dest="broker_conf", type=_broker_conf, help=argparse.SUPPRESS)
+        sp.add_argument("--quiet", action="store_true",
+                        help="no progress bar on stderr (there is none when stderr is not a terminal)")
         return sp
 
     def body_opt(sp):
         sp.add_argument("--body", choices=["base64", "text", "hex", "none"], default="text",
                         help="how to print message bodies (default: text)")
 
-    def config_opt(sp, help_):
-        sp.add_argument("--config", type=_config_file, help=help_)
+    def json_opt(sp, what="print one JSON document on stdout"):
+        sp.add_argument("--json", action="store_true", help=what)
 
-    sp = store_cmd("info", "files, offset ranges, per topic/queue counts and time spans")
-    sp.add_argument("--json", action="store_true", help="print one JSON object")
+    def limit_opt(sp, type_, help_, *old):
+        sp.add_argument("--limit", type=type_, metavar="N", help=help_)
+        for name in old:  # (earlier releases' names for it)
+            sp.add_argument(name, dest="limit", type=type_, help=argparse.SUPPRESS)
+
+    def queue_opt(sp, help_, *old):
+        sp.add_argument("--queue-id", type=_queue_id, metavar="ID", help=help_)
+        for name in old:
+            sp.add_argument(name, dest="queue_id", type=_queue_id, help=argparse.SUPPRESS)
+
+    def time_opts(sp, what):
+        sp.add_argument("--begin", type=_time, metavar="TIME",
+                        help=f"{what} from this store time on: ms since epoch or ISO-8601 (UTC unless a zone is given)")
+        sp.add_argument("--end", type=_time, metavar="TIME", help=f"{what} up to this store time (inclusive)")
+
+    def safety_opts(sp, dry_help):
+        sp.add_argument("--dry-run", action="store_true", help=dry_help)
+        sp.add_argument("--yes", action="store_true", help="do not ask for confirmation on a terminal")
+
+    sp = store_cmd("info", "files, offset ranges, per topic/queue counts and time spans, consumer groups")
+    json_opt(sp)
     sp.set_defaults(func=cmd_info)
 
     sp = store_cmd("consumer-progress", "each consumer group's committed offset and lag, per topic and queue, "
-                                        "and its retry and dead-letter counts")
+                                        "and its retry and dead-letter counts (mqadmin consumerProgress)")
     sp.add_argument("group", nargs="?", type=_text("group"), help="one group (default: every group)")
-    sp.add_argument("--json", action="store_true", help="print one JSON list of rows")
+    json_opt(sp, "print one JSON list of rows on stdout")
     sp.set_defaults(func=cmd_consumer_progress)
 
-    sp = store_cmd("dump", "every message as a JSON line, in CommitLog order")
-    sp.add_argument("--topic", type=topic_arg)
-    sp.add_argument("--queue-id", type=_queue_id)
-    sp.add_argument("--from-offset", type=_offset, default=0, help="physical offset to start at (a record boundary)")
-    sp.add_argument("--to-offset", type=_offset, help="stop before this physical offset")
-    sp.add_argument("--begin", type=_time, help="store time lower bound (ms since epoch or ISO-8601)")
-    sp.add_argument("--end", type=_time, help="store time upper bound (ms since epoch or ISO-8601)")
-    sp.add_argument("--limit", type=_count, help="print at most this many messages (1 or more)")
+    sp = store_cmd("dump", "every message as a JSON line, in CommitLog order; stops at damage "
+                           "unless --skip-damaged")
+    sp.add_argument("--topic", type=topic_arg, help="only this topic's messages")
+    queue_opt(sp, "only this queue's messages")
+    sp.add_argument("--from-offset", type=_offset, default=0, metavar="OFFSET",
+                    help="CommitLog physical offset to start at, a record boundary (default 0)")
+    sp.add_argument("--to-offset", type=_offset, metavar="OFFSET", help="stop before this physical offset")
+    time_opts(sp, "messages")
+    limit_opt(sp, _count, "print at most N messages (1 or more)")
+    sp.add_argument("--skip-damaged", action="store_true",
+                    help="read past damaged records to the next valid one (the damage is still reported, exit 3)")
     body_opt(sp)
+    json_opt(sp, _HELP_JSON_LINES)
     sp.set_defaults(func=cmd_dump)
 
-    sp = store_cmd("query-key", "messages by key (UNIQ_KEY or KEYS) through the IndexFile")
-    sp.add_argument("topic", type=topic_arg)
-    sp.add_argument("key", type=_text("key"))
-    sp.add_argument("--max", type=_int_range(1, INT32_MAX), default=64)
-    sp.add_argument("--begin", type=_time, help="ms since epoch or ISO-8601")
-    sp.add_argument("--end", type=_time, help="ms since epoch or ISO-8601")
-    sp.add_argument("--offsets-only", action="store_true", help="print RocketMQ's raw queryOffset answer")
+    sp = store_cmd("query-key", "messages of a topic by key (UNIQ_KEY or one of KEYS) through the IndexFile, "
+                                "newest first")
+    sp.add_argument("topic", type=topic_arg, help="the topic")
+    sp.add_argument("key", type=_text("key"), help="a UNIQ_KEY or one of a message's KEYS")
+    limit_opt(sp, _int_range(1, INT32_MAX), "at most N messages (default 64)", "--max")
+    sp.set_defaults(limit=64)
+    time_opts(sp, "messages")
+    sp.add_argument("--offsets-only", action="store_true",
+                    help="print RocketMQ's raw queryOffset answer (hash collisions included, index time in s)")
     body_opt(sp)
+    json_opt(sp, _HELP_JSON_LINES)
     sp.set_defaults(func=cmd_query_key)
 
     sp = store_cmd("query-msgid", "a message by its offset msgId")
-    sp.add_argument("msg_id", type=_msg_id)
+    sp.add_argument("msg_id", type=_msg_id, metavar="MSG_ID", help="an offset msgId: 32 or 56 hex digits")
     body_opt(sp)
+    json_opt(sp, _HELP_JSON_LINES)
     sp.set_defaults(func=cmd_query_msgid)
 
-    sp = store_cmd("print-queue", "the units of one ConsumeQueue")
-    sp.add_argument("topic", type=topic_arg)
-    sp.add_argument("queue_id", type=_queue_id)
-    sp.add_argument("--start", type=_offset, default=0, help="first queue offset")
-    sp.add_argument("--count", type=_count, help="units to print (default all)")
+    sp = store_cmd("print-queue", "the units of one ConsumeQueue (physical offset, size, tags code)")
+    sp.add_argument("topic", type=topic_arg, help="the topic")
+    sp.add_argument("queue_id", type=_queue_id, metavar="QUEUE_ID", help="the queue id")
+    sp.add_argument("--start", type=_offset, default=0, metavar="OFFSET", help="first queue offset (default 0)")
+    limit_opt(sp, _count, "print at most N units (default all)", "--count")
+    json_opt(sp, _HELP_JSON_LINES)
     sp.set_defaults(func=cmd_print_queue)
 
-    sp = store_cmd("offset-for-time", "queue offset for a store time (getOffsetInQueueByTime)")
-    sp.add_argument("topic", type=topic_arg)
-    sp.add_argument("queue_id", type=_queue_id)
-    sp.add_argument("timestamp", type=_time, help="ms since epoch or ISO-8601 (UTC unless a zone is given)")
-    sp.add_argument("--boundary", choices=["lower", "upper"], default="lower")
+    sp = store_cmd("offset-for-time", "the queue offset for a store time (getOffsetInQueueByTime)")
+    sp.add_argument("topic", type=topic_arg, help="the topic")
+    sp.add_argument("queue_id", type=_queue_id, metavar="QUEUE_ID", help="the queue id")
+    sp.add_argument("timestamp", type=_time, metavar="TIME",
+                    help="ms since epoch or ISO-8601 (UTC unless a zone is given)")
+    sp.add_argument("--boundary", choices=["lower", "upper"], default="lower",
+                    help="the first (lower, default) or last (upper) message at that time")
+    json_opt(sp)
     sp.set_defaults(func=cmd_offset_for_time)
 
-    sp = store_cmd("verify", "check every file of a store (read-only); non-zero exit when something is wrong")
-    sp.add_argument("--json", action="store_true", help="print the problems as one JSON list")
+    sp = store_cmd("verify", "check every file of a store (read-only); exit 1 when something is wrong",
+                   "a broker's broker.conf (delay levels, maxMessageSize; STORE as for every command)")
+    json_opt(sp, "print the problems as one JSON list on stdout")
     sp.add_argument("--strict", action="store_true", help="exit 1 on warnings too")
-    sp.add_argument("--quiet", action="store_true", help="no progress bar (none when stderr is not a terminal)")
-    config_opt(sp, "broker .properties file (delay levels, maxMessageSize)")
     sp.set_defaults(func=cmd_verify)
 
-    sp = store_cmd("salvage", "copy every verifiable message into a new store (the source is only read)")
-    sp.add_argument("out", help="new store directory (must not exist or be empty)")
-    sp.add_argument("--quiet", action="store_true", help="no progress bar (none when stderr is not a terminal)")
-    config_opt(sp, "broker .properties file for settings not inferred from the files")
+    sp = store_cmd("salvage", "copy every verifiable message into a new store (the source is only read); "
+                              "prints its report as JSON")
+    sp.add_argument("out", metavar="NEW_STORE",
+                    help="new store directory (must not exist or be empty)").complete = shtab.DIRECTORY
+    json_opt(sp, "the report is one JSON document on stdout in any case; sentences go to stderr")
     sp.set_defaults(func=cmd_salvage)
 
-    sp = store_cmd("recover", "open the store for writing, which runs recovery, and report what was truncated")
-    config_opt(sp, "broker .properties file for settings not inferred from the files")
-    sp.add_argument("--dry-run", action="store_true", help="print what recovery would cut; change nothing")
-    sp.add_argument("--yes", action="store_true", help="do not ask for confirmation on a terminal")
+    sp = store_cmd("recover", "open the store for writing, which runs recovery; prints what was truncated as JSON")
+    safety_opts(sp, "print what recovery would cut; change nothing")
+    json_opt(sp, "the report is one JSON document on stdout in any case; sentences go to stderr")
     sp.set_defaults(func=cmd_recover)
 
-    sp = store_cmd("clean", "delete expired files now (RocketMQ's deleteExpiredCommitLog), then print what went")
+    sp = store_cmd("clean", "delete expired files now (RocketMQ's deleteExpiredCommitLog), then print what went",
+                   "a broker's broker.conf (fileReservedTime, deleteFileBatchMax, ...; STORE as for every command)")
     sp.add_argument("--force", action="store_true",
                     help="delete every CommitLog file but the current one, whatever its age")
-    sp.add_argument("--reserved-hours", type=_int_range(0, MAX_OFFSET // 3_600_000),
+    sp.add_argument("--reserved-hours", type=_int_range(0, MAX_OFFSET // 3_600_000), metavar="HOURS",
                     help="keep files younger than this (default: fileReservedTime, 72)")
-    config_opt(sp, "broker .properties file (fileReservedTime, deleteFileBatchMax, ...)")
-    sp.add_argument("--json", action="store_true", help="print the report as one JSON object")
-    sp.add_argument("--dry-run", action="store_true", help="print what would be deleted now; delete nothing")
-    sp.add_argument("--yes", action="store_true", help="do not ask for confirmation on a terminal")
+    json_opt(sp, "print the report as one JSON object on stdout")
+    safety_opts(sp, "print what would be deleted now; delete nothing")
     sp.set_defaults(func=cmd_clean)
 
     sp = store_cmd("tail", "print a topic's new messages as a writer stores them (read-only, Ctrl-C stops)")
-    sp.add_argument("--topic", required=True, type=topic_arg)
-    sp.add_argument("--queue", type=_queue_id, help="one queue id (default: every queue of the topic, new ones too)")
+    sp.add_argument("--topic", required=True, type=topic_arg, help="the topic to follow")
+    queue_opt(sp, "one queue id (default: every queue of the topic, new ones too)", "--queue")
     sp.add_argument("--from-beginning", action="store_true", help="start at the oldest stored message")
-    sp.add_argument("--max", type=_count, help="exit after this many messages")
-    sp.add_argument("--timeout", type=_seconds, help="exit after this many seconds")
-    sp.add_argument("--interval", type=_int_range(0, 3_600_000), default=50,
+    limit_opt(sp, _count, "exit after N messages", "--max")
+    sp.add_argument("--timeout", type=_seconds, metavar="SECONDS", help="exit after this many seconds")
+    sp.add_argument("--interval", type=_int_range(0, 3_600_000), default=50, metavar="MS",
                     help="ms between polls when idle (default 50)")
     body_opt(sp)
+    json_opt(sp, _HELP_JSON_LINES)
     sp.set_defaults(func=cmd_tail)
 
-    sp = sub.add_parser("demo", help="write, consume and query a demo store with default settings",
-                        description="Writes messages into a store under the current directory with the "
-                                    "default settings, consumes them, queries by key and time, prints timings. "
-                                    "It replaces only a store an earlier demo made (marked by a "
-                                    f"{demo.DEMO_MARKER} file) and refuses any other directory that is not empty.")
-    sp.add_argument("--dir", default="rmqstore-demo",
+    sp = store_cmd("report", "a picture of the store: messages and bytes per topic over time, queue sizes, "
+                             "consumer lag, files and disk use (needs rmqstore[report])")
+    sp.add_argument("-o", "--output", required=True, metavar="FILE",
+                    help="the report to write: FILE.html (self-contained) or FILE.png").complete = shtab.FILE
+    json_opt(sp, "print the report's numbers as one JSON document on stdout")
+    sp.set_defaults(func=cmd_report)
+
+    sp = command("completion", "print a shell completion script (bash, zsh or tcsh)",
+                 "Print a completion script for rmqstore's commands and options. "
+                 "bash: `eval \"$(rmqstore completion bash)\"` in ~/.bashrc; zsh: write it as `_rmqstore` "
+                 "into a directory of $fpath.")
+    sp.add_argument("shell", choices=["bash", "zsh", "tcsh"], help="the shell")
+    sp.set_defaults(func=cmd_completion)
+
+    sp = command("demo", "write, consume and query a demo store with default settings",
+                 "Writes messages into a store under the current directory with the "
+                 "default settings, consumes them, queries by key and time, prints timings. "
+                 "It replaces only a store an earlier demo made (marked by a "
+                 f"{demo.DEMO_MARKER} file) and refuses any other directory that is not empty.")
+    sp.add_argument("--dir", default="rmqstore-demo", metavar="DIR",
                     help="store directory (default ./rmqstore-demo; an earlier demo's store there is replaced)")
-    sp.add_argument("--count", type=_int_range(1, demo.DEMO_MAX_COUNT), default=100_000,
+    sp.add_argument("--count", type=_int_range(1, demo.DEMO_MAX_COUNT), default=100_000, metavar="N",
                     help=f"messages to write (1 to {demo.DEMO_MAX_COUNT:,}; default 100,000)")
-    sp.add_argument("--body-size", type=_int_range(0, StoreConfig().max_message_size), default=256,
+    sp.add_argument("--body-size", type=_int_range(0, StoreConfig().max_message_size), default=256, metavar="BYTES",
                     help="bytes per message body (default 256, at most maxMessageSize)")
     sp.add_argument("--keep", action="store_true", help="append to an earlier demo's store instead of replacing it")
     sp.set_defaults(func=demo.cmd_demo)
@@ -805,10 +963,130 @@ def _parser() -> argparse.ArgumentParser:
     # Spark jobs live in rmqstore.spark (extra rmqstore[spark]), imported only when asked for
     sp = sub.add_parser("spark", help="Spark jobs: rebuild-cq, rebuild-index (needs rmqstore[spark])",
                         description="Run `rmqstore spark -h` for the jobs.", add_help=False)
-    sp.add_argument("-h", "--help", action="store_true")
-    sp.add_argument("spark_args", nargs=argparse.REMAINDER)
+    sp.add_argument("-h", "--help", action="store_true", help="the jobs and their options")
+    sp.add_argument("spark_args", nargs=argparse.REMAINDER, help="a job and its arguments")
     sp.set_defaults(func=_spark)
+    p.commands = sub.choices
     return p
+
+
+_DOC_HEAD = """\
+# Command line
+
+<!-- Generated from the parser by `python -m rmqstore.cli --markdown > docs/cli.md`;
+tests/test_cli_docs.py checks that it matches. Edit rmqstore/cli.py, not this file. -->
+
+`rmqstore COMMAND ...` (or `python -m rmqstore COMMAND ...`). Read commands open
+the store read-only and take no lock: they work on a copy of a broker's store
+and beside a running writer. Every example below runs in the tests against a
+copy of a store written by Apache RocketMQ.
+
+## Conventions
+
+- `STORE` is the store root (it holds `commitlog/`, `consumequeue/`, `index/`,
+  `checkpoint`). `--broker-conf FILE` reads a broker's `broker.conf`: its
+  `storePathRootDir` is the STORE when none is given (RocketMQ's default
+  `~/store` when it names none) and its store settings apply, under their
+  current or older names (`mappedFileSizeCommitLog` or `mapedFileSizeCommitLog`).
+  A `storePathCommitLog` outside `STORE/commitlog` is refused.
+- The same names everywhere: `--topic`, `--queue-id`, `--limit N`,
+  `--begin`/`--end` (inclusive store times), `--body`, `--json`, `--quiet`,
+  `--dry-run`, `--yes`. Earlier names (`--queue`, `--max`, `--count`,
+  `--config`) are still accepted.
+- Times: ms since epoch or ISO-8601 (UTC unless a zone is given). A number
+  between 10^9 and 10^11 is refused with a hint: it is seconds, given by
+  mistake.
+- Output: stdout carries only data (tables, or with `--json` pure JSON: one
+  document, or JSON lines for the commands that print records); notices,
+  progress and sentences go to stderr. Progress bars appear only when stderr
+  is a terminal, never with `--quiet`.
+- Destructive commands (`recover`, `clean`) have `--dry-run` and ask on a
+  terminal unless `--yes` is given.
+
+## Exit status
+
+| status | meaning |
+|---|---|
+| 0 | done; found |
+| 1 | not found (a key, a msgId, a queue, a group); problems found (`verify`); messages lost \
+(`salvage`); a confirmation declined |
+| 2 | usage: a mistake in the arguments, or a path that is not a store (one line on stderr) |
+| 3 | a read command read around damage (where, on stderr, with what to run next) |
+
+## Shell completion
+
+`rmqstore completion bash` (or `zsh`, `tcsh`) prints a completion script:
+`eval "$(rmqstore completion bash)"` in `~/.bashrc`, or for zsh save it as
+`_rmqstore` in a directory of `$fpath`.
+"""
+
+
+def _md_argument(a: argparse.Action) -> tuple:
+    """(the argument as typed, what it means) for one row of docs/cli.md."""
+    value = a.metavar or (("{" + ",".join(a.choices) + "}") if a.choices else a.dest.upper())
+    if not a.option_strings:
+        shown = f"[{value}]" if a.nargs == "?" else value
+    elif a.nargs == 0:  # a flag
+        shown = ", ".join(a.option_strings)
+    else:
+        shown = ", ".join(f"{o} {value}" for o in a.option_strings)
+    meaning = a.help or ""
+    if a.required and a.option_strings:
+        meaning += " (required)"
+    return f"`{shown}`", meaning.replace("|", "\\|")
+
+
+def cli_markdown() -> str:
+    """docs/cli.md: the conventions, exit statuses, and per command its
+    description, arguments and examples, made from the parser (not from
+    argparse's help text, which differs between Python versions)."""
+    p = _parser()
+    parts = [_DOC_HEAD]
+    for name, sp in p.commands.items():
+        parts.append(f"\n## rmqstore {name}\n\n{sp.description}\n")
+        rows = [_md_argument(a) for a in sp.arguments if a.help is not argparse.SUPPRESS and a.dest != "help"]
+        if name == "spark":
+            parts.append("\nThe jobs `rebuild-cq` and `rebuild-index` (needs `rmqstore[spark]`) take "
+                         "`STORE`, `--broker-conf FILE` and `--master URL`; `rmqstore spark -h` lists them.\n")
+            continue
+        if rows:
+            parts.append("\n| argument | meaning |\n|---|---|\n")
+            parts.extend(f"| {arg} | {meaning} |\n" for arg, meaning in rows)
+        if EXAMPLES.get(name):
+            parts.append("\n```sh\n" + "\n".join(EXAMPLES[name]) + "\n```\n")
+    return "".join(parts)
+
+
+def cmd_report(args) -> int:
+    """``rmqstore report``: :func:`rmqstore.report.write_report`."""
+    try:
+        from .report import write_report
+    except ImportError as e:
+        raise UsageError(f"{e} (pip install 'rmqstore[report]')") from None
+    update, done = _progress(args, "report")
+    try:
+        summary = write_report(args.store, args.output, progress=update)
+    except ImportError as e:
+        raise UsageError(str(e)) from None
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    finally:
+        done()
+    if args.json:
+        _print_json(summary)
+    else:
+        print(f"wrote {_show(summary['output'])}: {len(summary['topics'])} topic(s), "
+              f"{len(summary['queues'])} queue(s), {len(summary['groups'])} consumer progress row(s)",
+              file=sys.stderr)
+    return 0
+
+
+def cmd_completion(args) -> int:
+    """``rmqstore completion SHELL``: the shell's completion script (shtab), made from the parser."""
+    import shtab
+
+    sys.stdout.write(shtab.complete(_parser(), shell=args.shell))
+    return 0
 
 
 def _spark(args) -> int:
@@ -844,18 +1122,20 @@ def _fail(prog: str, message) -> int:
 
 def main(argv=None) -> int:
     """Run ``rmqstore <command> ...`` (*argv* defaults to ``sys.argv[1:]``) and
-    return the exit status: 0 done, 1 for a command's own "not found" or
-    "damaged" answer (see each command), 2 for a mistake in the arguments or
-    a path that is not a store, reported as one line on stderr, 3
-    (:data:`EXIT_DAMAGED`) when a read command read around damage, which it
-    says on stderr."""
+    return the exit status (docs/cli.md#exit-status): 0 (:data:`EXIT_OK`)
+    done, 1 (:data:`EXIT_NOT_FOUND`) for a command's own "not found",
+    "problems found" or "declined" answer (see each command), 2
+    (:data:`EXIT_USAGE`) for a mistake in the arguments or a path that is
+    not a store, reported as one line on stderr, 3 (:data:`EXIT_DAMAGED`)
+    when a read command read around damage, which it says on stderr."""
     try:
         args = _parser().parse_args(argv)
     except UsageError as e:
         return _fail(e.prog or "rmqstore", e)
     prog = f"rmqstore {args.command}"
     try:
-        if getattr(args, "store", None) is not None:
+        if hasattr(args, "store"):
+            _resolve_store(args)
             _check_store(args.store)
         _opened.clear()
         code = args.func(args)
@@ -874,4 +1154,7 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":  # pragma: no cover
+    if sys.argv[1:] == ["--markdown"]:  # (docs/cli.md)
+        sys.stdout.write(cli_markdown())
+        sys.exit(0)
     sys.exit(main())

@@ -488,10 +488,10 @@ def test_salvage_refuses_a_non_empty_output(root, tmp_path, capsys):
 
 
 def test_cli_salvage(root, tmp_path, capsys):
-    code, out, _ = run(capsys, "salvage", golden_store("tiny"), tmp_path / "tiny-out")
-    report = json.loads(out.splitlines()[0])
+    code, out, err = run(capsys, "salvage", golden_store("tiny"), tmp_path / "tiny-out")
+    report = json.loads(out)  # (stdout: the report alone; the sentence on stderr)
     assert code == 0 and report["messages_copied"] == len(dump_messages("tiny"))
-    assert out.splitlines()[1].startswith(f"salvaged {report['messages_copied']} of ")
+    assert err.startswith(f"salvaged {report['messages_copied']} of ")
     victim = seg_records(0)[3]
     xor_byte(root / "commitlog" / CL[0], victim["filePosition"] + 88, 0x01)
     code, out, _ = run(capsys, "salvage", root, tmp_path / "out")
@@ -508,16 +508,16 @@ def test_recover_truncates_and_is_idempotent(root, capsys):
     pos = victim["filePosition"] + 30  # the tail from inside the victim on is zeroed
     patch(root / "commitlog" / CL[2], pos, bytes(FILE_SIZE - pos))
     (root / "abort").write_text("1")
-    code, out, _ = run(capsys, "recover", root)
+    code, out, err = run(capsys, "recover", root)
     assert code == 0
-    report = json.loads(out.splitlines()[0])
+    report = json.loads(out)  # (stdout: the report alone; the sentence on stderr)
     assert report["last_exit_ok"] is False
     assert report["process_offset"] == victim["physicalOffset"]
     assert report["truncated_bytes"] > 0 and report["stopped_because"]
     assert 0 < report["data_bytes_dropped"] <= pos - victim["filePosition"]
     later = [r for r in records() if r["physicalOffset"] >= victim["physicalOffset"] and r["sysFlag"] & 0xC in (0, 8)]
     assert report["consume_queue_units_dropped"] == len(later)
-    assert "abnormal recovery" in out.splitlines()[1]
+    assert "abnormal recovery" in err
     assert not (root / "abort").exists()
     # the recovered store is consistent
     assert verify_store(root) == []
@@ -536,10 +536,10 @@ def test_recover_dry_run_says_what_recover_does_and_changes_nothing(root, capsys
     before = {p: hash_tree(root / p) for p in ("commitlog", "consumequeue", "index")}
     names = sorted(p.name for p in root.iterdir())
     code, out, err = run(capsys, "recover", root, "--dry-run")
-    assert code == 0 and err == ""
-    plan = json.loads(out.splitlines()[0])
+    assert code == 0
+    plan = json.loads(out)
     assert plan["dry_run"] is True and plan["writer_running"] is False and "would_refuse" not in plan
-    assert "would truncate" in out.splitlines()[1] and "nothing was changed" in out.splitlines()[1]
+    assert "would truncate" in err and "nothing was changed" in err
     assert {p: hash_tree(root / p) for p in before} == before
     assert sorted(p.name for p in root.iterdir()) == names  # (abort still there: nothing written)
     real = recover_store(root)
@@ -595,11 +595,16 @@ def test_read_commands_say_they_read_around_damage(root, capsys):
     says where on stderr, points to verify and salvage, and exits 3."""
     victim = seg_records(0)[40]
     patch(root / "commitlog" / CL[0], victim["filePosition"], bytes(8))  # a zeroed header inside the first file
-    code, out, err = run(capsys, "dump", root)
+    code, out, err = run(capsys, "dump", root)  # stops at the damage, and says so
+    assert code == 3
+    assert [json.loads(line)["physical_offset"] for line in out.splitlines()] == [
+        r["physicalOffset"] for r in records()[:40]]
+    assert f"dump stopped at the damage at CommitLog physical offset {victim['physicalOffset']}" in err
+    code, out, err = run(capsys, "dump", root, "--skip-damaged")
     assert code == 3
     assert len(out.splitlines()) == len(records()) - 1  # every other message is dumped
     assert f"damage at CommitLog physical offset {victim['physicalOffset']}" in err
-    assert "rmqstore verify" in err and "rmqstore salvage" in err
+    assert "rmqstore verify" in err and "rmqstore salvage" in err and "dump stopped" not in err
     code, out, err = run(capsys, "info", root, "--json")
     assert code == 3
     states = json.loads(out)["commitlog"]["file_states"]

@@ -1,7 +1,7 @@
 """``rmqstore spark <job>``: Spark jobs from the command line.
 
 ``rmqstore spark rebuild-cq <dir>`` and ``rmqstore spark rebuild-index <dir>``
-(options ``--master URL``, ``--config broker.properties``) run :func:`rmqstore.spark.rebuild_consume_queues` /
+(options ``--master URL``, ``--broker-conf broker.conf``) run :func:`rmqstore.spark.rebuild_consume_queues` /
 :func:`rmqstore.spark.rebuild_index` on a SparkSession made from
 ``--master`` (default ``local[*]``; ``spark-submit`` settings apply too) and
 print the job's report as JSON.
@@ -9,6 +9,7 @@ print the job's report as JSON.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
@@ -51,7 +52,7 @@ def main(argv=None) -> int:
     """Run ``rmqstore spark <job> ...``; returns the exit status (2, with one
     line on stderr, for a mistake in the arguments or a path that is not a
     store: checked before Spark starts)."""
-    from ..cli import UsageError, _check_store, _fail, _Parser
+    from ..cli import UsageError, _broker_conf, _check_store, _config_arg, _fail, _Parser, _resolve_store
 
     p = _Parser(prog="rmqstore spark", description="Spark jobs over RocketMQ stores.")
     sub = p.add_subparsers(dest="job", required=True)
@@ -60,19 +61,23 @@ def main(argv=None) -> int:
         ("rebuild-index", "rebuild the IndexFiles from the CommitLog"),
     ):
         sp = sub.add_parser(name, help=help_, description=help_ + " (byte-identical to the store's own)")
-        sp.add_argument("store", help="store root directory")
+        sp.add_argument("store", nargs="?", metavar="STORE",
+                        help="store root directory (default: --broker-conf's storePathRootDir)")
         sp.add_argument("--master", default="local[*]", help="Spark master URL (default local[*])")
-        sp.add_argument("--config", help="broker .properties file (delay levels, index geometry for a new index)")
+        sp.add_argument("--broker-conf", metavar="FILE", type=_broker_conf,
+                        help="a broker's broker.conf: its storePathRootDir is the STORE when none is given; "
+                             "delay levels, index geometry for a new index")
+        sp.add_argument("--config", dest="broker_conf", type=_broker_conf, help=argparse.SUPPRESS)
     try:
         args = p.parse_args(argv)
+        _resolve_store(args)
         _check_store(args.store)  # (a rebuild writes: never into a directory that is no store)
     except UsageError as e:
         return _fail(e.prog or "rmqstore spark", e)
-    from ..config import StoreConfig
     from ..exceptions import RmqStoreError
     from .rebuild import rebuild_consume_queues, rebuild_index
 
-    config = StoreConfig.from_properties(args.config) if args.config else None
+    config = _config_arg(args)
     from pyspark.sql import SparkSession
 
     owned = SparkSession.getActiveSession() is None  # a caller's session is left running
