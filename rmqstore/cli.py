@@ -426,28 +426,69 @@ def cmd_dump(args) -> int:
         raise UsageError(f"--from-offset ({args.from_offset}) is past --to-offset ({args.to_offset})")
     n = 0
     with _open(args) as s:
+        start = args.from_offset
+        if begin is not None:
+            start = max(start, _time_seek(s, begin, args.topic, args.queue_id))
         # the first damaged region at or after where the dump starts (the open read around it)
         stop_at = None if args.skip_damaged else next(
-            (d for d in s.recovery_report.get("damage", ()) if d["resumes_at"] > args.from_offset), None)
-        for m in s.iter_messages(args.from_offset):
-            if args.to_offset is not None and m.physical_offset >= args.to_offset:
-                break
-            if stop_at is not None and m.physical_offset >= stop_at["resumes_at"]:
-                print(f"rmqstore: dump stopped at the damage at CommitLog physical offset "
-                      f"{stop_at['physical_offset']}; --skip-damaged reads on from {stop_at['resumes_at']}",
-                      file=sys.stderr)
-                break
-            if args.topic is not None and m.topic != args.topic:
-                continue
-            if args.queue_id is not None and m.queue_id != args.queue_id:
-                continue
-            if (begin is not None and m.store_timestamp < begin) or (end is not None and m.store_timestamp > end):
-                continue
-            _print_json(m.to_dict(body=args.body))
-            n += 1
-            if args.limit is not None and n >= args.limit:
-                break
+            (d for d in s.recovery_report.get("damage", ()) if d["resumes_at"] > start), None)
+        # a bar only when the records go elsewhere than the terminal it is drawn on
+        update, done = _progress(args, "dump") if not sys.stdout.isatty() else (None, lambda: None)
+        total = max(0, (args.to_offset or s.max_physical_offset) - start)
+        try:
+            for m in s.iter_messages(start):
+                if args.to_offset is not None and m.physical_offset >= args.to_offset:
+                    break
+                if end is not None and m.store_timestamp > end:
+                    break  # (store times follow CommitLog order: the rest are later still)
+                printed = _dump_one(args, m, stop_at)
+                if printed is None:
+                    break
+                n += printed
+                if args.limit is not None and n >= args.limit:
+                    break
+                if update is not None and not n & 1023:
+                    update(min(total, m.physical_offset - start), total)
+        finally:
+            done()
     return 0
+
+
+def _dump_one(args, m, stop_at) -> int | None:
+    """Print message *m* if the filters keep it: 1 when printed, 0 when
+    filtered out, None past the damage where the dump stops (said on stderr)."""
+    if stop_at is not None and m.physical_offset >= stop_at["resumes_at"]:
+        print(f"rmqstore: dump stopped at the damage at CommitLog physical offset "
+              f"{stop_at['physical_offset']}; --skip-damaged reads on from {stop_at['resumes_at']}",
+              file=sys.stderr)
+        return None
+    if args.topic is not None and m.topic != args.topic:
+        return 0
+    if args.queue_id is not None and m.queue_id != args.queue_id:
+        return 0
+    if args.begin is not None and m.store_timestamp < args.begin:
+        return 0
+    _print_json(m.to_dict(body=args.body))
+    return 1
+
+
+def _time_seek(s, begin: int, topic, queue_id) -> int:
+    """A CommitLog physical offset before which no record of *topic* (any,
+    when None) and *queue_id* has a store time >= *begin* ms: the end of the
+    last unit stored before *begin* in each such queue, found by the
+    ConsumeQueue time search (getOffsetInQueueByTime), the greatest of them.
+    A record before it was stored before that unit, so earlier (store
+    times follow CommitLog order, as RocketMQ's time search assumes)."""
+    at = 0
+    for t, q in s.queues():
+        if (topic is not None and t != topic) or (queue_id is not None and q != queue_id):
+            continue
+        cq = s.consume_queue(t, q)
+        off = s.get_offset_in_queue_by_time(t, q, begin, "lower")
+        unit = cq.get_unit(off - 1) if cq is not None and off > cq.min_offset_in_queue() else None
+        if unit is not None and s.commitlog.store_timestamp_at(unit[0], unit[1]) < begin:
+            at = max(at, unit[0] + unit[1])
+    return at
 
 
 def cmd_query_key(args) -> int:
@@ -688,9 +729,12 @@ def cmd_tail(args) -> int:
                         # queues there at the start: from their end (or the
                         # beginning); queues created later: all of it is new
                         tail_only = initial and not args.from_beginning
-                        offsets[q] = (s.get_max_offset_in_queue if tail_only else s.get_min_offset_in_queue)(
-                            args.topic, q
-                        )
+                        if initial and args.since is not None:
+                            offsets[q] = s.get_offset_in_queue_by_time(args.topic, q, args.since, "lower")
+                        else:
+                            offsets[q] = (s.get_max_offset_in_queue if tail_only else s.get_min_offset_in_queue)(
+                                args.topic, q
+                            )
 
             add_queues(True)
             while True:
@@ -762,7 +806,8 @@ EXAMPLES = {
     "salvage": ["rmqstore salvage STORE NEW_STORE"],
     "recover": ["rmqstore recover STORE --dry-run", "rmqstore recover STORE --yes"],
     "clean": ["rmqstore clean STORE --dry-run --json", "rmqstore clean STORE --reserved-hours 0 --yes"],
-    "tail": ["rmqstore tail STORE --topic TopicTest --from-beginning --limit 5 --timeout 1"],
+    "tail": ["rmqstore tail STORE --topic TopicTest --from-beginning --limit 5 --timeout 1",
+             "rmqstore tail STORE --topic TopicTest --since 2024-09-19T08:00:01 --limit 5 --timeout 1"],
     "report": ["rmqstore report STORE -o report.html"],
     "completion": ["rmqstore completion bash"],
     "demo": ["rmqstore demo --dir DIR --count 1000"],
@@ -847,7 +892,7 @@ def _parser() -> _Parser:
     sp.add_argument("--from-offset", type=_offset, default=0, metavar="OFFSET",
                     help="CommitLog physical offset to start at, a record boundary (default 0)")
     sp.add_argument("--to-offset", type=_offset, metavar="OFFSET", help="stop before this physical offset")
-    time_opts(sp, "messages")
+    time_opts(sp, "messages")  # (seek by the ConsumeQueue time search: see _time_seek)
     limit_opt(sp, _count, "print at most N messages (1 or more)")
     sp.add_argument("--skip-damaged", action="store_true",
                     help="read past damaged records to the next valid one (the damage is still reported, exit 3)")
@@ -924,6 +969,9 @@ def _parser() -> _Parser:
     sp.add_argument("--topic", required=True, type=topic_arg, help="the topic to follow")
     queue_opt(sp, "one queue id (default: every queue of the topic, new ones too)", "--queue")
     sp.add_argument("--from-beginning", action="store_true", help="start at the oldest stored message")
+    sp.add_argument("--since", type=_time, metavar="TIME",
+                    help="start at the first message stored at or after this time (ms since epoch or ISO-8601), "
+                         "found by the ConsumeQueue time search")
     limit_opt(sp, _count, "exit after N messages", "--max")
     sp.add_argument("--timeout", type=_seconds, metavar="SECONDS", help="exit after this many seconds")
     sp.add_argument("--interval", type=_int_range(0, 3_600_000), default=50, metavar="MS",

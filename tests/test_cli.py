@@ -83,6 +83,43 @@ def test_dump_filters(capsys, basic_dump):
     assert [r["physical_offset"] for r in json_lines(out)] == [r["physicalOffset"] for r in records[100:103]]
 
 
+@pytest.mark.parametrize("topic, queue_id", [(None, None), ("TopicTest", None), ("OrderTopic", 1)])
+def test_dump_time_window_seeks_and_matches_a_full_filter(capsys, basic_dump, topic, queue_id):
+    """--begin/--end answer exactly what filtering every record would, while
+    the scan starts past the records stored before --begin (ConsumeQueue
+    time search) and stops at the first one after --end."""
+    from rmqstore.cli import _time_seek
+
+    records = [r for r in basic_dump["commitlog"]["records"] if r["kind"] == "message"]
+    times = sorted({r["storeTimestamp"] for r in records})
+    extra = (["--topic", topic] if topic else []) + (["--queue-id", queue_id] if queue_id is not None else [])
+    with MessageStore.open(BASIC / "store", read_only=True) as s:
+        for i in (0, len(times) // 3, len(times) // 2, len(times) - 1):
+            begin, end = times[i], times[min(len(times) - 1, i + 25)]
+            want = [r["physicalOffset"] for r in records if begin <= r["storeTimestamp"] <= end
+                    and (topic is None or r["topic"] == topic) and (queue_id is None or r["queueId"] == queue_id)]
+            code, out, _ = run(capsys, "dump", BASIC / "store", "--begin", begin, "--end", end, "--body", "none",
+                               *extra)
+            assert code == 0 and [r["physical_offset"] for r in json_lines(out)] == want
+            seek = _time_seek(s, begin, topic, queue_id)
+            assert all(r["storeTimestamp"] < begin for r in records if r["physicalOffset"] < seek)
+            if i:  # (past the first time, the scan skips what came before)
+                assert seek > 0
+
+
+def test_tail_since_starts_at_the_time(capsys, tmp_path):
+    root, t0 = tmp_path / "s", 1_726_732_800_000
+    clock = iter(range(t0, t0 + 10_000_000, 1000))  # one message a second
+    cfg = StoreConfig(mapped_file_size_commit_log=1 << 16, make_files_ahead=False)
+    with MessageStore.open(root, cfg, clock=lambda: next(clock)) as s:
+        offsets = [s.put_message(Message("T", b"m%d" % i, queue_id=i % 4)).wrote_offset for i in range(120)]
+    since = t0 + 70_500  # between the 71st and 72nd message
+    code, out, _ = run(capsys, "tail", root, "--topic", "T", "--since", since, "--timeout", "1", "--body", "none",
+                       "--interval", "0")
+    assert code == 0
+    assert sorted(r["physical_offset"] for r in json_lines(out)) == offsets[71:]
+
+
 def test_query_key_and_offsets(capsys, basic_dump):
     q = next(k for k in basic_dump["queries"]["keyQueries"] if k["key"] == "order-1001" and k["topic"] == "TopicTest")
     code, out, _ = run(capsys, "query-key", BASIC / "store", "TopicTest", "order-1001", "--offsets-only")
