@@ -134,7 +134,7 @@ def test_verify_keeps_the_records_it_walked_as_columns(tmp_path):
     with pytest.raises(ValueError):
         table.add(recs[0])  # the walk adds in physical-offset order only
     # the golden store's walk: every record found where the dump says
-    v = _Verifier(str(golden_store("basic")), None)
+    v = _Verifier(str(golden_store("basic")), None, window=10**6)  # (one window: the whole walk kept)
     try:
         v.commitlog()
         dump = dump_messages("basic")
@@ -195,6 +195,34 @@ def test_salvage_keeps_crc_properties_record_by_record(tmp_path):
     assert report["messages_copied"] == 8
     assert [tuple(r) for r in report["bad_regions"]] == [
         (f"commitlog/{CL[0]}", second.physical_offset, second.store_size)]
+
+
+@pytest.mark.parametrize("window", [1, 2, 7, 64])
+def test_verify_in_windows_finds_what_one_window_finds(root, window, monkeypatch):
+    """The walk keeps at most *window* records; units and index entries
+    are checked as it passes what they point at. Damage of every kind
+    (a bad record, units pointing wrong, a unit zeroed, index entries
+    pointing wrong or out of order) is reported the same, in the same order,
+    whatever the window."""
+    from rmqstore.tools import verify as verify_module
+
+    xor_byte(root / "commitlog" / CL[0], seg_records(0)[30]["filePosition"] + 88 + 3, 0x10)  # a body CRC
+    units = cq_units("TopicTest", 0)
+    rel = f"consumequeue/TopicTest/0/{units[5]['file']}"
+    patch(root / rel, units[5]["filePosition"], struct.pack(">q", units[40]["commitLogOffset"]))  # forward
+    rel2 = f"consumequeue/TopicTest/0/{units[45]['file']}"
+    patch(root / rel2, units[45]["filePosition"], struct.pack(">q", units[2]["commitLogOffset"]))  # backward
+    oq = cq_units("OrderTopic", 1)
+    patch(root / f"consumequeue/OrderTopic/1/{oq[7]['file']}", oq[7]["filePosition"], bytes(20))  # zeroed
+    ix = index_files()[0]
+    base = 40 + 4 * 100
+    for e, phy in ((3, records()[150]["physicalOffset"]), (200, records()[1]["physicalOffset"] + 1)):
+        patch(root / "index" / ix["name"], base + 20 * e + 4, struct.pack(">q", phy))
+    whole = verify_store(root)
+    assert len(errors(whole)) >= 6
+    monkeypatch.delenv("RMQSTORE_VERIFY_WINDOW", raising=False)
+    monkeypatch.setattr(verify_module, "WINDOW_RECORDS", window)
+    assert verify_store(root) == whole
 
 
 # --- verify: CommitLog damage ----------------------------------------------------------------------

@@ -1,13 +1,13 @@
 """``salvage``: :func:`salvage_store` copies every message of a store that
 still validates (body CRC, ``__CRC32#`` when present, stored physical offset)
 into a new store, resynchronising after damaged regions; the source is only
-read. The records found are kept as columns (``_Found``) until they are
-copied."""
+read. Two walks of the same records: the first counts them and settles the
+new store's settings (``_Found``: a few numbers, whatever the store's size),
+the second copies them, so memory does not grow with the number of records."""
 
 from __future__ import annotations
 
 import os
-from array import array
 
 from .. import _kernels as k
 from ..config import StoreConfig
@@ -102,14 +102,16 @@ def salvage_store(src, out, config: StoreConfig | None = None, progress=None) ->
         max_size = max(fs, 1)
         total, done = sum(seg.size for seg in segs), 0
         for si, seg in enumerate(segs):
-            _salvage_segment(si, seg, si == len(segs) - 1, fs, max_size, records, bad_regions)
+            for pos, st, fields in _valid_records(seg, si == len(segs) - 1, fs, max_size, bad_regions):
+                records.add(prop_crc(seg.buf, pos, st, fields[16]) is not None, _body_len(seg.buf, pos, fields),
+                            fields[13])
             done += seg.size
             if progress is not None:
                 progress("scan", done, total)
         changes: dict = {}
         if records.max_body > cfg.max_message_size:
             changes["max_message_size"] = records.max_body
-        if sum(records.has_crc) * 2 > len(records) and not cfg.enabled_append_prop_crc:
+        if records.with_crc * 2 > len(records) and not cfg.enabled_append_prop_crc:
             changes["enabled_append_prop_crc"] = True
         if changes:
             cfg = cfg.replace(**changes)
@@ -136,7 +138,7 @@ def salvage_store(src, out, config: StoreConfig | None = None, progress=None) ->
         store = MessageStore.open(out, config=cfg.replace(schedule_service_enable=False), store_host="127.0.0.1:10911",
                                   clock=lambda: now[0])
         try:
-            _copy_records(store, segs, records, now, report, progress)
+            _copy_records(store, segs, fs, max_size, records, now, report, progress)
         finally:
             store.close()
     finally:
@@ -146,37 +148,41 @@ def salvage_store(src, out, config: StoreConfig | None = None, progress=None) ->
 
 
 class _Found:
-    """The valid records a salvage walk found, as columns (``array``): 13
-    bytes a record (a tuple each took ~250, and a 100 GB CommitLog holds
-    ~250M records)."""
+    """What the first walk learns of the valid records: how many, how many
+    carry ``__CRC32#``, the longest body, and the prepared-transaction
+    offsets that commit and rollback records name (few: one per such
+    record), for the copy to remap."""
 
     def __init__(self):
-        self.segment, self.pos, self.has_crc = array("i"), array("q"), array("b")
-        self.max_body = 0  # the longest body found
-        self.referenced: set = set()  # the prepared-transaction offsets the records hold
+        self.count = 0
+        self.with_crc = 0
+        self.max_body = 0
+        self.referenced: set = set()
 
-    def add(self, si: int, pos: int, has_crc: bool, body_len: int, prepared: int) -> None:
-        self.segment.append(si)
-        self.pos.append(pos)
-        self.has_crc.append(has_crc)
+    def add(self, has_crc: bool, body_len: int, prepared: int) -> None:
+        self.count += 1
+        self.with_crc += has_crc
         self.max_body = max(self.max_body, body_len)
-        self.referenced.add(prepared)
+        if prepared:
+            self.referenced.add(prepared)
 
     def __len__(self) -> int:
-        return len(self.pos)
+        return self.count
 
 
-def _salvage_segment(
-    si, seg: Segment, is_last: bool, fs: int, max_size: int, records: _Found, bad_regions: list
-) -> None:
+def _valid_records(seg: Segment, is_last: bool, fs: int, max_size: int, bad_regions: list):
+    """The valid records of one segment, walked from position 0 as
+    ``(position, size, fields)``, resynchronising after damage; the bad
+    regions skipped are appended to *bad_regions* as ``(file, offset,
+    length)``. The walk depends only on the bytes: run twice on the same
+    segment, it yields the same records."""
     buf, n = seg.buf, seg.size
     data_end = _nonzero_end(buf, 0, n)
     pos = 0
     while pos < data_end:
         st, fields = validate_record(buf, pos, n, seg.start + pos, max_size)
         if st > 0:
-            crc = prop_crc(buf, pos, st, fields[16])
-            records.add(si, pos, crc is not None, _body_len(buf, pos, fields), fields[13])
+            yield pos, st, fields
             pos += st
             continue
         if st == 0:
@@ -203,11 +209,18 @@ def _body_len(buf, pos: int, fields) -> int:
     return _I32.unpack_from(buf, pos + 68 + bw + sw)[0]
 
 
-def _copy_records(store, segs, records: _Found, now, report, progress=None) -> None:
+def _copied(segs, fs: int, max_size: int):
+    """The second walk: every valid record as ``(segment, position, size, fields)``."""
+    for si, seg in enumerate(segs):
+        for pos, st, fields in _valid_records(seg, si == len(segs) - 1, fs, max_size, []):
+            yield seg, pos, st, fields
+
+
+def _copy_records(store, segs, fs: int, max_size: int, records: _Found, now, report, progress=None) -> None:
     remap: dict = {}  # old -> new physical offset, of the records others name as their prepared one
     default_crc = store.config.enabled_append_prop_crc
-    for si, pos, has_crc in zip(records.segment, records.pos, records.has_crc):
-        seg = segs[si]
+    for seg, pos, st, fields in _copied(segs, fs, max_size):
+        has_crc = prop_crc(seg.buf, pos, st, fields[16]) is not None
         f = k.decode_record(seg.buf, pos, True)
         old_phys = seg.start + pos
         props, exact = _ordered_properties(f[16])

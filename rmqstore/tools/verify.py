@@ -2,8 +2,12 @@
 mappings; it never opens anything writable and never calls
 ``MessageStore.open``) and returns the list of :class:`Problem` found, each
 with the file (relative to the store root) and the byte offset in that file.
-The CommitLog walk keeps what it reached in a :class:`_RecordTable`, against
-which the ConsumeQueues and index files are checked (``_Verifier``)."""
+The CommitLog walk keeps what it reached in a :class:`_RecordTable`, a window
+of at most ``window`` records: each time it fills, the ConsumeQueue units and
+index entries that point into it are checked against it (one cursor per queue
+and per index file, as both are written in CommitLog order) and it is
+emptied, so memory is bounded by the number of queues and files, not records
+(``_Verifier``)."""
 
 from __future__ import annotations
 
@@ -154,9 +158,23 @@ def _index_count(path: str) -> int:
     return _INDEX_HEADER.unpack(head)[5] if len(head) == _INDEX_HEADER.size else 0
 
 
+#: records the verifier keeps at once (~60 bytes each: ~60 MB); the
+#: environment variable RMQSTORE_VERIFY_WINDOW sets another number
+WINDOW_RECORDS = 1 << 20
+
+
+def _window() -> int:
+    try:
+        return max(1, int(os.environ.get("RMQSTORE_VERIFY_WINDOW", WINDOW_RECORDS)))
+    except ValueError:
+        return WINDOW_RECORDS
+
+
 class _Verifier:
-    def __init__(self, root: str, config: StoreConfig | None, live: bool = False, progress=None):
+    def __init__(self, root: str, config: StoreConfig | None, live: bool = False, progress=None,
+                 window: int | None = None):
         self.root = root
+        self.window = window or _window()
         self.progress = progress  # progress(bytes walked, bytes in all) after each CommitLog segment
         # a writer holds the store: what it writes while the check runs (units
         # and index entries past the CommitLog end seen, a tail not yet
@@ -164,7 +182,10 @@ class _Verifier:
         self.live = live
         self.cfg = config if config is not None else StoreConfig()
         self.explicit_max = None if config is None else config.max_message_size + RECORD_SIZE_SLACK
-        self.problems: list = []
+        self._found: list = []  # (order key, Problem): the phases' problems, sorted as if run one by one
+        self._key: tuple = (0,)  # the order key of problems reported now
+        self._cq_cursors: list = []  # per queue: [its next unit to check or None, the unit iterator]
+        self._ix_cursors: list = []  # per index file: the same for its entries
         self.segments: list = []  # Segment per CommitLog segment, by start offset
         self.fs = 0
         self.cl_min = 0
@@ -179,10 +200,18 @@ class _Verifier:
     # -- reporting
 
     def error(self, file, offset, text) -> None:
-        self.problems.append(Problem(file, int(offset), text, "error"))
+        self._found.append((self._key, Problem(file, int(offset), text, "error")))
 
     def warning(self, file, offset, text) -> None:
-        self.problems.append(Problem(file, int(offset), text, "warning"))
+        self._found.append((self._key, Problem(file, int(offset), text, "warning")))
+
+    @property
+    def problems(self) -> list:
+        """Every problem found, in the order of the phases (CommitLog walk,
+        ConsumeQueues queue by queue, records missing from their queue,
+        index files, checkpoint and abort, consumer offsets), whatever
+        window found it."""
+        return [p for _key, p in sorted(self._found, key=lambda kp: kp[0])]
 
     def _map(self, path, start=0):
         ro = Segment(path, _rel(self.root, path), start, follow_links=True)
@@ -328,6 +357,30 @@ class _Verifier:
 
     def _add_record(self, seg, pos, size, fields) -> None:
         self.records.add(self._make_rec(seg, pos, size, fields))
+        if len(self.records) >= self.window:
+            hi = seg.start + pos + size
+            # (what the flush takes lies below hi: within the CommitLog, whose end the walk has not reached yet)
+            self.cl_end = max(self.cl_end, hi)
+            key = self._key
+            self.flush(hi)
+            self._key = key
+
+    def flush(self, hi: int | None = None) -> None:
+        """Check what points into the records walked so far against them
+        and forget them: the units and index entries (by their cursors)
+        that lie wholly below physical offset *hi*, and the walked records'
+        own units. *hi* None: everything left, once the walk is done."""
+        for cursors, check in ((self._cq_cursors, self._check_unit), (self._ix_cursors, self._check_entry)):
+            for cur in cursors:
+                item = cur[0]
+                while item is not None and (hi is None or item[-2] + item[-1] <= hi):
+                    self._key = item[0]
+                    check(*item[1:])
+                    item = cur[0] = next(cur[1], None)
+        self.missing_units()
+        self.records = _RecordTable()
+        self._lookup_cache.clear()
+        self._key = (0,)
 
     def lookup(self, phys: int):
         """The valid record starting at *phys* (reached by the walk, or checked
@@ -351,10 +404,16 @@ class _Verifier:
     # -- ConsumeQueues
 
     def consume_queues(self) -> None:
-        for topic, qid, qdir in _queue_dirs(self.root):
-            self._queue(topic, qid, qdir)
+        """Map every ConsumeQueue and check its files (before the walk); its
+        units are checked as the walk reaches what they point at."""
+        for seq, (topic, qid, qdir) in enumerate(_queue_dirs(self.root)):
+            self._key = (1, seq, -1)
+            units = self._queue(topic, qid, qdir, seq)
+            if units is not None:
+                self._cq_cursors.append([next(units, None), units])
+        self._key = (0,)
 
-    def _queue(self, topic: str, qid: int, qdir: str) -> None:
+    def _queue(self, topic: str, qid: int, qdir: str, seq: int):
         U = CQ_STORE_UNIT_SIZE
         found = self._segments(qdir, "ConsumeQueue file")
         if found is None:
@@ -378,6 +437,15 @@ class _Verifier:
             except OSError as e:
                 self.error(rel, 0, f"cannot read the file: {e}")
         self.queues[(topic, qid)] = (fs, mapped)
+        return self._queue_units(topic, qid, mapped, seq)
+
+    def _queue_units(self, topic: str, qid: int, mapped: dict, seq: int):
+        """The units of one queue to check against the records, in queue
+        order, as ``(order key, f, upos, q, topic, qid, phy, tags, size)``
+        (the sort key of their problems first, the target's offset and size
+        last); the placeholders and stale units in between are reported
+        here."""
+        U = CQ_STORE_UNIT_SIZE
         real_seen = False
         zero_seen = False
         stale_reported = False
@@ -387,6 +455,7 @@ class _Verifier:
                 upos = j * U
                 phy, size, tags = unit
                 q = (start + upos) // U
+                self._key = (1, seq, q)
                 if phy == 0 and size == 0 and tags == 0:
                     zero_seen = True
                     continue
@@ -404,9 +473,9 @@ class _Verifier:
                                    f"pre-blank placeholder at queue offset {q} after the queue's first real unit")
                     continue
                 real_seen = True
-                self._check_unit(f, upos, q, topic, qid, phy, size, tags)
+                yield (1, seq, q), f, upos, q, topic, qid, tags, phy, size
 
-    def _check_unit(self, f, upos, q, topic, qid, phy, size, tags) -> None:
+    def _check_unit(self, f, upos, q, topic, qid, tags, phy, size) -> None:
         where = f"unit for queue offset {q} ({size} bytes at physical offset {phy})"
         if phy < 0 or size <= 0:
             self.error(f.rel, upos, f"invalid {where}: recovery cuts the queue here")
@@ -431,12 +500,13 @@ class _Verifier:
             self.error(f.rel, upos, f"{where} has tags code {tags}, dispatch computes {rec.tags_code}")
 
     def missing_units(self) -> None:
-        """Every NOT_TYPE/COMMIT record must be the target of the unit at its queue offset."""
+        """Every NOT_TYPE/COMMIT record of the window must be the target of the unit at its queue offset."""
         U = CQ_STORE_UNIT_SIZE
         hint = " (the store was not shut down cleanly: recovery dispatches it again)" if self.abort else ""
         for rec in self.records:
             if not gets_consume_queue_unit(rec.sys_flag):
                 continue
+            self._key = (2, rec.phys)
             what = (f"message missing from ConsumeQueue: {rec.topic}/{rec.queue_id} queue offset {rec.queue_offset} "
                     f"(record at physical offset {rec.phys}, {rec.file}@{rec.pos})")
             entry = self.queues.get((rec.topic, rec.queue_id))
@@ -495,20 +565,27 @@ class _Verifier:
             while good and _index_count(good[-1]) <= 1:
                 good.pop()
             good = good[:-1]
-        for path in good:
+        for seq, path in enumerate(good):
+            self._key = (3, seq, -1)
             try:
                 f = self._map(path)
             except OSError as e:
                 self.error(_rel(self.root, path), 0, f"cannot read the index file: {e}")
                 continue
-            self._index_file(f, s, n)
+            entries = self._index_file(f, s, n, seq)
+            if entries is not None:
+                self._ix_cursors.append([next(entries, None), entries])
+        self._key = (0,)
 
-    def _index_file(self, f: Segment, s: int, n: int) -> None:
+    def _index_file(self, f: Segment, s: int, n: int, seq: int):
+        """Check one index file's header, slots and chains; return an
+        iterator of its entries to check against the records (see
+        :meth:`_index_entries`), None when the file cannot be read as one."""
         buf, rel = f.buf, f.rel
         if f.size != index_file_size(s, n):
             self.error(rel, 0,
                        f"index file has {f.size} bytes, {index_file_size(s, n)} expected for {s} slots x {n} entries")
-            return
+            return None
         _bt, _et, begin_phy, end_phy, slot_count, raw_count = _INDEX_HEADER.unpack_from(buf, 0)
         count = raw_count if raw_count > 0 else 1
         if raw_count < 0 or raw_count > n:
@@ -553,10 +630,12 @@ class _Verifier:
             entries = mv[base + INDEX_ENTRY_SIZE : base + INDEX_ENTRY_SIZE * count]
             try:
                 for i, (h, phy, diff, prev) in enumerate(_INDEX_ENTRY.iter_unpack(entries), 1):
+                    self._key = (3, seq, i)
                     self._index_entry(rel, base + INDEX_ENTRY_SIZE * i, i, h, phy, diff, prev, last_phy)
                     last_phy = phy
             finally:
                 entries.release()
+        self._key = (3, seq, count)
         if count > 1:
             first_phy = entry(buf, base + INDEX_ENTRY_SIZE)[1]
             if begin_phy != first_phy and header_at != 16:
@@ -572,8 +651,21 @@ class _Verifier:
         q = _first_nonzero(buf, base + INDEX_ENTRY_SIZE * count, f.size)
         if q >= 0:
             self.warning(rel, q, f"non-zero bytes in the entry area after indexCount={count}: stale entries")
+        return self._index_entries(f, base, count, seq)
+
+    @staticmethod
+    def _index_entries(f: Segment, base: int, count: int, seq: int):
+        """The entries of an index file to check against the records, as
+        ``(order key, rel, offset in the file, entry number, key hash, phy, 1)``
+        (the 1: a size, so the cursor takes the entry once *phy* was walked)."""
+        entry = _INDEX_ENTRY.unpack_from
+        for i in range(1, count):
+            off = base + INDEX_ENTRY_SIZE * i
+            h, phy, _diff, _prev = entry(f.buf, off)
+            yield (3, seq, i), f.rel, off, i, h, phy, 1
 
     def _index_entry(self, rel, off, i, h, phy, diff, prev, last_phy) -> None:
+        """An entry's own fields."""
         if h < 0:
             self.error(rel, off, f"index entry {i} has a negative key hash {h}")
         if prev < 0 or prev >= i:
@@ -583,6 +675,9 @@ class _Verifier:
         if last_phy is not None and phy < last_phy:
             self.warning(rel, off, f"index entry {i} points at physical offset {phy}, before the previous "
                                    f"entry's {last_phy} (entries are added in CommitLog order)")
+
+    def _check_entry(self, rel, off, i, h, phy, _size) -> None:
+        """An entry against the record it points at."""
         if phy < self.cl_min:
             return  # expired
         if phy >= self.cl_end:
@@ -677,10 +772,10 @@ def verify_store(root, config: StoreConfig | None = None, progress=None) -> list
     os.listdir(root)  # PermissionError when unreadable
     v = _Verifier(root, config, live=StoreLock.is_held(root), progress=progress)
     try:
-        v.commitlog()
-        v.consume_queues()
-        v.missing_units()
+        v.consume_queues()  # (mapped and their files checked; units checked as the walk reaches their records)
         v.index()
+        v.commitlog()
+        v.flush()
         v.misc()
         v.consumer_offsets()
     finally:
