@@ -76,6 +76,9 @@ def _damage_seen() -> bool:
         report = s.recovery_report
         root = _show(s.root_dir)
         damaged = False
+        if StoreLock.is_held(s.root_dir):  # (what it writes meanwhile is not damage, nor read)
+            print(f"rmqstore: {root}: a writer holds the store: read what it had published when the command "
+                  f"opened it", file=sys.stderr)
         for d in report.get("damage", ()):
             print(f"rmqstore: {root}: damage at CommitLog physical offset {d['physical_offset']} ({d['reason']}); "
                   f"read on from {d['resumes_at']}", file=sys.stderr)
@@ -341,6 +344,7 @@ def cmd_info(args) -> int:
             },
             "checkpoint": s.checkpoint.to_dict(),
             "clean_shutdown": s.last_exit_ok,
+            "writer_running": StoreLock.is_held(s.root_dir),
             "groups": _groups(s),  # (consumer groups with committed offsets)
             "queues": [],
         }
@@ -361,7 +365,8 @@ def cmd_info(args) -> int:
         if args.json:
             _print_json(out)
             return 0
-        shutdown = "clean shutdown" if s.last_exit_ok else "NOT shut down cleanly"
+        shutdown = ("a writer holds it" if out["writer_running"] else
+                    "clean shutdown" if s.last_exit_ok else "NOT shut down cleanly")
         print(f"store            {_show(out['store'])}  ({shutdown})")
         print(f"commitlog        {len(files)} file(s) of {cl.file_size} bytes, physical offsets "
               f"[{s.min_physical_offset}, {s.max_physical_offset})")

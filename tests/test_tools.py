@@ -701,7 +701,7 @@ while True:
 """
 
 
-def test_verify_beside_a_live_writer_reports_no_false_errors(tmp_path):
+def test_verify_beside_a_live_writer_reports_no_false_errors(tmp_path, capsys):
     """A writer is not damage: while a writer process puts (rolling CommitLog,
     queue and index files), verify checks what it had written, says a writer
     holds the store, and finds no error; after a kill -9 (files made ahead
@@ -720,6 +720,13 @@ def test_verify_beside_a_live_writer_reports_no_false_errors(tmp_path):
             problems = verify_store(root)
             assert [x for x in problems if x.severity == "error"] == []
             assert any("a writer holds the store" in x.problem for x in problems)
+        # the read commands: no damage (exit 0), and they say a writer holds the store
+        code, out, err = run(capsys, "info", root, "--json")
+        assert code == 0 and json.loads(out)["writer_running"] is True and "a writer holds the store" in err
+        code, out, err = run(capsys, "dump", root, "--body", "none")
+        rows = [json.loads(line) for line in out.splitlines()]
+        assert code == 0 and len(rows) > 100 and "damage" not in err and "a writer holds the store" in err
+        assert run(capsys, "query-msgid", root, rows[-1]["msg_id"])[0] == 0
     finally:
         p.kill()
         p.wait()
