@@ -148,6 +148,17 @@ class _RecordTable:
         return (self._rec(i) for i in range(len(self.phys)))
 
 
+#: ConsumeQueue units read at once by a queue's cursor (a cursor waits with one chunk read)
+_UNIT_CHUNK = 4096
+
+
+def _chunked_units(f):
+    """The units of a mapped ConsumeQueue file in order, read a chunk at a time."""
+    step = _UNIT_CHUNK * CQ_STORE_UNIT_SIZE
+    for a in range(0, f.size, step):
+        yield from k.cq_units(f.buf, a, min(f.size, a + step))
+
+
 def _index_count(path: str) -> int:
     """The indexCount of an index file's header (0 when it cannot be read)."""
     try:
@@ -451,7 +462,7 @@ class _Verifier:
         stale_reported = False
         for start in sorted(mapped):
             f = mapped[start]
-            for j, unit in enumerate(k.cq_units(f.buf, 0, f.size)):
+            for j, unit in enumerate(_chunked_units(f)):
                 upos = j * U
                 phy, size, tags = unit
                 q = (start + upos) // U
