@@ -17,6 +17,7 @@ ConsumeQueues, physical offsets, store time) and then filters rows exactly.
 
 from __future__ import annotations
 
+import logging
 import mmap
 import os
 import struct
@@ -43,7 +44,7 @@ from .format.layout import (
     REC_STATUS_TEXT,
 )
 from .storage.consumequeue import queue_dirs
-from .storage.walker import list_segments, map_readonly
+from .storage.walker import data_ranges, find_valid_record, list_segments, map_readonly
 
 __all__ = [
     "COLUMNS",
@@ -500,14 +501,56 @@ def _row_mask(cols: dict, f: ScanFilter) -> np.ndarray | None:
     return mask
 
 
+log = logging.getLogger("rmqstore.arrow")
+
+#: what a reader does at a damaged record (docs: ``onCorrupt``)
+ON_CORRUPT = ("fail", "skip", "stop")
+
+
+def _check_on_corrupt(on_corrupt: str) -> None:
+    if on_corrupt not in ON_CORRUPT:
+        raise ValueError(f"on_corrupt must be one of {', '.join(ON_CORRUPT)}, got {on_corrupt!r}")
+
+
+def _next_valid(buf, path: str, pos: int, file_offset: int, check_crc: bool):
+    """Where the next valid record (or END_OF_FILE record) after *pos*
+    starts in one CommitLog file: ``(position, size)``, size 0 for the
+    blank record; None when nothing valid follows (the end of its data).
+    Only the ranges the file system says hold data are searched."""
+    size = len(buf)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        ranges = list(data_ranges(fd, pos, size))
+    finally:
+        os.close(fd)
+    return find_valid_record(buf, pos, size, file_offset, size, check_crc=check_crc, prop_crc_tail=True,
+                             blank_end=size, ranges=ranges)
+
+
+def _blank_at(buf, pos: int) -> bool:
+    """Whether an END_OF_FILE record filling the rest of the file is at *pos* (or *pos* is its end)."""
+    n = len(buf)
+    if pos + 8 > n:
+        return pos == n
+    total, magic = struct.unpack_from(">ii", buf, pos)
+    return magic == BLANK_MAGIC_CODE and total == n - pos
+
+
+def _damage(split_path: str, file_offset: int, pos: int, stop: int) -> str:
+    why = "zeros where a record should be, with valid records after them" if stop == REC_BLANK else (
+        REC_STATUS_TEXT.get(stop, stop))
+    return f"damaged record at physical offset {file_offset + pos} ({why}; `rmqstore verify` lists every problem)"
+
+
 def read_split(
     split: Split,
     columns: Sequence[str] | None = None,
     batch_rows: int = DEFAULT_BATCH_ROWS,
     scan_filter: ScanFilter | None = None,
-    check_crc: bool = False,
+    check_crc: bool = True,
     on_corrupt: str = "fail",
     end_offset: int | None = None,
+    stats: dict | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Decode one split into record batches of at most *batch_rows* rows.
 
@@ -515,16 +558,23 @@ def read_split(
         split (Split): from :func:`store_splits`.
         columns (sequence of str | None): output columns (default :data:`COLUMNS`).
         scan_filter (ScanFilter | None): rows to keep.
-        check_crc (bool): verify body CRCs (and ``__CRC32#`` when present).
-        on_corrupt (str): ``"fail"`` raises at an invalid record, ``"stop"``
-            ends the split there.
+        check_crc (bool): verify body CRCs (and ``__CRC32#`` when present);
+            on by default, as the store's own reads.
+        on_corrupt (str): at a damaged record (one that does not validate,
+            or zeros with valid records after them): ``"fail"`` raises,
+            ``"skip"`` reads on from the next valid record (logged, and
+            counted in *stats*), ``"stop"`` ends the split there (logged).
         end_offset (int | None): physical offset to stop at (a live store's
             known end), in addition to the split's end.
+        stats (dict | None): ``skipped_records`` (damaged regions skipped)
+            and ``skipped_bytes`` are added to it.
 
     Raises:
-        CorruptedFileError: an invalid record before the end of data
-            (``on_corrupt="fail"``), with the file and position.
+        CorruptedFileError: a damaged record (``on_corrupt="fail"``), with
+            the file and its position in it.
+        ValueError: an unknown *on_corrupt*.
     """
+    _check_on_corrupt(on_corrupt)
     cols_out = COLUMNS if columns is None else tuple(columns)
     schema = arrow_schema(cols_out)
     f = scan_filter if scan_filter is not None and not scan_filter.is_empty() else None
@@ -548,13 +598,28 @@ def read_split(
                     b = b.filter(pa.array(mask))
                 if b.num_rows:
                     yield b
-            if stop < 0:
-                if on_corrupt == "stop":
+            if stop == REC_BLANK and _blank_at(buf, nxt):
+                return  # END_OF_FILE: the rest of the file is filler
+            if stop < 0 or stop == REC_BLANK:
+                # an invalid record, or zeros: the end of the data unless valid records follow
+                found = _next_valid(buf, split.path, nxt + (stop < 0), split.file_offset, check_crc)
+                if found is None and stop == REC_BLANK:
                     return
-                raise CorruptedFileError(
-                    f"invalid record: {REC_STATUS_TEXT.get(stop, stop)} (run `rmqstore verify`)", split.path, nxt
-                )
-            if stop == REC_BLANK or nxt <= pos:
+                what = _damage(split.path, split.file_offset, nxt, stop)
+                if on_corrupt == "fail":
+                    raise CorruptedFileError(what + " (onCorrupt=skip reads past it)", split.path, nxt)
+                if on_corrupt == "stop":
+                    log.warning("%s: %s; the split ends there (onCorrupt=stop)", split.path, what)
+                    return
+                resume = found[0] if found is not None else len(buf)
+                if stats is not None:
+                    stats["skipped_records"] = stats.get("skipped_records", 0) + 1
+                    stats["skipped_bytes"] = stats.get("skipped_bytes", 0) + min(resume, end) - nxt
+                log.warning("%s: %s; skipped %d byte(s) (onCorrupt=skip)", split.path, what, min(resume, end) - nxt)
+                if found is None or found[1] == 0:
+                    return
+                nxt = resume
+            elif nxt <= pos:
                 return
             pos = nxt
     finally:
@@ -569,7 +634,7 @@ def iter_batches(
     scan_filter: ScanFilter | None = None,
     batch_rows: int = DEFAULT_BATCH_ROWS,
     split_bytes: int = 128 << 20,
-    check_crc: bool = False,
+    check_crc: bool = True,
     on_corrupt: str = "fail",
 ) -> Iterator[pa.RecordBatch]:
     """Every record of the stores in *store_dirs* (a path or a list, one per
@@ -620,15 +685,26 @@ def min_offset(store_dir) -> int:
     return segs[0].offset if segs else 0
 
 
-def scan_end(store_dir, start: int) -> int:
+def scan_end(store_dir, start: int, on_corrupt: str = "stop", max_records: int | None = None) -> int:
     """Physical offset just past the last valid record at or after *start*
     (a record boundary), crossing END_OF_FILE blank records: the end a
     reader of a live store may go to. Records are checked with their body
-    CRC, so one still being written ends the scan."""
+    CRC, so one still being written ends the scan. A record that does not
+    validate with valid data after it (in its file, or a later file that
+    holds records) is damage, not a write in progress: *on_corrupt*
+    ``"stop"`` ends the scan there (logged), ``"skip"`` goes on after it,
+    ``"fail"`` raises CorruptedFileError naming file and position. With
+    *max_records*, the scan ends after that many records (a streaming
+    batch's limit)."""
+    _check_on_corrupt(on_corrupt)
+    budget = -1 if max_records is None else max_records
     segs = _segments(os.fspath(store_dir))
     offset = start
-    for i, s in enumerate(segs):
+    i = 0
+    while i < len(segs):
+        s = segs[i]
         if offset >= s.offset + s.size:
+            i += 1
             continue
         if offset < s.offset:
             offset = s.offset
@@ -636,29 +712,49 @@ def scan_end(store_dir, start: int) -> int:
         try:
             pos = offset - s.offset
             while True:
-                nxt, stop, _cols = k.decode_columns(buf, pos, s.size, s.offset, 65536, False, False, True)
+                step = 65536 if budget < 0 else min(65536, budget)
+                nxt, stop, cols = k.decode_columns(buf, pos, s.size, s.offset, step, False, False, True)
                 pos = nxt
+                if budget >= 0:
+                    budget -= int(cols["physical_offset"].size)
+                    if budget == 0:
+                        return s.offset + pos
                 if stop != 1:
                     break
+            offset = s.offset + pos
+            if stop == REC_BLANK and _blank_at(buf, pos):
+                if i + 1 < len(segs):
+                    offset = s.offset + s.size  # the file is full: go on with the next one
+                    i += 1
+                    continue
+                return offset
+            # an invalid record or zeros: a write in progress, or damage when valid data follows
+            found = _next_valid(buf, s.path, pos + (stop < 0), s.offset, True)
         finally:
             if isinstance(buf, mmap.mmap):
                 buf.close()
-        offset = s.offset + pos
-        if stop == REC_BLANK and i + 1 < len(segs) and _is_blank_record(s.path, pos, s.size):
-            offset = s.offset + s.size  # the file is full: go on with the next one
-            continue
-        return offset
+        later = i + 1 < len(segs) and _holds_records(segs[i + 1].path)
+        if found is None and not later:
+            return offset
+        what = _damage(s.path, s.offset, pos, stop)
+        if on_corrupt == "fail":
+            raise CorruptedFileError(what + " (onCorrupt=skip reads past it)", s.path, pos)
+        if on_corrupt == "stop":
+            log.warning("%s: %s; reading stops there (onCorrupt=stop)", s.path, what)
+            return offset
+        log.warning("%s: %s; skipped (onCorrupt=skip)", s.path, what)
+        if found is not None and found[1] > 0:
+            offset = s.offset + found[0]
+        else:
+            offset = s.offset + s.size
+            i += 1
     return offset
 
 
-def _is_blank_record(path: str, pos: int, size: int) -> bool:
-    """Whether an END_OF_FILE record filling the rest of the file is at *pos*."""
-    if pos + 8 > size:
-        return pos == size
+def _holds_records(path: str) -> bool:
+    """Whether a CommitLog file holds data (a file made ahead is all zeros: a record would start at 0)."""
     with open(path, "rb") as fh:
-        fh.seek(pos)
-        total, magic = struct.unpack(">ii", fh.read(8))
-    return magic == BLANK_MAGIC_CODE and total == size - pos
+        return any(fh.read(8))
 
 
 def range_splits(store_dir, broker: str, start: int, end: int) -> list:

@@ -179,6 +179,71 @@ def test_corrupt_record_raises_or_stops(tmp_path, mixed):
     assert got[:5] == [m.physical_offset for m in msgs[:5]] and victim.physical_offset not in got
 
 
+def _damaged_copy(tmp_path, mixed, how: str):
+    """A copy of *mixed* with its 6th record damaged: "header" zeroes its
+    first 8 bytes (zeros with valid records after them), "body" flips a
+    body byte (only the CRC tells)."""
+    root = tmp_path / "store"
+    shutil.copytree(mixed, root)
+    msgs = plain_rows(root)
+    victim = msgs[5]
+    seg = sorted(os.listdir(root / "commitlog"))[0]
+    with open(root / "commitlog" / seg, "r+b") as fh:
+        if how == "header":
+            fh.seek(victim.physical_offset)
+            fh.write(bytes(8))
+        else:
+            at = fh.read().find(victim.body, victim.physical_offset)
+            assert victim.body and at > victim.physical_offset
+            fh.seek(at)
+            fh.write(bytes([victim.body[0] ^ 0x40]))
+    return root, msgs, victim
+
+
+@pytest.mark.parametrize("how", ["header", "body"])
+def test_damage_is_never_silent(tmp_path, mixed, how):
+    """A zeroed header inside the data is damage, not the end of the data;
+    a flipped body byte is caught by the CRC check, on by default. fail
+    names the position, skip reads every other record and counts what it
+    skipped, stop ends the split there."""
+    root, msgs, victim = _damaged_copy(tmp_path, mixed, how)
+    with pytest.raises(CorruptedFileError) as e:
+        arrow.read_table(root, ["physical_offset"])
+    assert e.value.offset == victim.physical_offset and "onCorrupt=skip" in str(e.value)
+    splits = arrow.store_splits(root, "b")
+    stats: dict = {}
+    got = [x for s in splits for b in arrow.read_split(s, ["physical_offset"], on_corrupt="skip", stats=stats)
+           for x in b.column(0).to_pylist()]
+    assert got == [m.physical_offset for m in msgs if m is not victim]
+    assert stats == {"skipped_records": 1, "skipped_bytes": victim.store_size}
+    got = arrow.read_table(root, ["physical_offset"], on_corrupt="stop").column(0).to_pylist()
+    assert got[:5] == [m.physical_offset for m in msgs[:5]] and victim.physical_offset not in got
+    if how == "body":  # (opting out of the CRC check reads the damaged body as it is)
+        assert arrow.read_table(root, ["physical_offset"], check_crc=False).num_rows == len(msgs)
+    with pytest.raises(ValueError):
+        arrow.read_table(root, on_corrupt="ignore")
+
+
+def test_scan_end_tells_damage_from_a_write_in_progress(tmp_path, mixed):
+    """A live reader's end: a record that does not validate with valid data
+    after it is damage (fail raises, skip goes past, stop stays before it),
+    while a torn tail with nothing after it is a write in progress."""
+    root, msgs, victim = _damaged_copy(tmp_path, mixed, "header")
+    end = msgs[-1].physical_offset + msgs[-1].store_size
+    assert arrow.scan_end(root, 0) == victim.physical_offset  # (stop, the default: logged)
+    with pytest.raises(CorruptedFileError) as e:
+        arrow.scan_end(root, 0, "fail")
+    assert e.value.offset == victim.physical_offset
+    assert arrow.scan_end(root, 0, "skip") == end
+    # the last record torn: nothing valid after it, so no damage in any mode
+    last = msgs[-1]
+    seg = sorted(os.listdir(root / "commitlog"))[-1]
+    with open(root / "commitlog" / seg, "r+b") as fh:
+        fh.seek(last.physical_offset - int(seg) + last.store_size - 3)
+        fh.write(b"\xff\xff\xff")
+    assert arrow.scan_end(root, msgs[-2].physical_offset, "fail") == last.physical_offset
+
+
 def test_scan_end_follows_a_live_store(tmp_path):
     root = tmp_path / "live"
     cfg = StoreConfig(**SMALL)

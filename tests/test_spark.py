@@ -360,6 +360,67 @@ def test_stream_reads_new_records_of_a_live_store(spark, tmp_path):
     assert got == want and len(os.listdir(root / "commitlog")) > 2
 
 
+def _zero_header(root, m) -> None:
+    """Zero the first 8 bytes of message *m*'s record: damage with valid records after it."""
+    seg = max((n for n in os.listdir(root / "commitlog") if int(n) <= m.physical_offset), key=int)
+    with open(root / "commitlog" / seg, "r+b") as fh:
+        fh.seek(m.physical_offset - int(seg))
+        fh.write(bytes(8))
+
+
+def test_damage_is_never_silent_in_a_query(spark, tmp_path, mixed):
+    """A zeroed record header inside the data: the default read fails naming
+    the offset, onCorrupt=skip reads every other record, stop ends the
+    partition there (it used to end the split silently)."""
+    root = tmp_path / "broker-x" / "store"
+    shutil.copytree(mixed, root)
+    with MessageStore.open(root, read_only=True) as st:
+        msgs = list(st.iter_messages())
+    victim = msgs[len(msgs) // 3]
+    _zero_header(root, victim)
+    with pytest.raises(Exception, match=f"damaged record at physical offset {victim.physical_offset}"):
+        spark.read.format("rmqstore").option("schema", "narrow").load(str(root)).count()
+    skipped = spark.read.format("rmqstore").option("schema", "narrow").option("onCorrupt", "skip").load(str(root))
+    assert sorted(r.physical_offset for r in skipped.select("physical_offset").collect()) == [
+        m.physical_offset for m in msgs if m is not victim]
+    stopped = spark.read.format("rmqstore").option("onCorrupt", "stop").load(str(root)).count()
+    assert stopped < len(msgs) - 1
+    with pytest.raises(Exception, match="onCorrupt must be one of fail, skip, stop"):
+        spark.read.format("rmqstore").option("onCorrupt", "ignore").load(str(root)).count()
+
+
+def test_stream_limits_a_batch_and_fails_at_damage(tmp_path):
+    """maxRecordsPerTrigger bounds each micro-batch; a damaged record fails
+    the stream's next offset (onCorrupt=fail) or is skipped, never stalls it."""
+    from rmqstore.exceptions import CorruptedFileError
+    from rmqstore.spark.source import RmqStoreStreamReader, spark_schema
+
+    root = tmp_path / "b1" / "store"
+    with MessageStore.open(root, config=StoreConfig(**SMALL)) as st:
+        st.put_messages([Message("T", b"m%d" % i) for i in range(25)])
+        msgs = list(st.iter_messages())
+    opts = {"path": str(root), "schema": "narrow", "maxRecordsPerTrigger": "10"}
+    reader = RmqStoreStreamReader(opts, spark_schema(["topic"]))
+    start = reader.initialOffset()
+    ends = []
+    for _ in range(4):
+        end = reader.latestOffset(start, None)
+        ends.append(end["b1"])
+        start = end
+    after = [m.physical_offset + m.store_size for m in msgs]
+    assert ends == [after[9], after[19], after[24], after[24]]
+    with pytest.raises(ValueError, match="maxRecordsPerTrigger"):
+        RmqStoreStreamReader({**opts, "maxRecordsPerTrigger": "0"}, spark_schema(["topic"]))
+    _zero_header(root, msgs[12])
+    reader = RmqStoreStreamReader({**opts, "maxRecordsPerTrigger": "100"}, spark_schema(["topic"]))
+    with pytest.raises(CorruptedFileError) as e:
+        reader.latestOffset(reader.initialOffset(), None)
+    assert e.value.offset == msgs[12].physical_offset
+    skipping = RmqStoreStreamReader({**opts, "onCorrupt": "skip", "maxRecordsPerTrigger": "100"},
+                                    spark_schema(["topic"]))
+    assert skipping.latestOffset(skipping.initialOffset(), None) == {"b1": after[-1]}
+
+
 def test_cli_help_lists_the_jobs(capsys):
     from rmqstore.spark.cli import main
 

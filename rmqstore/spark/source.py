@@ -12,9 +12,13 @@ Reading (``spark.read.format("rmqstore")``)
     ``schema`` (``full``, or ``narrow``: no ``body`` and ``properties``;
     Spark 4.3 does not prune columns for Python sources), ``columns``
     (comma-separated subset, in any order), ``splitBytes`` (default 128 MiB),
-    ``batchRows`` (default 65536), ``checkCrc`` (verify body CRCs),
-    ``onCorrupt`` (``fail``: raise CorruptedFileError at an invalid record;
-    ``stop``: end that partition there).
+    ``batchRows`` (default 65536), ``checkCrc`` (verify body CRCs; default
+    true, as the store's own reads; ``false`` is faster), ``onCorrupt`` at
+    a damaged record (one that does not validate, or zeros with valid
+    records after them): ``fail`` (default) raises CorruptedFileError
+    naming the file and position; ``skip`` reads on from the next valid
+    record, logging what it skipped; ``stop`` ends that partition there,
+    logged. Streaming and the rebuild jobs behave the same.
     Filters, applied exactly and used to skip files (:class:`rmqstore.arrow.ScanFilter`):
     ``topics``, ``queueIds`` (comma-separated), ``minPhysicalOffset``,
     ``maxPhysicalOffset`` (bytes, inclusive), ``minStoreTimestamp``,
@@ -183,7 +187,7 @@ READ_OPTIONS = frozenset({
     "topics", "queueIds", "minPhysicalOffset", "maxPhysicalOffset", "minStoreTimestamp", "maxStoreTimestamp",
     "pushdown",
 })
-STREAM_OPTIONS = READ_OPTIONS | {"startingOffsets"}
+STREAM_OPTIONS = READ_OPTIONS | {"startingOffsets", "maxRecordsPerTrigger"}
 WRITE_OPTIONS = frozenset({"path", "paths", "brokerDirs", "storeHost", "lockTimeout"})  # and config.<setting>
 
 
@@ -284,10 +288,11 @@ class RmqStoreReader(DataSourceReader):
         self.filter = _option_filter(options)
         self.split_bytes = int(options.get("splitBytes", 128 << 20))
         self.batch_rows = int(options.get("batchRows", arrow.DEFAULT_BATCH_ROWS))
-        self.check_crc = _truthy(options.get("checkCrc", "false"))
+        self.check_crc = _truthy(options.get("checkCrc", "true"))
         self.on_corrupt = options.get("onCorrupt", "fail").lower()
-        if self.on_corrupt not in ("fail", "stop"):
-            raise ValueError(f"option onCorrupt must be 'fail' or 'stop', got {self.on_corrupt!r}")
+        if self.on_corrupt not in arrow.ON_CORRUPT:
+            raise ValueError(f"option onCorrupt must be one of {', '.join(arrow.ON_CORRUPT)}, "
+                             f"got {self.on_corrupt!r}")
 
     def partitions(self) -> list:
         out = []
@@ -375,12 +380,21 @@ class RmqStoreStreamReader(DataSourceStreamReader):
     the valid records found by walking the CommitLog from the last end
     (:func:`rmqstore.arrow.scan_end`; a record still being written does not
     validate and waits for the next batch). Options as for reading, plus
-    ``startingOffsets``: ``earliest`` (default) or ``latest``. Records
-    removed by retention before they are read are skipped."""
+    ``startingOffsets``: ``earliest`` (default) or ``latest``, and
+    ``maxRecordsPerTrigger`` (at most that many records per micro-batch,
+    shared evenly by the stores, as Kafka's ``maxOffsetsPerTrigger``;
+    default: all there is). Records removed by retention before they are
+    read are skipped. A damaged record fails the query (``onCorrupt=fail``,
+    the default) or is skipped (``skip``) rather than holding it back."""
 
     def __init__(self, options, schema: StructType):
         self.reader = RmqStoreReader(options, schema)
         self.starting = options.get("startingOffsets", "earliest").lower()
+        limit = _int_opt(options, "maxRecordsPerTrigger")
+        if limit is not None and limit < 1:
+            raise ValueError(f"option maxRecordsPerTrigger must be 1 or more, got {limit}")
+        # (per store: the limit shared evenly, each store getting at least one record)
+        self.per_store = None if limit is None else max(1, -(-limit // max(1, len(self.reader.paths))))
         if self.starting not in ("earliest", "latest"):
             raise ValueError(f"option startingOffsets must be 'earliest' or 'latest', got {self.starting!r}")
 
@@ -388,7 +402,7 @@ class RmqStoreStreamReader(DataSourceStreamReader):
         out = {}
         for path, broker in zip(self.reader.paths, self.reader.brokers):
             start = arrow.min_offset(path)
-            out[broker] = arrow.scan_end(path, start) if self.starting == "latest" else start
+            out[broker] = arrow.scan_end(path, start, self.reader.on_corrupt) if self.starting == "latest" else start
         return out
 
     def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict:
@@ -397,7 +411,9 @@ class RmqStoreStreamReader(DataSourceStreamReader):
         prev = start or getattr(self, "_last", None) or self.initialOffset()
         out = {}
         for path, broker in zip(self.reader.paths, self.reader.brokers):
-            out[broker] = arrow.scan_end(path, max(prev.get(broker, 0), arrow.min_offset(path)))
+            # (damage, unlike a record still being written, fails the query, or is skipped, as onCorrupt says)
+            out[broker] = arrow.scan_end(path, max(prev.get(broker, 0), arrow.min_offset(path)),
+                                         self.reader.on_corrupt, self.per_store)
         self._last = out
         return out
 
