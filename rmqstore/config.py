@@ -298,7 +298,7 @@ _INT_RANGES = {
     "flush_interval_consume_queue": (1, INT32_MAX, _SPIN),
     "flush_consume_queue_least_pages": (0, INT32_MAX, "dirty 4 KiB pages before a flush, 0 for any byte"),
     "flush_consume_queue_thorough_interval": (0, INT32_MAX, _MS),
-    "max_msgs_num_batch": (1, INT32_MAX, "keys a query returns at most: 0 would find nothing"),
+    "max_msgs_num_batch": (1, INT32_MAX, "offsets query_offsets returns at most: 0 would find nothing"),
     "default_query_max_num": (1, INT32_MAX, "messages a query returns by default: 0 would find nothing"),
     "file_reserved_time": (0, INT32_MAX, "hours a file is kept"),
     "disk_max_used_space_ratio": (0, 100, "percent of the disk"),

@@ -3,21 +3,25 @@
 one call each.
 
 The twin defines them by the step-by-step path (``ConsumeQueue.offset_by_time``
-over ``segment_view``; ``IndexService.query_offsets`` then ``read_keyed``); the
-core must give the same answers on real stores of several CommitLog,
-ConsumeQueue and index files, with heads cleaned up, and must decline (None,
-nothing read) while a clean-up holds the reader references.
+over ``segment_view``; ``query_keyed`` by its contract, docs/recovery.md#lookups-by-key:
+the first records of the index walk that really carry the key and were
+stored in the window); the core must give the same answers on real stores of
+several CommitLog, ConsumeQueue and index files, with heads cleaned up, and
+must decline (None, nothing read) while a clean-up holds the reader
+references.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 from types import SimpleNamespace
 
 import pytest
 
-from conftest import ListClock
+import rmqstore
+from conftest import ListClock, StepClock, java_hash
 from rmqstore import Message, MessageStore, StoreConfig, _pure
 from rmqstore.format.layout import MESSAGE_MAGIC_CODE_V2
 from rmqstore.message import MessageExt
@@ -122,45 +126,248 @@ def _offsets(messages):
     return [m.physical_offset for m in messages]
 
 
+def _kernels():
+    """The twin, and the core when this run loads it (both answer alike)."""
+    return [_pure] if rmqstore.IMPLEMENTATION != "cython" else [_pure, _need_core()]
+
+
+def _carries(m, topic, key):
+    props = m.properties
+    return m.topic == topic and (props.get("UNIQ_KEY") == key or key in (props.get("KEYS") or "").split(" "))
+
+
+def _wanted(s, topic, key, max_count, begin, end):
+    """query_messages' answer by its definition (docs/recovery.md#lookups-by-key),
+    from the CommitLog alone: the offsets of the records of *topic* carrying
+    *key* stored in [begin, end], newest first (the index walk's order on a
+    store written in time order), at most *max_count*."""
+    found = []
+    for off, _size in s.commitlog.iter_offsets(s.commitlog.min_offset()):
+        m = s.get_message(off)
+        if m is not None and begin <= m.store_timestamp <= end and _carries(m, topic, key):
+            found.append(off)
+    return found[::-1][: max(max_count, 0)]
+
+
+def _keyed_both(s, topic, key, max_num, begin=0, end=2**63 - 1):
+    """query_keyed's answer (offsets), the same from every kernel, with and
+    without a reference to take, and from the store's query_messages."""
+    answers = []
+    for k in _kernels():
+        for refs in (None, ReferenceResource()):
+            out: list = []
+            assert k.query_keyed(s.index, s.commitlog, topic, key, max_num, begin, end, MessageExt, out, refs) is out
+            answers.append(_offsets(out))
+    if max_num >= 1:
+        answers.append(_offsets(s.query_messages(topic, key, max_num, begin, end)))
+    assert all(a == answers[0] for a in answers), (key, max_num, begin, end)
+    return answers[0]
+
+
 @pytest.mark.parametrize("key", ["k0", "k3", "k6", "all", "k7", "", "\ufffd"])
-@pytest.mark.parametrize("window", ["all", "middle", "late", "empty"])
+@pytest.mark.parametrize("window", ["all", "middle", "late", "empty", "group", "ms", "before"])
 @pytest.mark.parametrize("max_num", [64, 5, 1, 0])
-def test_query_keyed_reads_what_query_offsets_and_read_keyed_read(store, key, window, max_num):
-    core = _need_core()
+def test_query_keyed_answers_the_records_carrying_the_key_newest_first(store, key, window, max_num):
+    """The first *max_num* records of topic T carrying the key whose own
+    store time is in the window, newest first: with store times 5 ms apart,
+    windows of one group's time ("group", "ms": a millisecond either side)
+    find that group's records though the index times them to the second."""
     s, times = store
     begin, end = {
         "all": (0, 2**63 - 1), "middle": (times[10], times[35]), "late": (times[-10], 2**63 - 1),
-        "empty": (times[-1] + 10**7, 2**63 - 1),
+        "empty": (times[-1] + 10**7, 2**63 - 1), "group": (times[7], times[7]),
+        "ms": (times[7] - 1, times[7] + 1), "before": (-(2**63), times[0]),
     }[window]
-    want: list = []
-    offsets = s.index.query_offsets("T", key, max_num, begin, end)
-    if offsets:
-        _pure.read_keyed(s.commitlog.segment_view(), offsets, "T", key, s.commitlog.max_record_size, MessageExt, want)
-    for k in (_pure, core):
-        for refs in (None, ReferenceResource()):
-            out: list = []
-            assert k.query_keyed(s.index, s.commitlog, "T", key, max_num, begin, end, MessageExt, out, refs) is out
-            assert _offsets(out) == _offsets(want)
-            assert [m.body for m in out] == [m.body for m in want]
+    want = _wanted(s, "T", key, max_num, begin, end)
+    assert _keyed_both(s, "T", key, max_num, begin, end) == want
     if key.startswith("k") and key != "k7" and window == "all" and max_num == 64:
         assert len(want) == len([t for i, t in enumerate(times) if f"k{i % 7}" == key])  # every file was walked
+    if key == "all" and max_num == 64 and window in ("group", "ms"):
+        assert len(want) == times.count(times[7]) == 4
 
 
-def test_query_keyed_takes_the_index_batch_cap_and_other_topics(store):
-    core = _need_core()
+def test_query_keyed_is_not_capped_by_the_index_batch(store):
+    """``max_msgs_num_batch`` caps ``query_offsets`` (RocketMQ's raw answer),
+    not ``query_keyed``: that takes *max_num* records; another topic finds
+    nothing, and a key or topic that is not a str is a TypeError."""
     s, times = store
     kept, s.index.max_msgs_num_batch = s.index.max_msgs_num_batch, 5  # the store's cap (config maxMsgsNumBatch)
     try:
-        for k in (_pure, core):
+        assert len(s.query_offsets("T", "all", 1000)) == 5
+        for k in _kernels():
             out: list = []
             k.query_keyed(s.index, s.commitlog, "T", "all", 10**6, 0, 2**63 - 1, MessageExt, out, None)
-            assert [m.queue_offset for m in out] == list(range(len(times) - 1, len(times) - 6, -1))
+            assert [m.queue_offset for m in out] == list(range(len(times) - 1, -1, -1))
+            out = []
+            k.query_keyed(s.index, s.commitlog, "T", "all", 7, 0, 2**63 - 1, MessageExt, out, None)
+            assert [m.queue_offset for m in out] == list(range(len(times) - 1, len(times) - 8, -1))
     finally:
         s.index.max_msgs_num_batch = kept
-    for k in (_pure, core):
+    for k in _kernels():
         assert k.query_keyed(s.index, s.commitlog, "U", "all", 64, 0, 2**63 - 1, MessageExt, [], None) == []
         with pytest.raises(TypeError):
             k.query_keyed(s.index, s.commitlog, "T", b"all", 64, 0, 2**63 - 1, MessageExt, [], None)
+
+
+def _same_hash_keys(blocks):
+    """Every key of *blocks* two-character blocks "Aa" or "BB": ``2**blocks``
+    keys of one Java hash, after any prefix (a topic and "#") too."""
+    return ["".join(p) for p in itertools.product(("Aa", "BB"), repeat=blocks)]
+
+
+@pytest.mark.parametrize("slots", [1, 2])
+def test_query_messages_walks_past_hash_collisions(tmp_path, slots):
+    """A key whose whole 32-bit hash collides with 15 others', 200 messages
+    of those and 100 of the key, in index files of one or two slots (every
+    key in a chain or two): query_messages answers the first max_count real
+    matches, newest first, past max_msgs_num_batch (64) too, where the raw
+    answer's 64 places hold the collisions as well (docs/recovery.md#lookups-by-key)."""
+    keys = _same_hash_keys(4)
+    key, others = keys[0], keys[1:]
+    assert len({java_hash(f"T#{k}") for k in keys}) == 1
+    cfg = TINY.replace(max_hash_slot_num=slots, max_index_num=64)
+    with MessageStore.open(tmp_path, cfg, clock=StepClock(T0, step=7)) as s:
+        real = []
+        for i in range(300):
+            if i % 3 == 1:
+                real.append(s.put_message(Message("T", b"real-%d" % i, keys=key)).wrote_offset)
+            else:
+                s.put_message(Message("T", b"other-%d" % i, keys=others[i % len(others)]))
+        s.put_message(Message("U", b"another topic", keys=key))
+        newest = real[::-1]
+        assert len(s.index.files) >= 4
+        raw = s.query_offsets("T", key, 1000)  # RocketMQ's answer: capped, collisions included
+        assert len(raw) == 64 and len([p for p in raw if p in set(real)]) < 30
+        for n in (1, 10, 21, 64, 65, 99, 100, 101, 1000, 2**31 - 1):
+            assert _keyed_both(s, "T", key, n) == newest[:n], n
+        assert _keyed_both(s, "T", others[0], 2**31 - 1) == _wanted(s, "T", others[0], 1000, 0, 2**63 - 1)
+        assert _offsets(s.query_messages("U", key, 1000)) == [s.commitlog.max_offset() - s.get_message(
+            s.query_offsets("U", key, 1)[0]).store_size]
+        # a time window: the real matches stored in it, and only those
+        t = [s.get_message(p).store_timestamp for p in real]
+        assert _keyed_both(s, "T", key, 1000, t[40], t[59]) == real[40:60][::-1]
+        assert _keyed_both(s, "T", key, 7, t[40], t[59]) == real[53:60][::-1]
+
+
+def test_a_window_of_milliseconds_finds_its_message(tmp_path):
+    """The index times an entry in whole seconds after its file's begin time
+    (docs/recovery.md#pitfall-index-time-resolution): a message stored
+    1.5 s after the first has index time 1 s after. query_messages finds it
+    with a window of a millisecond either side of its store time, and not
+    with one that ends before or starts after it; query_offsets (RocketMQ's
+    raw answer) does not find it in that window."""
+    times = [T0, T0 + 1500, T0 + 2999, T0 + 3000, T0 + 3001]
+    with MessageStore.open(tmp_path, TINY, clock=ListClock(times)) as s:
+        rs = [s.put_message(Message("T", b"m%d" % i, keys="k")) for i in range(len(times))]
+        assert [r.store_timestamp for r in rs] == times
+        for r in rs:
+            t = r.store_timestamp
+            assert _keyed_both(s, "T", "k", 64, t - 1, t + 1) == [x.wrote_offset for x in rs
+                                                                   if t - 1 <= x.store_timestamp <= t + 1][::-1]
+            assert _keyed_both(s, "T", "k", 64, t, t) == [r.wrote_offset]
+        t = times[1]
+        assert s.query_offsets("T", "k", 64, t - 1, t + 1) == []
+        assert _keyed_both(s, "T", "k", 64, t + 1, t + 5) == []
+        assert _keyed_both(s, "T", "k", 64, t - 5, t - 1) == []
+        assert _keyed_both(s, "T", "k", 64, -(2**63), -(2**63)) == []
+        assert _keyed_both(s, "T", "k", 64, -(2**63), T0) == [rs[0].wrote_offset]
+
+
+def test_records_at_begin_and_at_end_are_in_the_window(tmp_path):
+    """[begin, end] is closed at both ends, to the millisecond, across
+    index seconds."""
+    times = [T0 + 100, T0 + 600, T0 + 1100, T0 + 1600, T0 + 2100]
+    with MessageStore.open(tmp_path, TINY, clock=ListClock(times)) as s:
+        phys = [s.put_message(Message("T", b"m%d" % i, keys="k")).wrote_offset for i in range(len(times))]
+        for i, j in itertools.combinations_with_replacement(range(len(times)), 2):
+            assert _keyed_both(s, "T", "k", 64, times[i], times[j]) == phys[i : j + 1][::-1], (i, j)
+            if j > i:
+                assert _keyed_both(s, "T", "k", 64, times[i] + 1, times[j] - 1) == phys[i + 1 : j][::-1], (i, j)
+        assert _keyed_both(s, "T", "k", 2, times[0], times[3]) == [phys[3], phys[2]]
+
+
+def test_the_first_entry_of_a_later_index_file_is_found_by_its_time(tmp_path):
+    """A later index file's first entry decodes late, its time difference
+    taken from the previous file's end (docs/recovery.md#pitfall-index-first-entry-time):
+    query_offsets misses it in a window at its store time, as RocketMQ
+    does; query_messages finds it there."""
+    cfg = TINY.replace(max_index_num=3)  # two entries a file: one message (UNIQ_KEY, then its key)
+    times = [T0, T0 + 5000, T0 + 5500, T0 + 9000]
+    with MessageStore.open(tmp_path, cfg, clock=ListClock(times)) as s:
+        rs = [s.put_message(Message("T", b"m%d" % i, keys="k", unique_key=f"U{i}")) for i in range(len(times))]
+        assert len(s.index.files) == len(times)
+        for i, r in enumerate(rs):
+            t, uniq = r.store_timestamp, f"U{i}"
+            assert _keyed_both(s, "T", uniq, 64, t, t) == [r.wrote_offset], i
+            assert _keyed_both(s, "T", "k", 64, t - 1, t + 1) == [r.wrote_offset], i
+            if i == 1:
+                assert s.query_offsets("T", uniq, 64, t, t) == []  # (decoded 5 s late)
+        assert _keyed_both(s, "T", "k", 64) == [r.wrote_offset for r in rs][::-1]
+
+
+def test_a_record_indexed_twice_under_the_key_comes_once(tmp_path):
+    """A record whose UNIQ_KEY and KEYS (twice) are the key has three index
+    entries: query_offsets answers each, query_messages the record once, and
+    the repeats take no place of its max_count
+    (docs/recovery.md#pitfall-index-duplicate-entries)."""
+    with MessageStore.open(tmp_path, TINY, clock=StepClock(T0)) as s:
+        old = s.put_message(Message("T", b"old", keys="dup")).wrote_offset
+        new = s.put_message(Message("T", b"new", keys="dup dup", unique_key="dup")).wrote_offset
+        assert s.query_offsets("T", "dup") == [new, new, new, old]
+        assert s.query_offsets("T", "dup", 2) == [new, new]
+        assert _keyed_both(s, "T", "dup", 64) == [new, old]
+        assert _keyed_both(s, "T", "dup", 2) == [new, old]
+        assert _keyed_both(s, "T", "dup", 1) == [new]
+
+
+@pytest.mark.parametrize("count", [5, 40])
+def test_records_indexed_again_come_once(tmp_path, count):
+    """Records indexed a second time (as RocketMQ's recovery does): the
+    walk meets every record twice, the second time out of its descending
+    order; each comes once, a few or many (past the core's short list of
+    kept offsets)."""
+    cfg = TINY.replace(max_index_num=1000)
+    with MessageStore.open(tmp_path, cfg, clock=StepClock(T0)) as s:
+        rs = [s.put_message(Message("T", b"m%d" % i, keys="again")) for i in range(count)]
+        for r in rs:  # the same keys again, oldest first
+            s.index._put(s.index.writable_file(), "T#again", r.wrote_offset, r.store_timestamp)
+        newest = [r.wrote_offset for r in rs][::-1]
+        assert s.query_offsets("T", "again", 1000) == (newest + newest)[:64]
+        assert _keyed_both(s, "T", "again", 1000) == newest
+        assert _keyed_both(s, "T", "again", count - 1) == newest[:-1]
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_query_keyed_on_damaged_index_files_answers_as_the_twin(tmp_path, seed):
+    """Index files with bytes overwritten (chain links, times, hashes,
+    offsets, header times that lie): the walk stays bounded, keeps only
+    records that carry the key and were stored in the window, each once,
+    and the core answers as the twin, window by window."""
+    import random
+
+    rnd = random.Random(seed)
+    cfg = TINY.replace(max_hash_slot_num=2, max_index_num=24)
+    with MessageStore.open(tmp_path, cfg, clock=StepClock(T0, step=377)) as s:
+        for i in range(120):
+            s.put_message(Message("T", b"m%d" % i, keys=f"k{i % 5} {_same_hash_keys(2)[i % 4]}"))
+        for f in s.index.files:
+            for _ in range(rnd.randrange(1, 6)):
+                at = rnd.randrange(len(f.mm) - 8)
+                if rnd.random() < 0.2:
+                    at = rnd.randrange(16)  # a header time
+                f.mm[at : at + 4] = rnd.randbytes(4) if rnd.random() < 0.5 else (rnd.randrange(-3, 40)).to_bytes(
+                    4, "big", signed=True)
+        t_end = T0 + 377 * 120
+        windows = [(0, 2**63 - 1), (T0 + 377 * 30, T0 + 377 * 80), (T0 + 377 * 50 - 1, T0 + 377 * 50 + 1),
+                   (-(2**63), T0 + 377 * 10), (t_end - 5000, 2**63 - 1)]
+        for key in ["k0", "k3", "Aa" * 2, "BB" * 2, "AaBB", "none"]:
+            for begin, end in windows:
+                for n in (1, 3, 64, 1000):
+                    got = _keyed_both(s, "T", key, n, begin, end)
+                    assert len(got) == len(set(got)) <= n
+                    for phy in got:
+                        m = s.get_message(phy)
+                        assert _carries(m, "T", key) and begin <= m.store_timestamp <= end
 
 
 def test_core_lookups_decline_while_clean_up_holds_the_references(store):

@@ -249,11 +249,21 @@ cdef class StoreCore:
         return self._get_offset_in_queue_by_time(topic, queue_id, timestamp, boundary)
 
     def query_messages(self, topic, key, max_count=64, begin=0, end=0x7FFFFFFFFFFFFFFF):
-        """The messages behind :meth:`query_offsets`, keeping only records that
-        are still stored, whose topic is *topic* and whose UNIQ_KEY or one of
-        whose KEYS is *key* (fixes RocketMQ #3613, docs/recovery.md#pitfall-index-hash-collisions);
-        each record once (docs/recovery.md#pitfall-index-duplicate-entries), in the order of :meth:`query_offsets`.
-        *max_count*, *begin* and *end* as there.
+        """The messages stored under *key* in *topic* (docs/recovery.md#lookups-by-key):
+        the first *max_count* records, newest first (the order the index walks
+        its chains: newest file first, newest entry first), that are still
+        stored, whose topic is *topic*, whose UNIQ_KEY or one of whose KEYS is
+        *key* (fixes RocketMQ #3613, docs/recovery.md#pitfall-index-hash-collisions)
+        and whose own store timestamp lies in [*begin*, *end*]; each record once
+        (docs/recovery.md#pitfall-index-duplicate-entries). Unlike
+        :meth:`query_offsets`, RocketMQ's raw answer, no collision or
+        duplicate takes a place of the *max_count*, ``max_msgs_num_batch``
+        does not cap them, and a window of a few ms around a store timestamp
+        finds its message (the index keeps whole seconds).
+
+        Args:
+            max_count (int): 1 .. 2**31-1.
+            begin, end (int): ms since epoch, longs, begin <= end.
 
         Raises MessageTypeError, ArgumentError, StoreClosedError."""
         gate = self._read_gate

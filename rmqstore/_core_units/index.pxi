@@ -167,44 +167,76 @@ def index_select(buf, hash_slot_num, index_num, key, max_num, begin, end, out):
         PyBuffer_Release(&v)
 
 
+cdef struct _Chain:
+    # a walk down one key hash's chain of a checked IndexFile buffer, newest entry first
+    const unsigned char *b
+    Py_ssize_t hsn, idx, visited
+    int32_t key_hash, cur, count  # cur: the entry to visit next, 0 once the chain ends
+    int64_t begin_ts
+    bint first_at_begin  # time the file's first entry by the header's begin time (see _chain_next)
+
+
+cdef inline void _chain_start(_Chain *c, const unsigned char *b, Py_ssize_t hsn, Py_ssize_t idx, int32_t key_hash,
+                              bint first_at_begin) noexcept:
+    """Start *c* at the slot of *key_hash* in the IndexFile at *b* (checked)."""
+    c.b, c.hsn, c.idx, c.key_hash, c.visited, c.first_at_begin = b, hsn, idx, key_hash, 0, first_at_begin
+    # the slot before the count: a writer stores the count after the slot, so
+    # the count read second covers the slot read first, however many puts
+    # another process finishes between the two reads
+    c.cur = ld32(b + INDEX_HEADER_SIZE + (key_hash % hsn) * INDEX_HASH_SLOT_SIZE)
+    acquire_fence()
+    c.count = ld32(b + 36)
+    if c.count <= 0:
+        c.count = 1
+    if c.cur <= 0 or c.cur > c.count or c.count <= 1:
+        c.cur = 0
+    c.begin_ts = ld64(b)
+
+
+cdef inline bint _chain_next(_Chain *c, rmq_i128 lo, rmq_i128 hi, int64_t *phy) noexcept:
+    """The next physical offset down *c* whose entry has the key hash and a
+    time in [lo, hi] (IndexFile.selectPhyOffset's test), into *phy*; False
+    once the chain ends. The walk visits at most index_num entries, never
+    outside [1, index_num), and ends below *lo*. With first_at_begin, entry
+    1 is timed by the header's begin time, its own store time: its stored
+    difference was taken from the previous file's end
+    (docs/recovery.md#pitfall-index-first-entry-time)."""
+    cdef const unsigned char *e
+    cdef int32_t h, diff, prev
+    cdef int64_t p
+    cdef rmq_i128 t, tm
+    while c.cur > 0 and c.visited < c.idx and c.cur < c.idx:
+        c.visited += 1
+        e = c.b + INDEX_HEADER_SIZE + c.hsn * INDEX_HASH_SLOT_SIZE + <Py_ssize_t>c.cur * INDEX_ENTRY_SIZE
+        h = ld32(e)
+        p = ld64(e + 4)
+        diff = ld32(e + 12)
+        prev = ld32(e + 16)
+        if diff < 0:
+            c.cur = 0
+            return False
+        t = <rmq_i128>c.begin_ts + <rmq_i128>diff * 1000
+        tm = c.begin_ts if c.first_at_begin and c.cur == 1 else t
+        if prev <= 0 or prev > c.count or prev == c.cur or t < lo:
+            c.cur = 0
+        else:
+            c.cur = prev
+        if h == c.key_hash and lo <= tm <= hi:
+            phy[0] = p
+            return True
+    return False
+
+
 cdef int _select(const unsigned char *b, Py_ssize_t hsn, Py_ssize_t idx, int32_t key_hash, Py_ssize_t room,
                  rmq_i128 lo, rmq_i128 hi, _Col *found) except -1:
     """IndexFile.selectPhyOffset on a checked buffer: up to *room* physical
     offsets with *key_hash* and index time in [lo, hi] added to *found*
     (int64 each), newest first."""
-    cdef Py_ssize_t visited = 0, added = 0
-    cdef int32_t count, cur, h, diff, prev
-    cdef int64_t phy, begin_ts
-    cdef rmq_i128 t
-    cdef const unsigned char *e
-    # the slot before the count: a writer stores the count after the slot, so
-    # the count read second covers the slot read first, however many puts
-    # another process finishes between the two reads
-    cur = ld32(b + INDEX_HEADER_SIZE + (key_hash % hsn) * INDEX_HASH_SLOT_SIZE)
-    acquire_fence()
-    count = ld32(b + 36)
-    if count <= 0:
-        count = 1
-    if cur <= 0 or cur > count or count <= 1:
-        return 0
-    begin_ts = ld64(b)
-    # walk at most index_num entries, never outside [1, index_num)
-    while visited < idx:
-        visited += 1
-        if added >= room or cur >= idx:
-            break
-        e = b + INDEX_HEADER_SIZE + hsn * INDEX_HASH_SLOT_SIZE + <Py_ssize_t>cur * INDEX_ENTRY_SIZE
-        h = ld32(e)
-        phy = ld64(e + 4)
-        diff = ld32(e + 12)
-        prev = ld32(e + 16)
-        if diff < 0:
-            break
-        t = <rmq_i128>begin_ts + <rmq_i128>diff * 1000
-        if h == key_hash and lo <= t <= hi:
-            _put64(found, phy)
-            added += 1
-        if prev <= 0 or prev > count or prev == cur or t < lo:
-            break
-        cur = prev
+    cdef _Chain c
+    cdef int64_t phy
+    cdef Py_ssize_t added = 0
+    _chain_start(&c, b, hsn, idx, key_hash, False)
+    while added < room and _chain_next(&c, lo, hi, &phy):
+        _put64(found, phy)
+        added += 1
     return 0

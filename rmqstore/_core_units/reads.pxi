@@ -245,24 +245,75 @@ def read_keyed(view, offsets, topic, key, max_size, message_type, list out):
     return None
 
 
+cdef struct _Keyed:
+    # what a keyed read keeps: records of topic *tb* carrying key *kb* (UTF-8),
+    # at most *msize* bytes, stored at a time in [lo, hi] when *timed*
+    const char *tb
+    const char *kb
+    Py_ssize_t tl, kl, msize
+    rmq_i128 lo, hi
+    bint timed
+    bint text  # U+FFFD in the topic or key: compare decoded text (see _keyed_of)
+
+
+cdef int _keyed_of(_Keyed *q, object topic, object key, Py_ssize_t msize) except -1:
+    """*q* for *topic* and *key* (str), not timed: 1, or 0 when no stored
+    record can match (a lone surrogate, which no decoded text holds)."""
+    try:
+        q.tb = PyUnicode_AsUTF8AndSize(topic, &q.tl)
+        q.kb = PyUnicode_AsUTF8AndSize(key, &q.kl)
+    except UnicodeEncodeError:
+        return 0
+    q.msize, q.timed = msize, False
+    # U+FFFD in the topic or key can equal an invalid UTF-8 byte read back
+    # (decoded with "replace"): then compare as text, as the twin does
+    q.text = not (PyUnicode_IS_ASCII(topic) and PyUnicode_IS_ASCII(key)) and ("\ufffd" in topic or "\ufffd" in key)
+    return 1
+
+
+cdef int _keyed_record(_View *v, object bufs, long long phy, _Keyed *q, object topic, object key,
+                       object message_type, list out, _Repeats repeats) except -1:
+    """Append the record at *phy* to *out* when it is kept by *q* (and still
+    stored, and valid): 1 if appended, else 0 (_pure._keyed_record)."""
+    cdef Py_ssize_t p0, limit, pn
+    cdef const unsigned char *b
+    cdef const unsigned char *props
+    cdef rmq_i128 ts
+    if phy < v.lo:
+        return 0  # cleaned up: gone
+    b = _view_at(v, bufs, phy, &p0, &limit)
+    if b == NULL or _check(b, v.buf.len, p0, limit, True, 0, q.msize) <= 0 or ld64(b + p0 + 28) != phy:
+        return 0
+    if q.timed:
+        ts = ld64(b + p0 + 48 + (20 if ld32(b + p0 + 36) & BORNHOST_V6_FLAG else 8))
+        if ts < q.lo or ts > q.hi:
+            return 0
+    if q.text:
+        fields = decode_record(_segment(bufs, v.seg, v.files), p0, False)
+        if fields[15] != topic:
+            return 0
+        found = parse_properties(fields[16])
+        if found.get("UNIQ_KEY") != key and key not in (found.get("KEYS") or "").split(" "):
+            return 0
+        PyList_Append(out, _ext_at(message_type, b, p0, fields[15], repeats))
+        return 1
+    props = _props_of(b, p0, &pn)
+    if not (_topic_is(b, p0, q.tb, q.tl) and _has_key(props, pn, q.kb, q.kl)):
+        return 0
+    PyList_Append(out, _ext_at(message_type, b, p0, topic, repeats))
+    return 1
+
+
 cdef int _read_keyed(_View *v, object bufs, const int64_t *offsets, Py_ssize_t n, object topic, object key,
                      Py_ssize_t msize, object message_type, list out) except -1:
     """read_keyed over *n* offsets with v open (_ext_type checked, topic and
     key str); v's held segment is the caller's to release."""
-    cdef Py_ssize_t i, j, tl, kl, pn, p0, limit
+    cdef Py_ssize_t i, j
     cdef long long phy
-    cdef const char *tb
-    cdef const char *kb
-    cdef const unsigned char *b
-    cdef const unsigned char *props
-    try:
-        tb = PyUnicode_AsUTF8AndSize(topic, &tl)
-        kb = PyUnicode_AsUTF8AndSize(key, &kl)
-    except UnicodeEncodeError:
-        return 0  # lone surrogates: no stored (decoded) topic or key equals them
-    # U+FFFD in the topic or key can equal an invalid UTF-8 byte read back
-    # (decoded with "replace"): then compare as text, as the twin does
-    text = not (PyUnicode_IS_ASCII(topic) and PyUnicode_IS_ASCII(key)) and ("\ufffd" in topic or "\ufffd" in key)
+    cdef _Keyed q
+    cdef _Repeats repeats
+    if not _keyed_of(&q, topic, key, msize):
+        return 0
     repeats = _Repeats.__new__(_Repeats)
     for i in range(n):
         phy = offsets[i]
@@ -270,33 +321,24 @@ cdef int _read_keyed(_View *v, object bufs, const int64_t *offsets, Py_ssize_t n
             if offsets[j] == phy:
                 break
         else:
-            j = -1
-        if j >= 0 or phy < v.lo:
-            continue  # each record once; cleaned-up records are gone
-        b = _view_at(v, bufs, phy, &p0, &limit)
-        if b == NULL or _check(b, v.buf.len, p0, limit, True, 0, msize) <= 0 or ld64(b + p0 + 28) != phy:
-            continue
-        props = _props_of(b, p0, &pn)
-        if text:
-            fields = decode_record(_segment(bufs, v.seg, v.files), p0, False)
-            if fields[15] != topic:
-                continue
-            found = parse_properties(fields[16])
-            if found.get("UNIQ_KEY") == key or key in (found.get("KEYS") or "").split(" "):
-                PyList_Append(out, _ext_at(message_type, b, p0, fields[15], repeats))
-        elif _topic_is(b, p0, tb, tl) and _has_key(props, pn, kb, kl):
-            PyList_Append(out, _ext_at(message_type, b, p0, topic, repeats))
+            _keyed_record(v, bufs, phy, &q, topic, key, message_type, out, repeats)  # each record once
     return 0
 
 
 def query_keyed(index, commitlog, topic, key, max_num, begin, end, message_type, list out, refs):
-    """``query_messages`` in one call: ``index.query_offsets(topic, key,
-    max_num, begin, end)`` (``IndexService.queryOffset``), then
-    :func:`read_keyed` of those offsets through ``commitlog.segment_view()``
-    with ``commitlog.max_record_size``, appending to *out*. *refs* as in
-    :func:`time_lookup`. Returns *out*, or None (nothing read) when the
-    caller must hold a reference and call again with ``refs=None``.
-    Raises TypeError unless *topic* and *key* are str."""
+    """``query_messages`` in one call (docs/recovery.md#lookups-by-key):
+    appends to *out* the first *max_num* records, in the order the index
+    chains of ``topic#key`` are walked (newest file first, newest entry
+    first), that are still stored, valid (at most
+    ``commitlog.max_record_size`` bytes, read through
+    ``commitlog.segment_view()``), of topic *topic*, carry *key* (as
+    :func:`read_keyed` reads them) and were stored at a time in [*begin*,
+    *end*]; each record once. The walk is ``index.query_offsets``' without
+    its cap (collisions and duplicates take no room) and with the window
+    widened to [*begin* - 999, *end*] (the index keeps whole seconds).
+    *refs* as in :func:`time_lookup`. Returns *out*, or None (nothing read)
+    when the caller must hold a reference and call again with
+    ``refs=None``. Raises TypeError unless *topic* and *key* are str."""
     return _query_keyed(index, commitlog, topic, key, max_num, begin, end, message_type, out, refs)
 
 
@@ -316,27 +358,41 @@ cdef object _query_keyed_held(index, commitlog, topic, key, max_num, rmq_i128 lo
 
 cdef object _query_keyed_in(index, commitlog, topic, key, max_num, rmq_i128 lo, rmq_i128 hi, message_type,
                             list out):
-    # IndexService.queryOffset over index's files, then read_keyed, in one call (under a reference)
-    cdef Py_ssize_t i, n, hsn = 0, idx = 0, limit
+    # the chains of topic#key read as they are walked, so that no batch of
+    # offsets caps the answer and nothing is read past the max_num-th match
+    cdef Py_ssize_t i, j, n, hsn = 0, idx = 0, left
     cdef int32_t key_hash
-    cdef int64_t fb, fe
+    cdef int64_t fb, fe, phy, last = -1
+    cdef long long least = LLONG_MAX  # the least offset kept: the walk mostly meets offsets descending
+    cdef rmq_i128 wlo
+    cdef bint newer_began_before = False
     cdef IndexRegion f
     cdef Py_buffer iv
     cdef _View v
-    cdef _Col found
-    cdef char found_buf[512]  # 64 offsets, max_msgs_num_batch's default
+    cdef _Chain c
+    cdef _Keyed q
+    cdef _Col kept  # the offsets kept, in order
+    cdef char kept_buf[512]
+    cdef set seen = None  # the same as a set, once they are many and out of order
+    cdef _Repeats repeats
     _ext_type(message_type)
     if not isinstance(topic, str) or not isinstance(key, str):
         raise TypeError("topic and key must be str")
-    limit = _idx(max_num)
-    batch = (<IndexServiceBase?>index).max_msgs_num_batch
-    if batch < limit:
-        limit = batch
-    files = (<IndexServiceBase>index).files
+    left = _idx(max_num)
+    files = (<IndexServiceBase?>index).files
     if files is None:
         raise TypeError("an index without a files list")
+    if left <= 0 or not _keyed_of(&q, topic, key, 0):
+        return out
+    q.timed, q.lo, q.hi = True, lo, hi
+    # an entry is timed in whole seconds, up to 999 ms before its record's
+    # store time (docs/recovery.md#pitfall-index-time-resolution); clamped,
+    # as every time the index holds is a long
+    wlo = lo - 999 if lo > <rmq_i128>LLONG_MIN + 999 else <rmq_i128>LLONG_MIN
     key_hash = _abs_hash(_java_hash_from(_hash_char(_java_hash_from(0, topic), 35), key))  # of topic#key
-    _on_stack(&found, found_buf, sizeof(found_buf))
+    repeats = _Repeats.__new__(_Repeats)
+    bufs = None  # the CommitLog view, opened at the first candidate
+    _on_stack(&kept, kept_buf, sizeof(kept_buf))
     _init_view(&iv)
     try:
         n = PyList_GET_SIZE(files)
@@ -346,24 +402,52 @@ cdef object _query_keyed_in(index, commitlog, topic, key, max_num, rmq_i128 lo, 
             _check_index(&iv, f.hash_slot_num, f.index_num, &hsn, &idx)
             fb = ld64(<const unsigned char *>iv.buf)
             fe = ld64(<const unsigned char *>iv.buf + 8)
-            # IndexFile.isTimeMatched, then selectPhyOffset
-            if (lo < fb and hi > fe) or (fb <= lo <= fe) or (fb <= hi <= fe):
-                _select(<const unsigned char *>iv.buf, hsn, idx, key_hash, limit - found.n // 8, lo, hi, &found)
+            # IndexFile.isTimeMatched, then the chain
+            if (wlo < fb and hi > fe) or (fb <= wlo <= fe) or (fb <= hi <= fe):
+                _chain_start(&c, <const unsigned char *>iv.buf, hsn, idx, key_hash, True)
+                while _chain_next(&c, wlo, hi, &phy):
+                    if phy == last:
+                        continue  # (one record's keys, and re-indexed records, repeat in a row)
+                    last = phy
+                    if phy >= least:  # each record once
+                        if seen is None and kept.n > 32 * 8:  # (many, out of order: a set keeps it linear)
+                            seen = {(<const int64_t *>kept.p)[j] for j in range(kept.n // 8)}
+                        if (phy in seen) if seen is not None else _in_col64(&kept, phy):
+                            continue
+                    if bufs is None:
+                        bufs = _view_of(&v, commitlog)
+                        q.msize = _max_record(commitlog)
+                    if _keyed_record(&v, bufs, phy, &q, topic, key, message_type, out, repeats):
+                        _put64(&kept, phy)
+                        if seen is not None:
+                            seen.add(phy)
+                        if phy < least:
+                            least = phy
+                        left -= 1
+                        if left == 0:
+                            return out
             PyBuffer_Release(&iv)
-            if fb < lo or found.n // 8 >= limit:
+            # RocketMQ stops at the first file that began before the window; here the next
+            # older one must also have ended before it (a lying header hides no other file's keys)
+            if newer_began_before and fe < wlo:
                 break
-        if found.n == 0:
-            return out
-        bufs = _view_of(&v, commitlog)
-        try:
-            _read_keyed(&v, bufs, <int64_t *>found.p, found.n // 8, topic, key,
-                        _max_record(commitlog), message_type, out)
-        finally:
-            PyBuffer_Release(&v.buf)
+            newer_began_before = fb < wlo
     finally:
         PyBuffer_Release(&iv)
-        _free(&found)
+        if bufs is not None:
+            PyBuffer_Release(&v.buf)
+        _free(&kept)
     return out
+
+
+cdef inline bint _in_col64(const _Col *c, int64_t v) noexcept:
+    """Whether *v* is one of the int64 in *c*, newest first (a repeat is mostly recent)."""
+    cdef const int64_t *p = <const int64_t *>c.p
+    cdef Py_ssize_t i
+    for i in range(c.n // 8 - 1, -1, -1):
+        if p[i] == v:
+            return True
+    return False
 
 
 def read_ext(commitlog, physical_offset, message_type, list out not None, refs):

@@ -88,8 +88,9 @@ cdef class IndexRegion:
 @cython.auto_pickle(False)
 cdef class IndexServiceBase:
     """The index as a lookup uses it: ``files`` (:class:`IndexRegion`
-    objects, oldest first) and ``max_msgs_num_batch`` (the most offsets one
-    lookup reads, RocketMQ's ``maxMsgsNumBatch``). ``IndexService`` is an
+    objects, oldest first) and ``max_msgs_num_batch`` (the most offsets
+    ``query_offsets`` answers, RocketMQ's ``maxMsgsNumBatch``; ``query_keyed``
+    walks past it). ``IndexService`` is an
     IndexServiceBase with rolling and recovery; the pure twin has the same
     class."""
 

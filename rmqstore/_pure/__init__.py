@@ -43,8 +43,8 @@ _HOMES = {
     "gates": ("PutGate", "ReadGate"),
     "index": ("_index_keys", "index_put", "index_put_keys", "index_select"),
     "message": ("Message", "MessageExt"),
-    "reads": ("VIEW_UNIT", "_bounds", "_unit_record", "pull_bounds", "pull_messages", "pull_units", "pull_views",
-              "query_keyed", "read_ext", "read_keyed", "time_lookup"),
+    "reads": ("VIEW_UNIT", "_bounds", "_keyed_record", "_unit_record", "pull_bounds", "pull_messages", "pull_units",
+              "pull_views", "query_keyed", "read_ext", "read_keyed", "time_lookup"),
     "state": ("CommitLogBase", "ConsumeQueueBase", "IndexRegion", "IndexServiceBase", "MappedQueue",
               "MappedRegion", "ReferenceResource", "StoreCore", "StoreState", "warm_pages"),
 }

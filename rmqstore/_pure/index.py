@@ -159,3 +159,31 @@ def index_select(
         if prev <= 0 or prev > count or prev == n or t < begin:
             break
         n = prev
+
+
+def _chain(buf, hash_slot_num: int, index_num: int, key_hash: int, lo: int, hi: int, first_at_begin: bool):
+    """The physical offsets down *key_hash*'s chain of the IndexFile in *buf*
+    (checked) whose entry has the key hash and a time in [lo, hi], newest
+    first: ``index_select``'s walk, bounded the same way. With
+    *first_at_begin*, entry 1 is timed by the header's begin time, its own
+    store time: its stored difference was taken from the previous file's
+    end (docs/recovery.md#pitfall-index-first-entry-time)."""
+    n = _load32(buf, INDEX_HEADER_SIZE + (key_hash % hash_slot_num) * INDEX_HASH_SLOT_SIZE)  # (before the count)
+    count = _index_count(buf)
+    if n <= 0 or n > count or count <= 1:
+        return
+    begin_ts = _I64.unpack_from(buf, 0)[0]
+    base = INDEX_HEADER_SIZE + hash_slot_num * INDEX_HASH_SLOT_SIZE
+    unpack = _INDEX_ENTRY.unpack_from
+    for _ in range(index_num):
+        if n >= index_num:
+            break
+        h, phy, diff, prev = unpack(buf, base + n * INDEX_ENTRY_SIZE)
+        if diff < 0:
+            break
+        t = begin_ts + diff * 1000
+        if h == key_hash and lo <= (begin_ts if first_at_begin and n == 1 else t) <= hi:
+            yield phy
+        if prev <= 0 or prev > count or prev == n or t < lo:
+            break
+        n = prev

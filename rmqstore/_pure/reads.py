@@ -11,8 +11,12 @@ import struct
 
 from .._status import GetMessageStatus
 from ..format.layout import BORNHOST_V6_FLAG, CQ_STORE_UNIT_SIZE, PRE_BLANK_SIZE, STOREHOSTADDRESS_V6_FLAG
-from .codec import _stored_topic, parse_properties, read_record
+from .codec import _stored_topic, index_key_hash, parse_properties, read_record
 from .consumequeue import _CQ_UNIT, _check_view
+from .index import _chain, _check_index_buf
+
+_I64_MIN = -(1 << 63)
+_BEGIN_END = struct.Struct(">qq")  # an IndexFile header's begin and end store times
 
 # --- the pull path ----------------------------------------------------------
 
@@ -112,15 +116,24 @@ def read_keyed(view: tuple, offsets: list, topic: str, key: str, max_size: int, 
     seen = set()
     for phy in offsets:
         phy = operator.index(phy)
-        if phy in seen:
-            continue
-        seen.add(phy)
-        fields = _record_at(view, phy, max_size)
-        if fields is None or fields[15] != topic:
-            continue
-        props = parse_properties(fields[16])
-        if props.get("UNIQ_KEY") == key or key in (props.get("KEYS") or "").split(" "):
-            out.append(_ext(message_type, fields, fields[15]))
+        if phy not in seen:
+            seen.add(phy)
+            _keyed_record(view, phy, topic, key, max_size, None, message_type, out)
+
+
+def _keyed_record(view: tuple, phy: int, topic: str, key: str, max_size: int, window, message_type, out: list):
+    """Append the record at *phy* to *out* when it is still stored, valid,
+    of *topic*, carries *key* and (*window* not None) was stored at a time
+    in ``[window[0], window[1]]``: True if appended (the core's
+    ``_keyed_record``)."""
+    fields = _record_at(view, phy, max_size)
+    if fields is None or (window is not None and not window[0] <= fields[10] <= window[1]) or fields[15] != topic:
+        return False
+    props = parse_properties(fields[16])
+    if props.get("UNIQ_KEY") != key and key not in (props.get("KEYS") or "").split(" "):
+        return False
+    out.append(_ext(message_type, fields, fields[15]))
+    return True
 
 
 # --- whole lookups -----------------------------------------------------------
@@ -152,23 +165,70 @@ def _held(refs, read):
 
 def query_keyed(index, commitlog, topic: str, key: str, max_num: int, begin: int, end: int, message_type,
                 out: list, refs):
-    """``query_messages`` in one call: ``index.query_offsets(topic, key,
-    max_num, begin, end)`` (``IndexService.queryOffset``), then
-    :func:`read_keyed` of those offsets through ``commitlog.segment_view()``
-    with ``commitlog.max_record_size``, appending to *out*. *refs* as in
-    :func:`time_lookup`. Returns *out*, or None (nothing read) when the
-    caller must hold a reference and call again with ``refs=None``.
-    Raises TypeError unless *topic* and *key* are str."""
+    """``query_messages`` in one call (docs/recovery.md#lookups-by-key):
+    appends to *out* the first *max_num* records, in the order the index
+    chains of ``topic#key`` are walked (newest file first, newest entry
+    first), that are still stored, valid (at most
+    ``commitlog.max_record_size`` bytes, read through
+    ``commitlog.segment_view()``), of topic *topic*, carry *key* (as
+    :func:`read_keyed` reads them) and were stored at a time in [*begin*,
+    *end*]; each record once. The walk is ``index.query_offsets``' without
+    its cap (collisions and duplicates take no room) and with the window
+    widened to [*begin* - 999, *end*] (the index keeps whole seconds).
+    *refs* as in :func:`time_lookup`. Returns *out*, or None (nothing read)
+    when the caller must hold a reference and call again with
+    ``refs=None``. Raises TypeError unless *topic* and *key* are str."""
     if not isinstance(topic, str) or not isinstance(key, str):
         raise TypeError("topic and key must be str")
+    return _held(refs, lambda: _query_keyed_in(index, commitlog, topic, key, max_num, begin, end, message_type, out))
 
-    def read():
-        offsets = index.query_offsets(topic, key, max_num, begin, end)
-        if offsets:
-            read_keyed(commitlog.segment_view(), offsets, topic, key, commitlog.max_record_size, message_type, out)
+
+def _query_keyed_in(index, commitlog, topic: str, key: str, max_num: int, begin: int, end: int, message_type,
+                    out: list) -> list:
+    # the chains of topic#key read as they are walked, so that no batch of
+    # offsets caps the answer and nothing is read past the max_num-th match
+    _check_ext_type(message_type)
+    files = index.files
+    if files is None:
+        raise TypeError("an index without a files list")
+    left = max_num
+    if left <= 0:
         return out
-
-    return _held(refs, read)
+    # an entry is timed in whole seconds, up to 999 ms before its record's
+    # store time (docs/recovery.md#pitfall-index-time-resolution); clamped,
+    # as every time the index holds is a long
+    wlo = max(begin - 999, _I64_MIN)
+    window = (begin, end)
+    key_hash = index_key_hash(f"{topic}#{key}")
+    view, max_size = None, 0
+    kept: set = set()
+    last = -1
+    newer_began_before = False
+    for f in reversed(files):
+        buf, hsn, idx = f.mm, f.hash_slot_num, f.index_num
+        _check_index_buf(buf, hsn, idx)
+        fb, fe = _BEGIN_END.unpack_from(buf, 0)
+        # IndexFile.isTimeMatched, then the chain
+        if (wlo < fb and end > fe) or (fb <= wlo <= fe) or (fb <= end <= fe):
+            for phy in _chain(buf, hsn, idx, key_hash, wlo, end, True):
+                if phy == last:
+                    continue  # (one record's keys, and re-indexed records, repeat in a row)
+                last = phy
+                if phy in kept:
+                    continue  # each record once
+                if view is None:
+                    view, max_size = commitlog.segment_view(), commitlog.max_record_size
+                if _keyed_record(view, phy, topic, key, max_size, window, message_type, out):
+                    kept.add(phy)
+                    left -= 1
+                    if left == 0:
+                        return out
+        # RocketMQ stops at the first file that began before the window; here the next
+        # older one must also have ended before it (a lying header hides no other file's keys)
+        if newer_began_before and fe < wlo:
+            break
+        newer_began_before = fb < wlo
+    return out
 
 
 def read_ext(commitlog, physical_offset: int, message_type, out: list, refs):

@@ -276,7 +276,7 @@ class IndexService(k.IndexServiceBase):
         hash_slot_num, index_num (int | None): geometry; None (read-only opens)
             infers it from the files.
         read_only (bool): never write.
-        max_msgs_num_batch (int): cap on results of one query (default 64).
+        max_msgs_num_batch (int): cap on the offsets one :meth:`query_offsets` answers (default 64).
     """
 
     __slots__ = (

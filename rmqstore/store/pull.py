@@ -496,7 +496,8 @@ class Pull(Put):
         """Physical offsets the index holds for *key* in *topic* with index time in
         [begin, end] (ms), exactly as RocketMQ's ``IndexService.queryOffset``:
         newest first, at most ``min(max_count, max_msgs_num_batch)``, key-hash
-        collisions and duplicates included.
+        collisions and duplicates included (:meth:`query_messages` answers
+        with the messages themselves, docs/recovery.md#lookups-by-key).
 
         Args:
             max_count (int): 1 .. 2**31-1.
