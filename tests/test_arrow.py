@@ -164,14 +164,7 @@ def test_several_brokers_and_names(tmp_path, mixed):
 
 
 def test_corrupt_record_raises_or_stops(tmp_path, mixed):
-    root = tmp_path / "store"
-    shutil.copytree(mixed, root)
-    msgs = plain_rows(root)
-    victim = msgs[5]
-    seg = sorted(os.listdir(root / "commitlog"))[0]
-    with open(root / "commitlog" / seg, "r+b") as fh:
-        fh.seek(victim.physical_offset + 4)
-        fh.write(b"\x00\x00\x00\x01")  # bad magic
+    root, msgs, victim = _damaged_copy(tmp_path, mixed, "magic")
     with pytest.raises(CorruptedFileError) as e:
         arrow.read_table(root)
     assert e.value.offset == victim.physical_offset
@@ -180,16 +173,19 @@ def test_corrupt_record_raises_or_stops(tmp_path, mixed):
 
 
 def _damaged_copy(tmp_path, mixed, how: str):
-    """A copy of *mixed* with its 6th record damaged: "header" zeroes its
-    first 8 bytes (zeros with valid records after them), "body" flips a
-    body byte (only the CRC tells)."""
+    """A copy of *mixed* with its 6th record damaged: "magic" breaks its
+    magic code, "header" zeroes its first 8 bytes (zeros with valid records
+    after them), "body" flips a body byte (only the CRC tells)."""
     root = tmp_path / "store"
     shutil.copytree(mixed, root)
     msgs = plain_rows(root)
     victim = msgs[5]
     seg = sorted(os.listdir(root / "commitlog"))[0]
     with open(root / "commitlog" / seg, "r+b") as fh:
-        if how == "header":
+        if how == "magic":
+            fh.seek(victim.physical_offset + 4)
+            fh.write(b"\x00\x00\x00\x01")
+        elif how == "header":
             fh.seek(victim.physical_offset)
             fh.write(bytes(8))
         else:

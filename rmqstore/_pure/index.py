@@ -135,30 +135,12 @@ def index_select(
     ``index_num`` entries and never leaves the entry area.
     """
     _check_index_buf(buf, hash_slot_num, index_num)
-    key_hash = index_key_hash(key)
-    slot_pos = INDEX_HEADER_SIZE + (key_hash % hash_slot_num) * INDEX_HASH_SLOT_SIZE
-    # the slot before the count: a writer stores the count after the slot, so
-    # the count read second covers the slot read first, however many puts
-    # another process finishes between the two reads
-    n = _load32(buf, slot_pos)
-    count = _index_count(buf)
-    if n <= 0 or n > count or count <= 1:
+    if len(out) >= max_num:
         return
-    begin_ts = _I64.unpack_from(buf, 0)[0]
-    base = INDEX_HEADER_SIZE + hash_slot_num * INDEX_HASH_SLOT_SIZE
-    unpack = _INDEX_ENTRY.unpack_from
-    for _ in range(index_num):
-        if len(out) >= max_num or n >= index_num:
+    for phy in _chain(buf, hash_slot_num, index_num, index_key_hash(key), begin, end, False):
+        out.append(phy)
+        if len(out) >= max_num:
             break
-        h, phy, diff, prev = unpack(buf, base + n * INDEX_ENTRY_SIZE)
-        if diff < 0:
-            break
-        t = begin_ts + diff * 1000
-        if h == key_hash and begin <= t <= end:
-            out.append(phy)
-        if prev <= 0 or prev > count or prev == n or t < begin:
-            break
-        n = prev
 
 
 def _chain(buf, hash_slot_num: int, index_num: int, key_hash: int, lo: int, hi: int, first_at_begin: bool):
