@@ -821,10 +821,15 @@ EXAMPLES = {
 _HELP_JSON_LINES = "JSON lines on stdout (one object per line): this command's only output, so scripts may give it"
 
 
+# shtab's completion hints (shtab.DIRECTORY, shtab.FILE), as the plain dicts
+# they are: importing shtab costs ~0.1 s, paid only by `rmqstore completion`
+# (tests/test_cli_docs.py checks they match)
+_COMPLETE_DIR = {"bash": "_shtab_compgen_dirs", "zsh": "_files -/", "tcsh": "d"}
+_COMPLETE_FILE = {"bash": "_shtab_compgen_files", "zsh": "_files", "tcsh": "f"}
+
+
 def _parser() -> _Parser:
     """The parser of every command."""
-    import shtab  # (its completion hints below are plain dicts)
-
     from . import demo  # (a module of its own, which imports this one)
 
     fmt = argparse.RawDescriptionHelpFormatter
@@ -845,9 +850,9 @@ def _parser() -> _Parser:
         sp = command(name, help_)
         sp.add_argument("store", nargs="?", metavar="STORE",
                         help="store root directory, holding commitlog/, consumequeue/, index/ "
-                             "(default: --broker-conf's storePathRootDir)").complete = shtab.DIRECTORY
+                             "(default: --broker-conf's storePathRootDir)").complete = _COMPLETE_DIR
         sp.add_argument("--broker-conf", metavar="FILE", type=_broker_conf,
-                        help=broker_conf_help).complete = shtab.FILE
+                        help=broker_conf_help).complete = _COMPLETE_FILE
         # (the name of earlier releases; a broker .properties file is its broker.conf)
         sp.add_argument("--config", dest="broker_conf", type=_broker_conf, help=argparse.SUPPRESS)
         sp.add_argument("--quiet", action="store_true",
@@ -951,7 +956,7 @@ def _parser() -> _Parser:
     sp = store_cmd("salvage", "copy every verifiable message into a new store (the source is only read); "
                               "prints its report as JSON")
     sp.add_argument("out", metavar="NEW_STORE",
-                    help="new store directory (must not exist or be empty)").complete = shtab.DIRECTORY
+                    help="new store directory (must not exist or be empty)").complete = _COMPLETE_DIR
     json_opt(sp, "the report is one JSON document on stdout in any case; sentences go to stderr")
     sp.set_defaults(func=cmd_salvage)
 
@@ -988,7 +993,7 @@ def _parser() -> _Parser:
     sp = store_cmd("report", "a picture of the store: messages and bytes per topic over time, queue sizes, "
                              "consumer lag, files and disk use (needs rmqstore[report])")
     sp.add_argument("-o", "--output", required=True, metavar="FILE",
-                    help="the report to write: FILE.html (self-contained) or FILE.png").complete = shtab.FILE
+                    help="the report to write: FILE.html (self-contained) or FILE.png").complete = _COMPLETE_FILE
     json_opt(sp, "print the report's numbers as one JSON document on stdout")
     sp.set_defaults(func=cmd_report)
 

@@ -209,6 +209,14 @@ def test_bash_completion_script(capsys):
         assert proc.returncode == 0 and "rmqstore" in proc.stdout, proc.stderr
 
 
+def test_completion_hints_are_shtabs():
+    import shtab
+
+    from rmqstore.cli import _COMPLETE_DIR, _COMPLETE_FILE
+
+    assert _COMPLETE_DIR.items() <= shtab.DIRECTORY.items() and _COMPLETE_FILE.items() <= shtab.FILE.items()
+
+
 def test_zsh_completion_script(capsys):
     code, out, _ = run(capsys, "completion", "zsh")
     assert code == 0 and out.startswith("#compdef rmqstore") and "consumer-progress" in out
