@@ -536,7 +536,7 @@ def _blank_at(buf, pos: int) -> bool:
     return magic == BLANK_MAGIC_CODE and total == n - pos
 
 
-def _damage(split_path: str, file_offset: int, pos: int, stop: int) -> str:
+def _damage(file_offset: int, pos: int, stop: int) -> str:
     why = "zeros where a record should be, with valid records after them" if stop == REC_BLANK else (
         REC_STATUS_TEXT.get(stop, stop))
     return f"damaged record at physical offset {file_offset + pos} ({why}; `rmqstore verify` lists every problem)"
@@ -605,7 +605,7 @@ def read_split(
                 found = _next_valid(buf, split.path, nxt + (stop < 0), split.file_offset, check_crc)
                 if found is None and stop == REC_BLANK:
                     return
-                what = _damage(split.path, split.file_offset, nxt, stop)
+                what = _damage(split.file_offset, nxt, stop)
                 if on_corrupt == "fail":
                     raise CorruptedFileError(what + " (onCorrupt=skip reads past it)", split.path, nxt)
                 if on_corrupt == "stop":
@@ -736,7 +736,7 @@ def scan_end(store_dir, start: int, on_corrupt: str = "stop", max_records: int |
         later = i + 1 < len(segs) and _holds_records(segs[i + 1].path)
         if found is None and not later:
             return offset
-        what = _damage(s.path, s.offset, pos, stop)
+        what = _damage(s.offset, pos, stop)
         if on_corrupt == "fail":
             raise CorruptedFileError(what + " (onCorrupt=skip reads past it)", s.path, pos)
         if on_corrupt == "stop":

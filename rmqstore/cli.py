@@ -76,14 +76,15 @@ def _damage_seen() -> bool:
         report = s.recovery_report
         root = _show(s.root_dir)
         damaged = False
-        if StoreLock.is_held(s.root_dir):  # (what it writes meanwhile is not damage, nor read)
+        live = StoreLock.is_held(s.root_dir)
+        if live:  # (what it writes meanwhile is not damage, nor read)
             print(f"rmqstore: {root}: a writer holds the store: read what it had published when the command "
                   f"opened it", file=sys.stderr)
         for d in report.get("damage", ()):
             print(f"rmqstore: {root}: damage at CommitLog physical offset {d['physical_offset']} ({d['reason']}); "
                   f"read on from {d['resumes_at']}", file=sys.stderr)
             damaged = True
-        if report.get("truncated_bytes") and s.last_exit_ok and not StoreLock.is_held(s.root_dir):
+        if report.get("truncated_bytes") and s.last_exit_ok and not live:
             print(f"rmqstore: {root}: the store was shut down cleanly but its CommitLog's valid data ends at "
                   f"physical offset {report.get('process_offset')}: {report['truncated_bytes']} byte(s) after it "
                   f"do not validate ({report.get('stopped_because')})", file=sys.stderr)

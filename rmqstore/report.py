@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
+from .cli import _show  # (paths shown as the command line shows them)
 from .exceptions import CorruptedFileError
 from .format.layout import (
     BORNHOST_V6_FLAG,
@@ -305,11 +306,6 @@ def _bucket_text(ms: int) -> str:
             n = ms // unit
             return f"1 {_NAMES[unit]}" if n == 1 else f"{n} {_NAMES[unit]}s"
     return f"{ms} ms"
-
-
-def _show(path) -> str:
-    """*path* as text (bytes that are not UTF-8 as \\xNN escapes), as the command line shows paths."""
-    return os.fsencode(path).decode("utf-8", "backslashreplace")
 
 
 def _e(s) -> str:
