@@ -58,6 +58,7 @@ __all__ = [
     "StoreState",
     "StoreCore",
     "warm_pages",
+    "sync_pages",
     "java_hash",
     "index_key_hash",
     "gets_consume_queue_unit",

@@ -95,6 +95,7 @@ if TYPE_CHECKING:
         read_store_timestamp,
         record_size,
         scan_records,
+        sync_pages,
         tags_hash,
         time_lookup,
         warm_pages,

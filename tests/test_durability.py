@@ -37,11 +37,11 @@ def counted_sync(monkeypatch):
     real = mapped_file._sync
     state = {"delay": 0.0}
 
-    def sync(mf):
+    def sync(mf, *span):
         calls.append(mf.path)
         if state["delay"]:
             time.sleep(state["delay"])
-        real(mf)
+        real(mf, *span)
 
     monkeypatch.setattr(mapped_file, "_sync", sync)
     return calls, state
@@ -105,7 +105,7 @@ def test_failed_sync_is_never_put_ok_and_stops_writes(tmp_path, monkeypatch):
     s = MessageStore.open(root, config=cfg)
     ok = s.put_message(msg(0))
 
-    def broken(mf):
+    def broken(mf, *span):
         raise OSError(errno.EIO, "Input/output error")
 
     monkeypatch.setattr(mapped_file, "_sync", broken)
@@ -131,7 +131,7 @@ def test_failed_sync_is_never_put_ok_and_stops_writes(tmp_path, monkeypatch):
 def test_failed_async_flush_stops_writes(tmp_path, monkeypatch):
     cfg = StoreConfig(flush_interval_commit_log=10, flush_commit_log_thorough_interval=10, **SMALL)
     s = MessageStore.open(tmp_path / "s", config=cfg)
-    monkeypatch.setattr(mapped_file, "_sync", lambda mf: (_ for _ in ()).throw(OSError(errno.ENOSPC, "No space")))
+    monkeypatch.setattr(mapped_file, "_sync", lambda mf, *_: (_ for _ in ()).throw(OSError(errno.ENOSPC, "No space")))
     s.put_message(msg(0))
     deadline = time.monotonic() + 30
     while s._write_error is None and time.monotonic() < deadline:

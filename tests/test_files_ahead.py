@@ -7,10 +7,12 @@ the file made ahead for the writer's; and ``warm_pages`` never changes a byte.
 
 from __future__ import annotations
 
+import errno
 import logging
 import mmap
 import os
 import signal
+import sys
 import threading
 import time
 
@@ -267,6 +269,118 @@ def test_warm_pages_refuses_a_read_only_buffer(impl, mapped):
         with pytest.raises(BufferError):
             k.warm_pages(ro, 0, 10)
         ro.close()
+
+
+# --- sync_pages, and what a flush syncs ------------------------------------------------
+
+
+def test_sync_pages_changes_no_byte_and_says_whether_it_synced(impl, mapped):
+    mapped[100:9000] = os.urandom(8900)
+    before = bytes(mapped)
+    synced = k.IMPLEMENTATION == "cython"  # (the twin cannot release the GIL around msync)
+    assert k.sync_pages(mapped, 100, 9000) is synced
+    assert k.sync_pages(mapped, -10, 10**12) is synced  # clipped to the buffer
+    assert bytes(mapped) == before
+    with pytest.raises(TypeError):
+        k.sync_pages(3, 0, 1)
+    with pytest.raises(TypeError):
+        k.sync_pages(mapped, 0.5, 1)
+
+
+@pytest.fixture
+def segment(tmp_path, monkeypatch):
+    """A 64-page MappedFile, and the ``(start, end)`` spans its syncs ask for
+    (None: the whole file)."""
+    from rmqstore.storage import mapped_file
+
+    spans = []
+    real = mapped_file._sync
+
+    def sync(mf, start=0, end=None):
+        spans.append(None if end is None else (start, end))
+        real(mf, start, end)
+
+    monkeypatch.setattr(mapped_file, "_sync", sync)
+    mf = mapped_file.MappedFile(tmp_path / f"{0:020d}", 64 * mmap.PAGESIZE, create=True)
+    yield mf, spans
+    mf.close()
+
+
+def _append(mf, n: int) -> None:
+    mf.mm[mf.wrote_position:mf.wrote_position + n] = os.urandom(n)
+    mf.wrote_position += n
+
+
+def test_a_least_pages_flush_syncs_the_whole_pages_appended_and_leaves_the_one_being_written(impl, segment):
+    mf, spans = segment
+    page = mmap.PAGESIZE
+    _append(mf, 100)
+    assert not mf.flush(1)  # no whole page yet
+    _append(mf, 2 * page)
+    assert mf.flush(1)
+    assert spans == [(0, 2 * page)] and mf.flushed_position == 2 * page
+    _append(mf, 10)
+    assert mf.flush(0)  # a complete flush: every byte appended, from where the last one stopped
+    assert spans[1] == (2 * page, 2 * page + 110) and mf.flushed_position == 2 * page + 110
+    assert not mf.flush(0)  # nothing new
+
+
+def test_a_full_file_is_flushed_to_its_end_whatever_the_least_pages(impl, segment):
+    mf, spans = segment
+    _append(mf, mf.file_size - 5)
+    assert mf.flush(1)
+    _append(mf, 5)
+    assert mf.flush(10**6)
+    assert spans[-1][1] == mf.file_size and mf.flushed_position == mf.file_size
+
+
+def test_a_failed_flush_moves_nothing(impl, segment, monkeypatch):
+    from rmqstore.storage import mapped_file
+
+    mf, _ = segment
+    _append(mf, 3 * mmap.PAGESIZE)
+
+    def fail(*a):
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(mapped_file, "_sync", fail)
+    with pytest.raises(OSError):
+        mf.flush(1)
+    assert mf.flushed_position == 0
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux's write-back and fault counts")
+def test_a_flush_leaves_the_pages_warmed_ahead_writable(impl, tmp_path):
+    """The point of syncing a range: pages the warm-up made writable past the
+    write position are not written back (as zeros) and write-protected by
+    the flush, so the puts that later fill them take no page fault; a sync
+    of the whole file (the control) costs a fault a page."""
+    import resource
+
+    from rmqstore.storage.mapped_file import MappedFile, _sync_file
+
+    if k.IMPLEMENTATION != "cython":
+        pytest.skip("the twin syncs the whole file (no range sync without holding the GIL)")
+
+    def faults_writing(first: int, last: int) -> int:
+        before = resource.getrusage(resource.RUSAGE_THREAD).ru_minflt
+        for p in range(first, last):  # a byte a page
+            mf.mm[p * mmap.PAGESIZE] = 1
+        return resource.getrusage(resource.RUSAGE_THREAD).ru_minflt - before
+
+    mf = MappedFile(tmp_path / f"{0:020d}", 256 * mmap.PAGESIZE, create=True)
+    try:
+        k.warm_pages(mf.mm, 0, mf.file_size)
+        _append(mf, 8 * mmap.PAGESIZE)
+        assert mf.flush(4)
+        after_flush = faults_writing(16, 128)
+        _sync_file(mf)
+        after_whole_sync = faults_writing(128, 256)
+    finally:
+        mf.close()
+    if after_whole_sync < 64:
+        pytest.skip(f"this file system does not write-protect pages it writes back ({after_whole_sync} faults)")
+    assert after_flush < 16
 
 
 def test_clean_up_deletes_old_segments_never_the_current_one_or_the_one_made_ahead(tmp_path):

@@ -1,6 +1,6 @@
 /*
  * rmq_pages.h - faulting a mapped file's pages in ahead of its writer
- * (warm_pages, state.pxi).
+ * (warm_pages, state.pxi), and forcing a range of them to disk (sync_pages).
  *
  * Included by the generated rmqstore/_core.c through c_support.pxi, which
  * holds the declarations Cython sees.
@@ -47,6 +47,20 @@ static int rmq_warm_pages(unsigned char *p, size_t len) {
             i = (size_t)((a + i) / step + 1) * step - a;
         }
     }
+    return 0;
+}
+
+/* Force the pages of [p, p + len) to disk and wait (msync MS_SYNC: on
+   Linux the file system's sync of that range, journal commit included, as
+   fdatasync does for the whole file). Returns 0, or -errno. */
+static int rmq_sync_pages(unsigned char *p, size_t len) {
+    long page = sysconf(_SC_PAGESIZE);
+    size_t step = page > 0 ? (size_t)page : 4096;
+    uintptr_t a = (uintptr_t)p, lo = a - a % step;
+    if (len == 0)
+        return 0;
+    if (msync((void *)lo, len + (a - lo), MS_SYNC) != 0)
+        return -errno;
     return 0;
 }
 

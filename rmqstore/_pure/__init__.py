@@ -46,7 +46,8 @@ _HOMES = {
     "reads": ("VIEW_UNIT", "_bounds", "_keyed_record", "_unit_record", "pull_bounds", "pull_messages", "pull_units",
               "pull_views", "query_keyed", "read_ext", "read_keyed", "time_lookup"),
     "state": ("CommitLogBase", "ConsumeQueueBase", "IndexRegion", "IndexServiceBase", "MappedQueue",
-              "MappedRegion", "ReferenceResource", "StoreCore", "StoreState", "warm_pages"),
+              "MappedRegion", "ReferenceResource", "StoreCore", "StoreState", "warm_pages",
+              "sync_pages"),
 }
 _HOME = {name: module for module, names in _HOMES.items() for name in names}
 
@@ -78,6 +79,7 @@ __all__ = [
     "StoreState",
     "StoreCore",
     "warm_pages",
+    "sync_pages",
     "java_hash",
     "index_key_hash",
     "gets_consume_queue_unit",

@@ -69,6 +69,27 @@ def warm_pages(buf, start, end) -> bool:
     return True
 
 
+def sync_pages(buf, start, end) -> bool:
+    """Force the pages holding ``buf[start:end]`` to disk and wait, releasing
+    the GIL (``msync(MS_SYNC)``; on Linux the file system's sync of that
+    range, as ``fdatasync`` for the whole file). The periodic flush syncs
+    only what was appended: pages warmed ahead of the writer stay writable
+    rather than being written back as zeros, and a put into them takes no
+    page fault (RocketMQ's ``MappedFile.flush`` forces the whole mapping).
+
+    *buf*: a buffer, normally a file's shared ``mmap``; *start*, *end*: byte
+    positions, clipped to it. Returns True when the range was synced, False
+    when this implementation cannot sync a range without holding the GIL
+    (the pure twin): the caller then syncs the whole file. Raises OSError
+    from ``msync`` (EIO: the data may not be on disk).
+    """
+    operator.index(start)
+    operator.index(end)
+    with memoryview(buf):  # (a TypeError for what is not a buffer, as in the core)
+        pass
+    return False  # (mmap.flush would hold the GIL for the whole sync)
+
+
 class MappedQueue:
     """The segments of one log as the kernels walk them: ``files`` (a list
     of :class:`MappedRegion`, in offset order) and ``file_size`` (bytes per

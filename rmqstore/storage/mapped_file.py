@@ -15,6 +15,7 @@ import sys
 import threading
 from collections.abc import Callable
 
+from .. import _kernels as k
 from .._kernels import MappedQueue, MappedRegion, ReferenceResource
 from ..exceptions import ConfigError, CorruptedFileError, DiskFullError, StoreClosedError
 from ..format.layout import is_offset_name
@@ -25,6 +26,7 @@ __all__ = ["MappedFile", "MappedFileQueue", "ReferenceResource", "offset_to_file
 log = logging.getLogger("rmqstore.mapped_file")
 
 PAGE = 4096  # RocketMQ's OS_PAGE_SIZE, the unit of the least-pages rules
+_OS_PAGE = mmap.PAGESIZE  # what the kernel maps, writes back and write-protects
 _ZERO_CHUNK = 1 << 20
 _ZEROS = bytes(_ZERO_CHUNK)
 
@@ -112,6 +114,12 @@ class MappedFile(MappedRegion):
         """Force appended bytes to disk (RocketMQ ``MappedFile.flush``): always
         when the file is full; else when at least *least_pages* 4 KiB pages
         are dirty (any dirty byte when 0). Returns whether it synced.
+
+        Only the appended range is synced, and a least-pages flush stops at
+        the last whole page: the page being written and the pages warmed
+        ahead stay writable, so the next puts take no page fault (a page
+        written back is write-protected until written again); a complete
+        flush (*least_pages* 0) or a full file syncs every appended byte.
         Raises OSError from the sync: the caller decides what a failure means."""
         if self._fd < 0:
             raise StoreClosedError(f"{self.path} is closed")
@@ -120,9 +128,13 @@ class MappedFile(MappedRegion):
         rewinds = self._rewinds
         if self.read_only or wrote <= flushed:
             return False
-        if least_pages > 0 and wrote < self.file_size and wrote // PAGE - flushed // PAGE < least_pages:
-            return False
-        _sync(self)
+        if least_pages > 0 and wrote < self.file_size:
+            if wrote // PAGE - flushed // PAGE < least_pages:
+                return False
+            wrote = wrote // _OS_PAGE * _OS_PAGE
+            if wrote <= flushed:  # (pages larger than 4 KiB: none whole yet)
+                return False
+        _sync(self, flushed, wrote)
         if self._rewinds == rewinds:  # else bytes below *wrote* were rewritten during the sync
             self.flushed_position = wrote
         return True
@@ -213,9 +225,17 @@ class MappedFile(MappedRegion):
 _NO_FD_COPY = {"trackfd": False} if sys.version_info >= (3, 13) else {}
 
 
+def _sync(mf, start: int = 0, end: int | None = None) -> None:
+    """Force *mf*'s bytes ``[start, end)`` to disk, the whole file when *end*
+    is None: a range by ``msync`` where the core can release the GIL around
+    it (``sync_pages``), else the whole file."""
+    if end is None or not k.sync_pages(mf.mm, start, end):
+        _sync_file(mf)
+
+
 if sys.platform.startswith("linux"):
 
-    def _sync(mf) -> None:
+    def _sync_file(mf) -> None:
         # fdatasync covers pages dirtied through the mapping (Linux has one page
         # cache) and, unlike mmap.flush, releases the GIL: producers keep
         # appending while a group commit waits for the disk
@@ -223,7 +243,7 @@ if sys.platform.startswith("linux"):
 
 else:  # pragma: no cover - exercised on macOS only
 
-    def _sync(mf) -> None:
+    def _sync_file(mf) -> None:
         mf.mm.flush()
 
 
