@@ -883,6 +883,20 @@ def test_index_geometry_of_the_golden_files(tmp_path):
     assert e.value.path == paths[1]
 
 
+def test_index_geometry_from_a_sample_of_the_key_hashes(tmp_path, monkeypatch):
+    """The key hashes are read for a sample of the used slots only (a read-only
+    open must not walk a large store's index); a sample still tells the
+    files' geometry from the others of their size."""
+    from rmqstore.storage import index_checks
+    from rmqstore.storage.index import _geometry_fits, infer_index_geometry
+
+    paths = _golden_index(tmp_path)
+    monkeypatch.setattr(index_checks, "_HASH_SAMPLE", 2)
+    for p in paths:
+        assert [_geometry_fits(p, s, n) for s, n in GEOMETRIES] == [True, False, False]
+    assert infer_index_geometry(paths) == (100, 300)
+
+
 @pytest.mark.parametrize("damage", [
     "entry-0-used", "slot-past-count", "slot-negative", "negative-key-hash", "hash-in-another-slot",
     "slot-count-high", "slot-count-low", "count-past-n", "empty-file",

@@ -259,7 +259,12 @@ def test_pacing_between_deletions_uses_the_interval(tmp_path):
 # --- ConsumeQueue and index follow ---------------------------------------------------
 
 
-def test_consume_queues_and_index_follow_the_commitlog_minimum(tmp_path):
+@pytest.mark.parametrize("chunk_units", [None, 3])
+def test_consume_queues_and_index_follow_the_commitlog_minimum(tmp_path, monkeypatch, chunk_units):
+    if chunk_units:  # the minimum is searched a chunk of units at a time: across chunks too
+        from rmqstore.storage import consumequeue
+
+        monkeypatch.setattr(consumequeue, "_CORRECT_CHUNK", chunk_units * 20)
     clock = FakeClock()
     with open_store(tmp_path, clock, delete_file_batch_max=5) as s:
         results = fill(s, clock, 300)

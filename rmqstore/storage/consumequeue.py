@@ -16,6 +16,8 @@ __all__ = ["ConsumeQueue", "is_pre_blank", "queue_dirs", "tags_code"]
 
 log = logging.getLogger("rmqstore.consumequeue")
 
+_CORRECT_CHUNK = 1024 * UNIT  # units read at a time by correct_min_offset
+
 
 def queue_dirs(store_dir) -> list:
     """``[(topic, queue_id, directory)]`` of a store's ConsumeQueues
@@ -208,10 +210,15 @@ class ConsumeQueue(k.ConsumeQueueBase):
             if mf.file_from_offset + mf.wrote_position <= start:
                 continue
             pos = max(0, start - mf.file_from_offset)
-            for j, unit in enumerate(k.cq_units(mf.mm, pos, mf.wrote_position)):
-                if unit[0] >= min_commit_log_offset and not is_pre_blank(unit):
-                    self.min_logic_offset = mf.file_from_offset + pos + j * UNIT
-                    return
+            while pos < mf.wrote_position:
+                # a chunk at a time: the answer is nearly always the first
+                # unit, and a whole file of tuples costs an open ~0.1 s a queue
+                end = min(mf.wrote_position, pos + _CORRECT_CHUNK)
+                for j, unit in enumerate(k.cq_units(mf.mm, pos, end)):
+                    if unit[0] >= min_commit_log_offset and not is_pre_blank(unit):
+                        self.min_logic_offset = mf.file_from_offset + pos + j * UNIT
+                        return
+                pos = end
         self.min_logic_offset = max_bytes
 
     # --- writing --------------------------------------------------------------------

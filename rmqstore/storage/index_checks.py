@@ -169,6 +169,9 @@ def infer_index_geometry(paths, hash_slot_num=None, index_num=None, live=None) -
     raise CorruptedFileError(f"no slot/entry geometry fits these {size}-byte index files", paths[0], 0)
 
 
+#: used slots whose entries' key hashes a geometry check reads (see _fits_once)
+_HASH_SAMPLE = 4096
+
 #: reads of a live index file before it counts as not fitting a geometry,
 #: and the pause between them (s): damage stays, a writer mid-put moves on
 _LIVE_READS, _LIVE_PAUSE = 3, 0.01
@@ -198,6 +201,14 @@ def _fits_once(path, s, n, live=False) -> bool:
     the slot count before and at most one more than the slot count after
     (one put may sit between its slot and its count), values up to the entry
     count after. An entry a slot names was written before the slot.
+
+    Every slot is checked against the counts; the key hashes are checked
+    for at most _HASH_SAMPLE used slots spread evenly over the file, first
+    and last included: a wrong geometry puts nearly every entry in the
+    wrong slot, so a sample tells geometries apart as surely as all of them,
+    and gathering all (up to 5M entries spread over 400 MB) made a read-only
+    open of a large store a walk of its index. Damage to a single entry is
+    ``verify``'s to find; a lookup checks each entry it walks anyway.
 
     The slots are copied out of the file before they are checked (a default
     file has 20 MB of them): a check never runs over bytes that change under
@@ -234,6 +245,9 @@ def _fits_once(path, s, n, live=False) -> bool:
         v = slots[used].astype(np.int64)
         if v.min() <= 0 or v.max() > top:
             return False
+        if len(used) > _HASH_SAMPLE:
+            pick = np.linspace(0, len(used) - 1, _HASH_SAMPLE).astype(np.int64)
+            used, v = used[pick], v[pick]
         with mmap.mmap(fd, 0, access=mmap.ACCESS_READ) as mm:
             # each entry's first 4 bytes, its key hash
             heads = np.ndarray((top + 1,), dtype=">i4", buffer=mm, offset=base, strides=(INDEX_ENTRY_SIZE,))
