@@ -17,6 +17,7 @@ for the disk).
     python bench/latency.py                          # every mode, 1M puts
     python bench/latency.py --mode inline --puts 200000
     python bench/latency.py --json lat.json --plot bench/latency.png
+    python bench/latency.py --mode ahead+warm --floor   # and the machine's floor
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import os
 import shutil
 import sys
 import tempfile
+import threading
 import time
 
 import numpy as np
@@ -129,6 +131,49 @@ def steady_puts(cfg: StoreConfig, root: str, n: int, settle_ms: int, gc_mode: st
     return {"lat": lat, "rolled": rolled}
 
 
+def floor_steps(root: str, n: int, settle_ms: int, io_mb_per_s: float) -> dict:
+    """The machine's floor, for the tail figures to be read against: the
+    loop of :func:`steady_puts` (each message built, one call timed) with a
+    call that never touches a store, while a thread (with *io_mb_per_s* > 0)
+    appends that many MB/s to a file of its own and syncs it every 0.5 s, as
+    the store's flush thread does. What this loop shows over 1 ms, no store
+    can avoid here."""
+    body = os.urandom(BODY)
+    lat = np.empty(n, dtype=np.int64)
+    stop = threading.Event()
+
+    def writer() -> None:
+        chunk = os.urandom(1 << 20)
+        fd = os.open(os.path.join(root, "floor-io"), os.O_WRONLY | os.O_CREAT, 0o644)
+        try:
+            while not stop.wait(0.5):
+                for _ in range(max(1, round(io_mb_per_s / 2))):
+                    os.write(fd, chunk)
+                os.fdatasync(fd)
+        finally:
+            os.close(fd)
+
+    t = threading.Thread(target=writer, daemon=True) if io_mb_per_s > 0 else None
+    if t is not None:
+        t.start()
+    time.sleep(settle_ms / 1000)
+    clock = time.perf_counter_ns
+    kept: list = []
+    try:
+        for i in range(n):
+            msg = Message(TOPIC, body, queue_id=i & 1, keys=f"key-{i}", unique_key=f"{i:032X}")
+            t0 = clock()
+            kept.append(msg.keys)  # (a call that touches no store)
+            lat[i] = clock() - t0
+            if len(kept) > 1024:
+                kept.clear()
+    finally:
+        stop.set()
+        if t is not None:
+            t.join()
+    return {"lat": lat, "rolled": np.zeros(n, dtype=bool)}
+
+
 def summary(lat_ns, rolled) -> dict:
     us = lat_ns / 1000.0
     slow = lat_ns > 1_000_000
@@ -188,6 +233,9 @@ def main(argv=None) -> int:
     ap.add_argument("--gc", choices=("on", "freeze"), default="on",
                     help="the cycle collector as is, or gc.freeze() after start-up (default on)")
     ap.add_argument("--dir", help="where to make the stores (default: a temporary directory)")
+    ap.add_argument("--floor", action="store_true",
+                    help="also time the same loop without a store, quiet and beside a thread "
+                         "writing and syncing as much as the store does (the machine's floor)")
     ap.add_argument("--json", help="write the summaries here")
     ap.add_argument("--plot", help="draw the distributions into this PNG (needs matplotlib)")
     args = ap.parse_args(argv)
@@ -212,6 +260,15 @@ def main(argv=None) -> int:
                   f"({s['over_1ms_rolls']} rolls of {s['rolls']}; slowest roll {s['rolls_max_us']:.0f} µs)  "
                   f"first put: store {np.median(store_ms):.2f} ms (max {max(store_ms):.2f}), "
                   f"new queue {np.median(queue_ms):.2f} ms (max {max(queue_ms):.2f})", flush=True)
+        if args.floor:
+            # ~370 B a put at ~300k puts/s: the store writes about 110 MB/s
+            for name, rate in (("floor", 0.0), ("floor+io", 110.0)):
+                r = floor_steps(root, args.puts, args.settle_ms, rate)
+                results[name] = r
+                s = summary(r["lat"], r["rolled"])
+                report[name] = s
+                print(f"{name:>11}: p50 {s['p50_us']:.2f} µs  p99 {s['p99_us']:.2f}  p99.9 {s['p99.9_us']:.1f}  "
+                      f"p99.99 {s['p99.99_us']:.1f}  max {s['max_us']:.0f} µs  >1ms {s['over_1ms']}", flush=True)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     if args.json:
