@@ -264,17 +264,19 @@ class RmqStoreDataSource(DataSource):
         return RmqStoreStreamReader(self.options, schema)
 
 
+#: the worker module Spark plans a read in when it pushes filters down
+_PUSHDOWN_WORKER = "pyspark.sql.worker.data_source_pushdown_filters"
+
+
 def _planning_with_pushdown() -> bool:
     """Whether Spark asks for the reader to push filters into it. Spark plans
     a Python source in one of two worker modules, chosen by
     ``spark.sql.python.filterPushdown.enabled``; the other one fails any
-    reader that implements ``pushFilters``, so the choice is made here."""
-    frame: Any = sys._getframe(1)
-    while frame is not None:
-        if frame.f_code.co_filename.endswith("data_source_pushdown_filters.py"):
-            return True
-        frame = frame.f_back
-    return False
+    reader that implements ``pushFilters``, so the choice is made here, by
+    the module this worker process runs (each process runs one: imported by
+    Spark's daemon, or run as ``__main__`` with ``-m``)."""
+    main_spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    return _PUSHDOWN_WORKER in sys.modules or getattr(main_spec, "name", None) == _PUSHDOWN_WORKER
 
 
 class RmqStoreReader(DataSourceReader):
