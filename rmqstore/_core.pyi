@@ -54,6 +54,7 @@ __all__ = [
     "scan_records",
     "read_record",
     "read_store_timestamp",
+    "read_store_timestamps",
     "cq_put",
     "cq_get",
     "cq_units",
@@ -366,6 +367,7 @@ def read_record(
     buf: ReadableBuffer, pos: int, limit: int, physical_offset: int, max_size: int, with_body: bool
 ) -> _DecodedRecord | int: ...
 def read_store_timestamp(buf: ReadableBuffer, pos: int) -> int: ...
+def read_store_timestamps(buf: ReadableBuffer, positions: ReadableBuffer, out: WriteableBuffer) -> int: ...
 
 # --- ConsumeQueue ---
 def cq_put(buf: WriteableBuffer, pos: int, physical_offset: int, size: int, tags_code: int) -> None: ...

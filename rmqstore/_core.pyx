@@ -78,6 +78,7 @@ __all__ = [
     "scan_records",
     "read_record",
     "read_store_timestamp",
+    "read_store_timestamps",
     "cq_put",
     "cq_get",
     "cq_units",

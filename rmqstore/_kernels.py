@@ -93,6 +93,7 @@ if TYPE_CHECKING:
         read_keyed,
         read_record,
         read_store_timestamp,
+        read_store_timestamps,
         record_size,
         scan_records,
         sync_pages,

@@ -8,7 +8,7 @@ holds them. The charts need matplotlib (``pip install 'rmqstore[report]'``).
 
 The time series come from a walk of every ConsumeQueue, one file's units at a
 time as a numpy view, with each unit's store timestamp read from the mapped
-CommitLog by numpy gathers: no Python object per message, and memory bounded
+CommitLog by one kernel call per segment: no Python object per message, and memory bounded
 by one chunk of units and the series (at most 11 rows: the 10 biggest topics
 and the rest).
 """
@@ -27,16 +27,10 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
+from . import _kernels as k
 from .cli import _show  # (paths shown as the command line shows them)
 from .exceptions import CorruptedFileError
-from .format.layout import (
-    BORNHOST_V6_FLAG,
-    CQ_STORE_UNIT_SIZE,
-    POS_BORNHOST,
-    POS_BORNTIMESTAMP,
-    POS_SYSFLAG,
-    PRE_BLANK_SIZE,
-)
+from .format.layout import CQ_STORE_UNIT_SIZE, PRE_BLANK_SIZE
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -98,8 +92,8 @@ def _unit_dtype():
 def _store_timestamps(view: tuple, phy, size):
     """STORETIMESTAMP of the records at physical offsets *phy* (int64 array)
     of sizes *size*, through ``CommitLog.segment_view()`` *view*: what
-    ``consumequeue.view_time`` answers per unit (the kernel
-    ``read_store_timestamp``), as numpy gathers. -1 where ``[phy, phy + size)``
+    ``consumequeue.view_time`` answers per unit, one kernel call
+    (``read_store_timestamps``) per segment. -1 where ``[phy, phy + size)``
     is not stored or the field lies outside its segment."""
     import numpy as np
 
@@ -112,26 +106,16 @@ def _store_timestamps(view: tuple, phy, size):
     if sel_all.size == 0:
         return out
     segs = seg[sel_all]
-    # one pass per segment the units point into (a chunk of one queue spans few)
+    # one call per segment the units point into (a chunk of one queue spans few)
     order = np.argsort(segs, kind="stable")
     cuts = np.flatnonzero(np.diff(segs[order])) + 1
-    eight = np.arange(8, dtype=np.int64)
     for grp in np.split(order, cuts):
         i = int(segs[grp[0]])
         sel = sel_all[grp]
-        b = np.frombuffer(bufs[i], dtype=np.uint8)
-        n = b.size
-        pos = phy[sel] - (base + i * fs)
-        good = pos + POS_BORNTIMESTAMP <= n  # (the kernel's bound: the header up to BORNTIMESTAMP)
-        sel, pos = sel[good], pos[good]
-        # SYSFLAG is a big-endian i32: its low byte (the born host width flag) is its last
-        v6 = (b[pos + POS_SYSFLAG + 3] & BORNHOST_V6_FLAG) != 0
-        p = pos + POS_BORNHOST + np.where(v6, 20, 8)
-        good = p + 8 <= n
-        sel, p = sel[good], p[good]
-        raw = b[p[:, None] + eight]  # (m, 8) bytes, a copy: nothing keeps the mapping exported
-        out[sel] = raw.view(">i8").reshape(-1)
-        del b
+        pos = np.ascontiguousarray(phy[sel] - (base + i * fs), dtype=np.int64)
+        ts = np.empty(pos.size, dtype=np.int64)
+        k.read_store_timestamps(bufs[i], pos.data, ts.data)
+        out[sel] = ts
     return out
 
 

@@ -159,6 +159,29 @@ def test_decode_vectors(k):
     assert k.read_store_timestamp(R1[:60], 0) == -1
 
 
+def test_read_store_timestamps_reads_each_position_as_read_store_timestamp(k):
+    import array
+
+    import numpy as np
+
+    buf = R1 + R2  # a record with an IPv4 born host, then one with an IPv6 one
+    positions = array.array("q", [0, len(R1), -1, len(buf) - 10, 10**12, 0])
+    out = array.array("q", [7] * 7)  # one more than needed: left alone
+    assert k.read_store_timestamps(buf, positions, out) == 6
+    assert list(out) == [STORE_TS, 2, -1, -1, -1, STORE_TS, 7]
+    assert list(out[:6]) == [k.read_store_timestamp(buf, p) for p in positions]
+    pos, ts = np.array([len(R1), 0], dtype=np.int64), np.zeros(2, dtype=np.int64)
+    assert k.read_store_timestamps(memoryview(buf), pos.data, ts.data) == 2
+    assert ts.tolist() == [2, STORE_TS]
+    assert k.read_store_timestamps(buf, b"", bytearray()) == 0
+    with pytest.raises(ValueError):
+        k.read_store_timestamps(buf, positions, array.array("q", [0] * 5))
+    with pytest.raises(BufferError):
+        k.read_store_timestamps(buf, positions, bytes(48))
+    with pytest.raises(TypeError):
+        k.read_store_timestamps(buf, 3, out)
+
+
 def test_check_vectors(k):
     for rec in (R1, R2, R4):
         for crc, prop in ((False, False), (True, False)):

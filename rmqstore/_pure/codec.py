@@ -533,3 +533,33 @@ def read_store_timestamp(buf, pos: int) -> int:
     if p + 8 > n:
         return -1
     return _I64.unpack_from(buf, p)[0]
+
+
+def read_store_timestamps(buf, positions, out) -> int:
+    """``read_store_timestamp`` for many records at once: ``out[i]`` becomes
+    the STORETIMESTAMP (ms since epoch) of the record at byte position
+    ``positions[i]`` of *buf*, or -1 where the field lies outside *buf*.
+    For walks that date every unit of a queue (``rmqstore report``)
+    without a Python int per record.
+
+    *buf*: a readable buffer (a CommitLog segment's mapping); *positions*:
+    a buffer of native int64 (a numpy ``int64`` array, ``array('q')``), n of
+    them (its bytes // 8); *out*: a writable buffer of at least n native
+    int64. Returns n. Raises ValueError when *out* holds fewer than n,
+    BufferError when it is not writable, TypeError for what is not a buffer.
+    """
+    with memoryview(buf) as bv, memoryview(positions) as pv, memoryview(out) as ov:
+        n = pv.nbytes // 8
+        if ov.readonly:
+            raise BufferError("Object is not writable.")
+        if ov.nbytes < n * 8:
+            raise ValueError(f"out holds {ov.nbytes // 8} int64 values, positions {n}")
+        pb, ob = pv.cast("B"), ov.cast("B")
+        try:
+            with pb[: n * 8].cast("q") as pos, ob[: n * 8].cast("q") as o:
+                for i in range(n):
+                    o[i] = read_store_timestamp(bv, pos[i])
+        finally:
+            pb.release()
+            ob.release()
+    return n
