@@ -634,7 +634,11 @@ def cmd_recover(args) -> int:
 
     config = _config_arg(args)
     if args.dry_run or (not args.yes and sys.stdin.isatty()):
-        plan = recover_store(args.store, config=config, dry_run=True)
+        update, done = _progress(args, "recover (dry run)")
+        try:
+            plan = recover_store(args.store, config=config, dry_run=True, progress=update)
+        finally:
+            done()
         if args.dry_run:
             _print_json(plan)
             print(_recovery_sentence(plan, would=True) + "; nothing was changed", file=sys.stderr)
@@ -647,10 +651,13 @@ def cmd_recover(args) -> int:
         if not _confirm(args, "recover now?"):
             print("rmqstore: nothing was changed", file=sys.stderr)
             return 1
+    update, done = _progress(args, "recover")
     try:
-        report = recover_store(args.store, config=config)
+        report = recover_store(args.store, config=config, progress=update)
     except StoreLockedError as e:
         raise UsageError(f"refusing to recover: {e} (stop the writer first)") from e
+    finally:
+        done()
     _print_json(report)
     print(_recovery_sentence(report, would=False), file=sys.stderr)
     return 0
@@ -688,8 +695,12 @@ def cmd_clean(args) -> int:
         store = MessageStore.open(args.store, config=config)
     except StoreLockedError as e:
         raise UsageError(f"{e} (a running writer cleans its own store)") from e
-    with store:
-        report = store.delete_expired(force=args.force, reserved_hours=args.reserved_hours)
+    update, done = _progress(args, "clean")
+    try:
+        with store:
+            report = store.delete_expired(force=args.force, reserved_hours=args.reserved_hours, progress=update)
+    finally:
+        done()
     return _print_cleanup(args, report, would=False)
 
 

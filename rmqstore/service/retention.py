@@ -44,6 +44,7 @@ import time
 from typing import NamedTuple
 
 from ..exceptions import StoreClosedError
+from ..storage.index import index_file_size
 from ..storage.mapped_file import fsync_dir
 
 __all__ = ["CleanupReport", "Retention", "disk_usage_ratio"]
@@ -111,6 +112,41 @@ class CleanupReport(NamedTuple):
         return len(self.commit_log_files)
 
 
+def _index_size(f) -> int:
+    """Bytes of index file *f* (its geometry fixes its size)."""
+    return index_file_size(f.hash_slot_num, f.index_num)
+
+
+class _Freed:
+    """``progress(done_bytes, total_bytes)`` for one manual round: the sizes
+    of the files deleted so far of the sizes of those it set out to delete,
+    told after each deletion step (one CommitLog segment, one queue's
+    ConsumeQueue files, the index files)."""
+
+    __slots__ = ("progress", "done", "total", "told")
+
+    def __init__(self, progress, total: int) -> None:
+        self.progress = progress
+        self.done = 0
+        self.total = total
+        self.told = False
+
+    def deleted(self, nbytes: int) -> None:
+        if nbytes <= 0:
+            return
+        self.done += nbytes
+        self.total = max(self.total, self.done)
+        self.told = True
+        self.progress(self.done, self.total)
+
+    def end(self) -> None:
+        """The round is over: what it did not delete (a reader held the file)
+        is the next round's, so the total comes down to what it freed."""
+        if not self.told or self.total != self.done:
+            self.total = self.done
+            self.progress(self.done, self.total)
+
+
 class Retention:
     """The clean-up of one writable :class:`~rmqstore.store.MessageStore`.
     Rounds are serialised (``_lock``, which the store's ``close()`` takes
@@ -153,7 +189,7 @@ class Retention:
 
     # --- one round --------------------------------------------------------------
 
-    def run(self, manual: bool = False, force: bool = False, reserved_hours=None) -> CleanupReport:
+    def run(self, manual: bool = False, force: bool = False, reserved_hours=None, progress=None) -> CleanupReport:
         """One clean-up round (RocketMQ's clean-resource task).
 
         Args:
@@ -163,6 +199,8 @@ class Retention:
                 of age and disk use.
             reserved_hours (int | None): age limit in hours instead of
                 ``file_reserved_time``.
+            progress (callable | None): ``progress(done_bytes, total_bytes)``
+                as for the store's ``delete_expired``.
 
         Raises StoreClosedError when the store closed (``close()`` waits for
         a round in progress, holding this lock, then closes it).
@@ -183,18 +221,33 @@ class Retention:
             deleted: list = []
             busy = False
             clean_at_once = force or (cfg.clean_file_forcibly_enable and immediately)
+            heads: list = []
             if reasons:
                 hours = cfg.file_reserved_time if reserved_hours is None else reserved_hours
-                deleted, busy = self._delete_commit_log(hours * 3_600_000, clean_at_once, now)
+                heads = self._expired_heads(hours * 3_600_000, clean_at_once, now)
+            freed = None
+            if progress is not None:
+                # (sized up front, as plan() chooses: a bar needs its total first)
+                cl = store.commitlog
+                cl_next = cl.queue.files[len(heads)].file_from_offset if heads else cl.min_offset()
+                total = sum(mf.file_size for mf in heads if mf.available)
+                if cl_next != self._cq_cleaned_at:
+                    cq_heads, index_heads = self._logics_heads(cl_next)
+                    total += sum(mf.file_size for mf in cq_heads) + sum(map(_index_size, index_heads))
+                freed = _Freed(progress, total)
+            if reasons:
+                deleted, busy = self._delete_commit_log(heads, now, freed)
                 if not deleted and to_delete:
                     log.warning("disk use of %s is %.2f but no CommitLog file could be deleted", store.root_dir, ratio)
             cq_files: list = []
             index_files: list = []
             cl_min = store.commitlog.min_offset()
             if cl_min != self._cq_cleaned_at:
-                cq_files, index_files, done = self._clean_logics(cl_min)
+                cq_files, index_files, done = self._clean_logics(cl_min, freed)
                 if done:
                     self._cq_cleaned_at = cl_min
+            if freed is not None:
+                freed.end()
             return CleanupReport(
                 tuple(deleted), tuple(cq_files), tuple(index_files), store.commitlog.min_offset(),
                 "+".join(reasons), bool(reasons) and clean_at_once, ratio, busy,
@@ -215,13 +268,19 @@ class Retention:
         heads = self._expired_heads(hours * 3_600_000, clean_at_once, now)
         files = store.commitlog.queue.files
         cl_min = files[len(heads)].file_from_offset if heads else store.commitlog.min_offset()
-        cq_files = [mf.path for _key, cq in sorted(store._cqs.items())
-                    for mf in cq.queue.files[:cq.expired_head_count(cl_min)]]
-        index_files = [f.path for f in store.index.files[:store.index.expired_head_count(cl_min)]]
+        cq_heads, index_heads = self._logics_heads(cl_min)
         return CleanupReport(
-            tuple(mf.path for mf in heads if mf.available), tuple(cq_files), tuple(index_files), cl_min,
-            "manual", clean_at_once, ratio, False,
+            tuple(mf.path for mf in heads if mf.available), tuple(mf.path for mf in cq_heads),
+            tuple(f.path for f in index_heads), cl_min, "manual", clean_at_once, ratio, False,
         )
+
+    def _logics_heads(self, cl_min: int) -> tuple:
+        """``(ConsumeQueue files, index files)`` that only point below
+        CommitLog offset *cl_min*, oldest first, queues in sorted order."""
+        store = self.store
+        cq_heads = [mf for _key, cq in sorted(store._cqs.items())
+                    for mf in cq.queue.files[:cq.expired_head_count(cl_min)]]
+        return cq_heads, store.index.files[:store.index.expired_head_count(cl_min)]
 
     # --- CommitLog (docs/recovery.md#retention) --------------------------------------
 
@@ -243,9 +302,8 @@ class Retention:
                 break
         return heads
 
-    def _delete_commit_log(self, expired_ms: int, clean_at_once: bool, now: int) -> tuple:
+    def _delete_commit_log(self, candidates: list, now: int, freed: _Freed | None = None) -> tuple:
         store, cfg = self.store, self.store.config
-        candidates = self._expired_heads(expired_ms, clean_at_once, now)
         deleted: list = []
         busy = False
         for i, mf in enumerate(candidates):
@@ -257,6 +315,8 @@ class Retention:
             if not unlinked_before:
                 deleted.append(mf.path)
                 log.info("deleted CommitLog file %s", mf.path)
+                if freed is not None:
+                    freed.deleted(mf.file_size)
             if outcome == "unlinked":
                 busy = True  # still mapped for the readers inside: dropped by a later round
                 break
@@ -301,7 +361,7 @@ class Retention:
 
     # --- ConsumeQueues and index (docs/recovery.md#retention) ---------------------------
 
-    def _clean_logics(self, cl_min: int) -> tuple:
+    def _clean_logics(self, cl_min: int, freed: _Freed | None = None) -> tuple:
         """Delete queue and index files below *cl_min* and correct minimum
         offsets. Returns ``(cq_paths, index_paths, complete)``."""
         store, cfg = self.store, self.store.config
@@ -327,6 +387,8 @@ class Retention:
             finally:
                 refs.release_exclusive()
             cq_paths.extend(mf.path for mf in gone)
+            if freed is not None:
+                freed.deleted(sum(mf.file_size for mf in gone))
             pause = cfg.delete_consume_queue_files_interval
             if gone and pause > 0 and store._stop.wait(pause / 1000):
                 return cq_paths, index_paths, False
@@ -335,9 +397,12 @@ class Retention:
             if refs.acquire_exclusive(_EXCLUSIVE_WAIT):
                 try:
                     with store._dispatch_lock:
+                        sizes = [_index_size(f) for f in store.index.files[:n]]
                         index_paths = store.index.delete_first(n)
                 finally:
                     refs.release_exclusive()
+                if freed is not None:
+                    freed.deleted(sum(sizes[:len(index_paths)]))
             else:
                 complete = False
         if cq_paths or index_paths:

@@ -3,6 +3,8 @@ and re-index (docs/recovery.md#recovery)."""
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import logging
 import os
 
@@ -15,6 +17,67 @@ from ..storage.mapped_file import _NOFOLLOW, open_no_follow
 from .commit import Commit
 
 log = logging.getLogger("rmqstore.store")
+
+# How rmqstore.tools.recover_store hears of the recovery walk's progress
+# without a parameter on MessageStore.open (recovery runs inside open, before
+# the caller holds a store to set anything on): it sets this around its own
+# open (reporting_progress) and the walk reads it once. A context variable,
+# so an open in another thread or task never reports to it.
+_progress_hook: contextvars.ContextVar = contextvars.ContextVar("rmqstore_recovery_progress", default=None)
+
+# bytes walked between two reports (a report or more per segment of the
+# usual sizes, never per record: a bar does not slow the walk)
+_PROGRESS_STEP = 32 << 20
+_NEVER = 1 << 63  # (a report threshold no offset reaches)
+
+
+@contextlib.contextmanager
+def reporting_progress(progress):
+    """Within this block, the recovery of a store opened in this thread (or
+    task) calls ``progress(done_bytes, total_bytes)`` (see :class:`_Walk`)."""
+    token = _progress_hook.set(progress)
+    try:
+        yield
+    finally:
+        _progress_hook.reset(token)
+
+
+class _Walk:
+    """The recovery walk's progress, in CommitLog bytes: those checked from
+    the segment the scan starts at to the end of the last segment holding
+    data (those the index lacks before it too, on a writable open), then,
+    writable, those of the valid runs re-dispatched and those indexed from
+    the CommitLog. Reported at most every ``_PROGRESS_STEP`` bytes and at
+    the end of each pass, never per record; *done* never goes down, the
+    total is the bytes the walk expects (first estimated, then as the scan
+    found them), and the last report has ``done == total``."""
+
+    __slots__ = ("progress", "done", "total", "told", "next_at")
+
+    def __init__(self, progress) -> None:
+        self.progress = progress
+        self.done = self.total = 0
+        self.told: tuple | None = None
+        self.next_at = _PROGRESS_STEP  # *done* at which to report next
+
+    def expect(self, total: int) -> None:
+        self.total = max(total, self.done)
+
+    def at(self, done: int, tell: bool = False) -> None:
+        """*done* bytes walked; reported when a step was crossed or *tell*."""
+        if done > self.done:
+            self.done = done
+            self.total = max(self.total, done)
+        if tell or self.done >= self.next_at:
+            self.next_at = self.done + _PROGRESS_STEP
+            now = (self.done, self.total)
+            if now != self.told:
+                self.told = now
+                self.progress(*now)
+
+    def finish(self) -> None:
+        self.total = self.done = max(self.done, self.total)
+        self.at(self.done, tell=True)
 
 
 class Recovery(Commit):
@@ -65,12 +128,30 @@ class Recovery(Commit):
         plan: dict = {"cq_ends": cq_ends, "max_cq_phy": max_cq_phy, "runs": [], "process_offset": 0,
                       "reason": None, "damage": [], "start_file": None, "drop_last_index": False,
                       "dispatch_from": max_cq_phy if self.last_exit_ok else -1}
+        hook = _progress_hook.get()
+        walk = plan["walk"] = _Walk(hook) if hook is not None else None
         if not files:
             return plan
         start = self._normal_start(max_cq_phy) if self.last_exit_ok else self._abnormal_start()
         plan["start_file"] = files[start].path
         runs = plan["runs"]
-        end, reason = cl.scan_valid(start, crc, crc_mode, lambda mf, lo, hi: runs.append((mf, lo, hi)))
+        scan_from = files[start].file_from_offset
+        walked, checking = None, 0
+        if walk is None:
+            on_run = lambda mf, lo, hi: runs.append((mf, lo, hi))  # noqa: E731
+        else:
+            checking = max(0, self._data_segments_end() - scan_from)
+            redispatch = 0 if self.read_only else checking - max(0, plan["dispatch_from"] - scan_from)
+            walk.expect(checking + max(0, redispatch))
+
+            def walked(mf, lo, hi):
+                walk.at(mf.file_from_offset + hi - scan_from)
+
+            def on_run(mf, lo, hi):
+                runs.append((mf, lo, hi))
+                walked(mf, lo, hi)
+
+        end, reason = cl.scan_valid(start, crc, crc_mode, on_run)
         plan["reason"] = reason
         while reason is not None:
             if not self._disk_damage(end):
@@ -93,14 +174,28 @@ class Recovery(Commit):
             log.warning("read-only open of %s: damage at physical offset %d (%s), reading on from %d",
                         self.root_dir, end, reason, nxt)
             seg = cl.queue.find(nxt)
-            end, reason = cl.scan_valid(files.index(seg), crc, crc_mode, None, nxt - seg.file_from_offset)
+            end, reason = cl.scan_valid(files.index(seg), crc, crc_mode, walked, nxt - seg.file_from_offset)
         plan["process_offset"] = end
+        if walk is not None:  # (what lies past the end of data is checked too: it is not data)
+            walk.at(max(checking, end - scan_from), tell=True)
         if not self.read_only and cfg.message_index_enable:
             # a last index file a crash tore (power loss) is rebuilt
             files_ = self.index.files
             plan["drop_last_index"] = not self.last_exit_ok and bool(files_) and not files_[-1].is_consistent()
             self._check_index_source(plan, start, crc_mode)
+        if walk is not None and not self.read_only:  # the re-dispatch, now that the valid runs are known
+            since = plan["dispatch_from"]
+            walk.expect(walk.done + sum(hi - lo for mf, lo, hi in runs if mf.file_from_offset + hi > since))
         return plan
+
+    def _data_segments_end(self) -> int:
+        """Physical offset past the last CommitLog segment that holds data
+        (segments made ahead, never written, do not count)."""
+        files = self.commitlog.queue.files
+        last = len(files) - 1
+        while last > 0 and not any(files[last].mm[:8]):
+            last -= 1
+        return files[last].file_from_offset + files[last].file_size
 
     def _disk_damage(self, offset: int) -> bool:
         """Whether damage at CommitLog physical *offset* lies where no crash
@@ -140,8 +235,18 @@ class Recovery(Commit):
         if lo >= hi:
             return
         seg = cl.queue.find(lo)
-        reached, reason = cl.scan_valid(files.index(seg), True, crc_mode, None, lo - seg.file_from_offset,
+        walk, walked, base = plan["walk"], None, 0
+        if walk is not None:
+            base = walk.done - lo
+            walk.expect(walk.total + hi - lo)
+
+            def walked(mf, _lo, run_end):
+                walk.at(base + mf.file_from_offset + run_end)
+
+        reached, reason = cl.scan_valid(files.index(seg), True, crc_mode, walked, lo - seg.file_from_offset,
                                         stop_index=scan_start)
+        if walk is not None:
+            walk.at(base + hi, tell=True)
         if reached < hi:
             mf = cl.queue.find(reached)
             raise CorruptedFileError(
@@ -173,10 +278,13 @@ class Recovery(Commit):
         if plan["start_file"] is not None:
             report["start_file"] = plan["start_file"]
         self.commitlog.damaged = {d["physical_offset"]: d["resumes_at"] for d in plan["damage"]}
+        walk = plan["walk"]
         if plan["runs"] and not self.read_only:
-            on_run = self._recovery_dispatcher(plan["dispatch_from"])
+            on_run = self._recovery_dispatcher(plan["dispatch_from"], walk)
             for mf, lo, hi in plan["runs"]:
                 on_run(mf, lo, hi)
+            if walk is not None:
+                walk.at(walk.done, tell=True)
         if max_cq_phy >= process_offset:
             for cq in self._cqs.values():
                 cq.truncate_dirty_logic_files(process_offset)
@@ -186,7 +294,7 @@ class Recovery(Commit):
         if not self.read_only:  # (a cut in the crash window: what was flushed ends here at most)
             self.checkpoint.confirm_phy_offset = min(self.checkpoint.confirm_phy_offset, process_offset)
         if not self.read_only and cfg.message_index_enable:
-            self._recover_index(process_offset, plan["drop_last_index"])
+            self._recover_index(process_offset, plan["drop_last_index"], walk)
         # keys indexed by recovery: re-dispatched records and the catch-up above
         report["index_keys_added"] = self.index.keys_added
         if self.index.keys_added:
@@ -204,10 +312,12 @@ class Recovery(Commit):
                 continue
             self._queue_offsets[key] = cq.max_offset_in_queue()
             cq.correct_min_offset(cl_min)
+        if walk is not None:
+            walk.finish()
         self.recovery_report = report
         log.info("recovered %s: %s", self.root_dir, report)
 
-    def _recover_index(self, process_offset: int, drop_last: bool) -> None:
+    def _recover_index(self, process_offset: int, drop_last: bool, walk: _Walk | None = None) -> None:
         """Make the index cover exactly the CommitLog: after a crash drop a last
         index file that is not consistent (torn by a power loss), cut entries past
         *process_offset* (docs/recovery.md#pitfall-index-not-truncated), then index each record the index lacks straight
@@ -221,10 +331,20 @@ class Recovery(Commit):
         index.truncate(process_offset, ts_at)
         last = index.files[-1] if index.files else None
         start = max(last.end_phy_offset if last else 0, self.commitlog.min_offset())
+        base, report_at = 0, _NEVER  # (one comparison a record: a report every _PROGRESS_STEP bytes)
+        if walk is not None:
+            base = walk.done - start
+            walk.expect(walk.total + max(0, process_offset - start))
+            report_at = start + _PROGRESS_STEP
         for phy, _size in self.commitlog.iter_offsets(start):
+            if phy >= report_at and walk is not None:
+                walk.at(base + phy)
+                report_at = phy + _PROGRESS_STEP
             f = self.commitlog.read(phy, with_body=False, strict=True)
             props = k.parse_properties(f[16])
             index.build_index(f[15], phy, f[10], f[7], props.get(PROPERTY_UNIQ_KEY), props.get(PROPERTY_KEYS))
+        if walk is not None:
+            walk.at(base + max(start, process_offset), tell=True)
         # from the files, not from the checkpoint or the rolls this recovery
         # happened to make: a recovery that died before writing the checkpoint
         # leaves full files the next one never rolls (_flush_all flushes them
@@ -254,11 +374,12 @@ class Recovery(Commit):
                 return i
         return 0
 
-    def _recovery_dispatcher(self, dispatch_from: int):
+    def _recovery_dispatcher(self, dispatch_from: int, walk: _Walk | None = None):
         """``on_run`` for the recovery scan: dispatch (again) every record of a
         validated run that ends after *dispatch_from*. Runs are decoded into
         columns (``decode_columns``); a record its queue and the index hold
-        already is passed over without a dispatch call."""
+        already is passed over without a dispatch call. *walk* counts the
+        bytes of the runs dispatched, one decoded batch at a time."""
         topics: dict = {}  # topic bytes -> str, decoded once
         index = self.index if self.config.message_index_enable else None
 
@@ -267,12 +388,15 @@ class Recovery(Commit):
             if base + end <= dispatch_from:
                 return
             pos = start
+            before = walk.done - start if walk is not None else 0
             while pos < end:
                 pos_next, _stop, c = k.decode_columns(mf.mm, pos, end, base, 8192, False, False)
                 if pos_next == pos:  # cannot happen on a validated run; never loop on it
                     raise CorruptedFileError("recovery could not decode a validated record", mf.path, pos)
                 pos = pos_next
                 self._dispatch_columns(mf, c, dispatch_from, topics, index)
+                if walk is not None:
+                    walk.at(before + pos)
 
         return on_run
 

@@ -22,7 +22,7 @@ class Space(Follow):
     :class:`~rmqstore.service.retention.Retention`) and its DISK_FULL
     running flag."""
 
-    def delete_expired(self, force: bool = False, reserved_hours=None, dry_run: bool = False):
+    def delete_expired(self, force: bool = False, reserved_hours=None, dry_run: bool = False, progress=None):
         """Delete expired files now, whatever the hour (RocketMQ's admin
         ``deleteExpiredCommitLog`` / ``executeDeleteFilesManually``), then the
         ConsumeQueue and index files that only point below the new CommitLog
@@ -36,6 +36,15 @@ class Space(Follow):
             dry_run (bool): report what would be deleted now and delete
                 nothing (on a read-only store too): the same choice, but for
                 files a reader would hold at that moment.
+            progress (callable | None): ``progress(done_bytes, total_bytes)``:
+                the sizes in bytes of the files deleted so far (CommitLog,
+                ConsumeQueue and index files) of the sizes of those the round
+                is to delete, chosen as a dry run chooses them. Called after
+                each CommitLog segment, after each queue's ConsumeQueue files
+                and after the index files; the last call has ``done_bytes ==
+                total_bytes`` (when a reader held a file, which the next call
+                retries, the total comes down to the bytes freed; ``(0, 0)``
+                when there was nothing to delete). Never called on a dry run.
 
         A segment's age is its last record's store time (its mtime when it has
         none, docs/recovery.md#pitfall-retention-by-mtime) against the store clock. At most ``delete_file_batch_max``
@@ -46,7 +55,8 @@ class Space(Follow):
         is the number of CommitLog segments deleted.
 
         Raises StoreReadOnlyError (not for a dry run), StoreClosedError;
-        OSError from unlinking.
+        OSError from unlinking; what *progress* raises, which ends the round
+        there (the next call deletes the rest).
         """
         if dry_run:
             self._ensure_open()
@@ -58,7 +68,7 @@ class Space(Follow):
                               f"got {reserved_hours!r}")
         if dry_run:
             return self._retention.plan(force=force, reserved_hours=reserved_hours)
-        return self._retention.run(manual=True, force=force, reserved_hours=reserved_hours)
+        return self._retention.run(manual=True, force=force, reserved_hours=reserved_hours, progress=progress)
 
     def run_maintenance(self):
         """One round of RocketMQ's periodic clean-up (what the background

@@ -13,6 +13,7 @@ from ..format.layout import (
     CQ_STORE_UNIT_SIZE,
 )
 from ..storage.walker import Segment, list_segments
+from ..store.recovery import reporting_progress
 from ._common import _nonzero_end, _queue_dirs
 from .inference import infer_config
 
@@ -54,7 +55,7 @@ def _queue_ends(root: str) -> dict:
     return out
 
 
-def recover_store(root, config: StoreConfig | None = None, dry_run: bool = False) -> dict:
+def recover_store(root, config: StoreConfig | None = None, dry_run: bool = False, progress=None) -> dict:
     """Run recovery on the store in *root* explicitly: open it writable (which
     recovers, docs/recovery.md#recovery) and close it (clean shutdown).
 
@@ -65,6 +66,18 @@ def recover_store(root, config: StoreConfig | None = None, dry_run: bool = False
     True, ``writer_running`` (a real run would be refused) and, when the
     store has damage before its end, ``would_refuse``: a real run refuses
     to cut there (CorruptedFileError) and points to ``salvage``.
+
+    *progress*, if given, is called as ``progress(done_bytes, total_bytes)``
+    (ints, in bytes of CommitLog) while recovery walks the CommitLog: the
+    bytes it checked, from the segment its scan starts at (one of the newest
+    after a clean shutdown, one the checkpoint's times point to after a
+    crash) to the end of the last segment holding data; a real run then
+    adds the bytes of the valid records it dispatches again and of those it
+    indexes from the CommitLog. The total starts as an estimate and becomes
+    what the scan found to re-dispatch; *done_bytes* never goes down. Called
+    at most once per 32 MiB walked and at the end of each pass, never per
+    record; the last call has ``done_bytes == total_bytes`` (``(0, 0)`` for a
+    store without CommitLog segments).
 
     Returns ``MessageStore.recovery_report`` (``last_exit_ok``,
     ``process_offset``, ``stopped_because``, ``truncated_bytes``,
@@ -79,6 +92,8 @@ def recover_store(root, config: StoreConfig | None = None, dry_run: bool = False
         FileNotFoundError: *root* is not a directory, or holds none of a
             store's files (nothing is created there).
         CorruptedFileError, ConfigError: the store cannot be opened.
+        Whatever *progress* raises: a real run then stops as a crash
+        would (the next open recovers again).
     """
     from ..store import MessageStore
 
@@ -97,10 +112,12 @@ def recover_store(root, config: StoreConfig | None = None, dry_run: bool = False
         from ..store.lock import StoreLock
 
         writer_running = StoreLock.is_held(root)
-        store = MessageStore.open(root, config=cfg, read_only=True)
+        with reporting_progress(progress):
+            store = MessageStore.open(root, config=cfg, read_only=True)
     else:
         # (recovery only: delayed records stay for the store's next writer to deliver)
-        store = MessageStore.open(root, config=cfg.replace(schedule_service_enable=False))
+        with reporting_progress(progress):
+            store = MessageStore.open(root, config=cfg.replace(schedule_service_enable=False))
     try:
         report = dict(store.recovery_report)
         ends_after = {q: store.get_max_offset_in_queue(*q) for q in store.queues()}
