@@ -1117,7 +1117,8 @@ def cli_markdown() -> str:
         rows = [_md_argument(a) for a in sp.arguments if a.help is not argparse.SUPPRESS and a.dest != "help"]
         if name == "spark":
             parts.append("\nThe jobs `rebuild-cq` and `rebuild-index` (needs `rmqstore[spark]`) take "
-                         "`STORE`, `--broker-conf FILE` and `--master URL`; `rmqstore spark -h` lists them.\n")
+                         "`STORE`, `--broker-conf FILE`, `--master URL` and `--on-corrupt fail|skip|stop`; "
+                         "`rmqstore spark -h` lists them.\n")
             continue
         if rows:
             parts.append("\n| argument | meaning |\n|---|---|\n")

@@ -368,6 +368,50 @@ def _zero_header(root, m) -> None:
         fh.write(bytes(8))
 
 
+def test_rebuilds_at_damage_fail_skip_or_stop(spark, tmp_path, mixed):
+    """The rebuild jobs take onCorrupt as the reads do: by default they fail
+    naming the offset and leave the store as it was; "skip" rebuilds every
+    other record's unit and keys and counts the damaged region; "stop" ends
+    that split there."""
+    from rmqstore.exceptions import CorruptedFileError
+    from rmqstore.spark import rebuild_consume_queues, rebuild_index
+
+    cfg = StoreConfig(**SMALL)
+    clean = tmp_path / "clean"
+    shutil.copytree(mixed, clean)
+    full = (rebuild_consume_queues(spark, clean, cfg), rebuild_index(spark, clean, cfg))
+    root = tmp_path / "store"
+    shutil.copytree(mixed, root)
+    with MessageStore.open(root, read_only=True) as st:
+        msgs = list(st.iter_messages())
+    victim = msgs[len(msgs) // 3]
+    assert victim.keys and not victim.sys_flag & 0x0C  # (a plain message: a unit and index entries)
+    _zero_header(root, victim)
+    before = tree(root, "consumequeue"), index_contents(root)
+    for job in (rebuild_consume_queues, rebuild_index):
+        with pytest.raises(CorruptedFileError, match=f"physical offset {victim.physical_offset}"):
+            job(spark, root, cfg)
+    assert (tree(root, "consumequeue"), index_contents(root)) == before
+    assert not [n for n in os.listdir(root) if ".rebuild-" in n]
+    cq = rebuild_consume_queues(spark, root, cfg, on_corrupt="skip")
+    ix = rebuild_index(spark, root, cfg, on_corrupt="skip")
+    assert cq["units"] == full[0]["units"] - 1
+    assert full[1]["entries"] - ix["entries"] == 1 + len(victim.keys.split())  # its UNIQ_KEY and keys
+    for rep in (cq, ix):
+        assert (rep["skipped_records"], rep["skipped_bytes"]) == (1, victim.store_size)
+    assert full[0]["skipped_records"] == full[1]["skipped_records"] == 0
+    stopped = rebuild_consume_queues(spark, root, cfg, on_corrupt="stop")
+    assert stopped["units"] < cq["units"] and stopped["skipped_records"] == 0
+    with pytest.raises(ValueError, match="on_corrupt"):
+        rebuild_consume_queues(spark, root, cfg, on_corrupt="ignore")
+    from rmqstore.cli import main
+
+    props = tmp_path / "broker.properties"
+    props.write_text("".join(f"{k}={v}\n" for k, v in SMALL.items()))
+    assert main(["spark", "rebuild-cq", str(root), "--broker-conf", str(props)]) == 3  # damage
+    assert main(["spark", "rebuild-cq", str(root), "--broker-conf", str(props), "--on-corrupt", "skip"]) == 0
+
+
 def test_damage_is_never_silent_in_a_query(spark, tmp_path, mixed):
     """A zeroed record header inside the data: the default read fails naming
     the offset, onCorrupt=skip reads every other record, stop ends the

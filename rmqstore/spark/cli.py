@@ -1,7 +1,8 @@
 """``rmqstore spark <job>``: Spark jobs from the command line.
 
 ``rmqstore spark rebuild-cq <dir>`` and ``rmqstore spark rebuild-index <dir>``
-(options ``--master URL``, ``--broker-conf broker.conf``) run :func:`rmqstore.spark.rebuild_consume_queues` /
+(options ``--master URL``, ``--broker-conf broker.conf``, ``--on-corrupt
+fail|skip|stop``) run :func:`rmqstore.spark.rebuild_consume_queues` /
 :func:`rmqstore.spark.rebuild_index` on a SparkSession made from
 ``--master`` (default ``local[*]``; ``spark-submit`` settings apply too) and
 print the job's report as JSON.
@@ -68,13 +69,17 @@ def main(argv=None) -> int:
                         help="a broker's broker.conf: its storePathRootDir is the STORE when none is given; "
                              "delay levels, index geometry for a new index")
         sp.add_argument("--config", dest="broker_conf", type=_broker_conf, help=argparse.SUPPRESS)
+        sp.add_argument("--on-corrupt", choices=("fail", "skip", "stop"), default="fail",
+                        help="at a damaged record: fail (default; run `rmqstore recover` first), skip it and "
+                             "read on, or stop that split there; the report counts what was skipped")
     try:
         args = p.parse_args(argv)
         _resolve_store(args)
         _check_store(args.store)  # (a rebuild writes: never into a directory that is no store)
     except UsageError as e:
         return _fail(e.prog or "rmqstore spark", e)
-    from ..exceptions import RmqStoreError
+    from ..cli import EXIT_DAMAGED, EXIT_USAGE
+    from ..exceptions import CorruptedFileError, RmqStoreError
     from .rebuild import rebuild_consume_queues, rebuild_index
 
     config = _config_arg(args)
@@ -84,10 +89,10 @@ def main(argv=None) -> int:
     spark = session(args.master, f"rmqstore {args.job}")
     try:
         job = rebuild_consume_queues if args.job == "rebuild-cq" else rebuild_index
-        report = job(spark, args.store, config=config)
+        report = job(spark, args.store, config=config, on_corrupt=args.on_corrupt)
     except (RmqStoreError, FileNotFoundError) as e:
         print(f"rmqstore spark {args.job}: {e}", file=sys.stderr)
-        return 2
+        return EXIT_DAMAGED if isinstance(e, CorruptedFileError) else EXIT_USAGE
     finally:
         if owned:
             spark.stop()

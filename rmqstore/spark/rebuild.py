@@ -12,13 +12,21 @@ The new files are built in a directory beside the old one and swapped in
 at the end (atomically where the OS can exchange two directories); the
 store's writer lock is held for the whole job, so no writer can run at the
 same time. A record that does not validate stops the job with
-CorruptedFileError: run ``rmqstore recover`` first.
+CorruptedFileError (``on_corrupt="fail"``, the default: run ``rmqstore
+recover`` first); ``"skip"`` reads on from the next valid record and
+``"stop"`` ends that split there, as the data source's ``onCorrupt`` does,
+and the report counts what was skipped (``skipped_records``,
+``skipped_bytes``: damaged regions and their bytes, from Spark
+accumulators). Files rebuilt past damage index records that a store's
+recovery would cut off: for reading a damaged store, not for serving it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+import re
 import shutil
 import time
 import uuid
@@ -27,6 +35,7 @@ from collections.abc import Iterator
 from .. import _kernels as k
 from .. import arrow
 from ..dispatch import consume_queue_mask, index_key_rows, index_mask, tags_code, tags_hash
+from ..exceptions import CorruptedFileError
 from ..format.layout import SCHEDULE_TOPIC
 from .source import _exchange, _held_lock
 
@@ -109,13 +118,54 @@ def _tags_codes(split: arrow.Split, phys, topics, tags, config, cache: dict):
     return codes
 
 
-def _scan_units(batches, config) -> Iterator:
+def _read(split, columns, damage) -> Iterator:
+    """``arrow.read_split`` of *split* under *damage* ``(on_corrupt,
+    records accumulator, bytes accumulator)``; what it skipped is added to
+    the accumulators."""
+    on_corrupt, records, nbytes = damage
+    stats: dict = {}
+    yield from arrow.read_split(split, columns, check_crc=True, on_corrupt=on_corrupt, stats=stats)
+    if stats.get("skipped_records"):
+        records.add(stats["skipped_records"])
+        nbytes.add(stats.get("skipped_bytes", 0))
+
+
+#: how a task's CorruptedFileError reads inside Spark's PythonException
+_TASK_CORRUPT = re.compile(r"rmqstore\.exceptions\.CorruptedFileError: ([^\n]+)")
+
+
+@contextlib.contextmanager
+def _task_errors():
+    """Spark hands the driver what a task raised as a PythonException whose
+    text is the worker's traceback: a damaged record comes out as the
+    CorruptedFileError it was (its message naming file and offset), so a
+    caller, and the CLI's exit code, see the store's error."""
+    try:
+        yield
+    except Exception as e:
+        found = _TASK_CORRUPT.search(str(e)) if type(e).__name__ == "PythonException" else None
+        if found is None:
+            raise
+        raise CorruptedFileError(found.group(1)) from e
+
+
+def _damage(spark, on_corrupt: str) -> tuple:
+    arrow._check_on_corrupt(on_corrupt)
+    sc = spark.sparkContext
+    return on_corrupt, sc.accumulator(0), sc.accumulator(0)
+
+
+def _skipped(damage: tuple) -> dict:
+    return {"skipped_records": damage[1].value, "skipped_bytes": damage[2].value}
+
+
+def _scan_units(batches, config, damage) -> Iterator:
     """mapInArrow: split rows in, one row per ConsumeQueue unit out."""
     import pyarrow as pa
 
     cache: dict = {}
     for _i, split in _split_rows(batches):
-        for b in arrow.read_split(split, _SCAN_COLUMNS + ("tags",), check_crc=True):
+        for b in _read(split, _SCAN_COLUMNS + ("tags",), damage):
             keep = consume_queue_mask(b.column("sys_flag").to_numpy())
             if not keep.all():
                 b = b.filter(pa.array(keep))
@@ -167,7 +217,8 @@ def _write_queues(batches, staging: str, file_size: int) -> Iterator:
         )
 
 
-def rebuild_consume_queues(spark, store_dir, config=None, partitions: int | None = None) -> dict:
+def rebuild_consume_queues(spark, store_dir, config=None, partitions: int | None = None,
+                           on_corrupt: str = "fail") -> dict:
     """Rebuild every ConsumeQueue of the store in *store_dir* from its CommitLog.
 
     Args:
@@ -178,16 +229,22 @@ def rebuild_consume_queues(spark, store_dir, config=None, partitions: int | None
             the store's files, ``StoreConfig()``'s where there are none.
         partitions (int | None): write tasks (default: 2 x Spark's default
             parallelism, at most one per queue).
+        on_corrupt (str): at a damaged record, ``"fail"`` (default),
+            ``"skip"`` or ``"stop"`` (see the module's doc).
 
-    Returns ``{"queues", "units", "splits", "seconds"}``.
+    Returns ``{"queues", "units", "splits", "seconds", "skipped_records",
+    "skipped_bytes"}``.
 
     Raises:
         StoreLockedError: a writer has the store open.
-        CorruptedFileError: a CommitLog record does not validate.
+        CorruptedFileError: a CommitLog record does not validate
+            (``on_corrupt="fail"``), naming its file and offset.
         FileNotFoundError: *store_dir* is not a directory.
+        ValueError: an unknown *on_corrupt*.
     """
+    damage = _damage(spark, on_corrupt)
     root, t0, cfg = _job_start(store_dir, config)
-    with _held_lock(root):
+    with _held_lock(root), _task_errors():
         splits = arrow.store_splits(root)
         staging = os.path.join(root, f"consumequeue.rebuild-{uuid.uuid4().hex[:12]}")
         os.makedirs(staging)
@@ -195,7 +252,7 @@ def rebuild_consume_queues(spark, store_dir, config=None, partitions: int | None
             stats = []
             if splits:
                 units = _splits_df(spark, splits).mapInArrow(
-                    functools.partial(_scan_units, config=cfg), _UNITS_SCHEMA
+                    functools.partial(_scan_units, config=cfg, damage=damage), _UNITS_SCHEMA
                 )
                 n = partitions or 2 * spark.sparkContext.defaultParallelism
                 stats = (
@@ -215,13 +272,14 @@ def rebuild_consume_queues(spark, store_dir, config=None, partitions: int | None
         "units": sum(r["units"] for r in stats),
         "splits": len(splits),
         "seconds": round(time.monotonic() - t0, 3),
+        **_skipped(damage),
     }
 
 
 # --- IndexFiles ----------------------------------------------------------------------------------
 
 
-def _scan_entries(batches) -> Iterator:
+def _scan_entries(batches, damage) -> Iterator:
     """mapInArrow: split rows in, one row per index entry out (docs/format.md#building-the-index:
     ``topic#UNIQ_KEY`` first, then each non-empty space-separated key; none
     for rollback records), numbered from 0 in CommitLog order within the
@@ -234,7 +292,7 @@ def _scan_entries(batches) -> Iterator:
     for i, split in _split_rows(batches):
         seq = 0
         records = 0
-        for b in arrow.read_split(split, cols, check_crc=True):
+        for b in _read(split, cols, damage):
             keep = index_mask(b.column("sys_flag").to_numpy())
             if not keep.all():
                 b = b.filter(pa.array(keep))
@@ -321,7 +379,7 @@ def _index_names(count: int) -> list:
     return [str(int(first) + i) for i in range(count)]
 
 
-def rebuild_index(spark, store_dir, config=None, partitions: int | None = None) -> dict:
+def rebuild_index(spark, store_dir, config=None, partitions: int | None = None, on_corrupt: str = "fail") -> dict:
     """Rebuild the IndexFiles of the store in *store_dir* from its CommitLog.
 
     Entries are numbered in CommitLog order; entry *g* goes to file
@@ -330,25 +388,33 @@ def rebuild_index(spark, store_dir, config=None, partitions: int | None = None) 
     existing index files, else from *config* (StoreConfig | dict; a
     broker's store: ``StoreConfig.broker_defaults()`` or its
     ``broker.properties``), else ``StoreConfig()``'s (1.68 MB files).
+    *on_corrupt*: at a damaged record, ``"fail"`` (default), ``"skip"`` or
+    ``"stop"`` (see the module's doc; the scan is computed once, persisted,
+    so what it skipped is counted once).
 
-    Returns ``{"files", "entries", "splits", "seconds"}``.
+    Returns ``{"files", "entries", "splits", "seconds", "skipped_records",
+    "skipped_bytes"}``.
 
     Raises:
         StoreLockedError: a writer has the store open.
-        CorruptedFileError: a CommitLog record does not validate.
+        CorruptedFileError: a CommitLog record does not validate
+            (``on_corrupt="fail"``), naming its file and offset.
         FileNotFoundError: *store_dir* is not a directory.
+        ValueError: an unknown *on_corrupt*.
     """
+    damage = _damage(spark, on_corrupt)
     root, t0, cfg = _job_start(store_dir, config)
     slots, entries = cfg.max_hash_slot_num, cfg.max_index_num
     per_file = entries - 1
-    with _held_lock(root):
+    with _held_lock(root), _task_errors():
         splits = arrow.store_splits(root)
         staging = os.path.join(root, f"index.rebuild-{uuid.uuid4().hex[:12]}")
         os.makedirs(staging)
         files = total = 0
         try:
             if splits:
-                found = _splits_df(spark, splits).mapInArrow(_scan_entries, _ENTRIES_SCHEMA).persist()
+                found = _splits_df(spark, splits).mapInArrow(
+                    functools.partial(_scan_entries, damage=damage), _ENTRIES_SCHEMA).persist()
                 try:
                     from pyspark.sql import functions as F
 
@@ -392,7 +458,8 @@ def rebuild_index(spark, store_dir, config=None, partitions: int | None = None) 
             _swap_in(staging, os.path.join(root, "index"))
         finally:
             shutil.rmtree(staging, ignore_errors=True)
-    return {"files": files, "entries": total, "splits": len(splits), "seconds": round(time.monotonic() - t0, 3)}
+    return {"files": files, "entries": total, "splits": len(splits), "seconds": round(time.monotonic() - t0, 3),
+            **_skipped(damage)}
 
 
 def _empty_index_file(staging: str, name: str, slots: int, entries: int) -> None:
