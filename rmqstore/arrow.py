@@ -17,6 +17,7 @@ ConsumeQueues, physical offsets, store time) and then filters rows exactly.
 
 from __future__ import annotations
 
+import bisect
 import logging
 import mmap
 import os
@@ -38,6 +39,7 @@ from .exceptions import CorruptedFileError
 from .format.layout import (
     BLANK_MAGIC_CODE,
     CQ_STORE_UNIT_SIZE,
+    KEY_SEPARATOR,
     POS_PHYSICALOFFSET,
     PRE_BLANK_SIZE,
     REC_BLANK,
@@ -48,12 +50,14 @@ from .storage.walker import data_ranges, find_valid_record, list_segments, map_r
 
 __all__ = [
     "COLUMNS",
+    "LOOKUP_COLUMNS",
     "NARROW_COLUMNS",
     "ScanFilter",
     "Split",
     "arrow_schema",
     "broker_name",
     "iter_batches",
+    "lookup_splits",
     "min_offset",
     "range_splits",
     "read_split",
@@ -755,6 +759,81 @@ def _holds_records(path: str) -> bool:
     """Whether a CommitLog file holds data (a file made ahead is all zeros: a record would start at 0)."""
     with open(path, "rb") as fh:
         return any(fh.read(8))
+
+
+#: columns whose equality a lookup through the store's indexes answers (:func:`lookup_splits`)
+LOOKUP_COLUMNS = ("keys", "unique_key", "msg_id")
+
+
+def lookup_splits(store_dir, broker: str, column: str, values: Iterable[str],
+                  scan_filter: ScanFilter | None = None) -> list:
+    """:class:`Split`\\ s that hold every record whose *column* may equal one
+    of *values*, found through the store's indexes instead of a scan: for
+    ``unique_key`` each value, for ``keys`` the first of the space-separated
+    keys of each value, is looked up in the IndexFile in each topic (the
+    topics of *scan_filter*, else every topic of the store;
+    ``MessageStore.query_messages``: every real match, UNIQ_KEY or one of
+    KEYS); for ``msg_id`` the record at the physical offset each offset
+    msgId names. Each record found is a split of its own, in physical
+    offset order, each once; the records past the last one the index
+    covers (a writer's unindexed tail, a crash, an index turned off) are
+    added as splits to scan. The rows are a superset of the matches (a
+    record that holds the key among others, a msgId's record whose id
+    differs): the caller filters them exactly, as Spark does. A ``keys``
+    value with no key in it (spaces only) cannot be looked up: the splits
+    are then the whole scan's (:func:`store_splits`). Records RocketMQ
+    does not index (transaction rollbacks) are found by a scan only.
+
+    Raises FileNotFoundError when *store_dir* is not a directory, ValueError
+    for a *column* not in :data:`LOOKUP_COLUMNS`, CorruptedFileError from
+    the store's read-only open.
+    """
+    from .store import MessageStore
+
+    if column not in LOOKUP_COLUMNS:
+        raise ValueError(f"a lookup column is one of {', '.join(LOOKUP_COLUMNS)}, got {column!r}")
+    store_dir = os.fspath(store_dir)
+    if not os.path.isdir(store_dir):
+        raise FileNotFoundError(f"no store directory at {store_dir}")
+    f = scan_filter or ScanFilter()
+    found: dict = {}  # physical offset -> record size
+    with MessageStore.open(store_dir, read_only=True) as st:
+        if column == "msg_id":
+            for v in values:
+                m = st.look_message_by_msg_id(v)
+                if m is not None:
+                    found[m.physical_offset] = m.store_size
+        else:
+            probes = set()
+            for v in values:
+                key = next((t for t in v.split(KEY_SEPARATOR) if t), None) if column == "keys" else v
+                if not key:
+                    return store_splits(store_dir, broker, scan_filter=f)
+                probes.add(key)
+            topics = sorted({t for t, _q in st.queues()} if f.topics is None else f.topics)
+            for topic in topics:
+                for key in sorted(probes):
+                    for m in st.query_messages(topic, key, max_count=_ALL):
+                        found[m.physical_offset] = m.store_size
+        files = st.index.files
+        indexed_to = files[-1].end_phy_offset if files else -1
+        tail = st.commitlog.min_offset() if indexed_to < 0 else None
+        if tail is None:
+            last = st.get_message(indexed_to)
+            tail = indexed_to + last.store_size if last is not None else st.commitlog.min_offset()
+        end = st.max_physical_offset
+    segs = _segments(store_dir)
+    starts = [s.offset for s in segs]
+    out = []
+    for phy in sorted(found):
+        if phy >= tail:
+            continue  # (read by the tail's scan)
+        s = segs[bisect.bisect_right(starts, phy) - 1]
+        out.append(Split(broker, s.path, s.offset, phy - s.offset, phy - s.offset + found[phy]))
+    return (out + range_splits(store_dir, broker, tail, end)) if tail < end else out
+
+
+_ALL = (1 << 31) - 1  # (query_messages' largest max_count: every match)
 
 
 def range_splits(store_dir, broker: str, start: int, end: int) -> list:

@@ -368,6 +368,40 @@ def _zero_header(root, m) -> None:
         fh.write(bytes(8))
 
 
+def test_lookups_by_key_unique_key_and_msg_id_are_served_by_the_index(spark, mixed):
+    """Equalities (and IN) on keys, unique_key and msg_id are answered
+    through the store's indexes: one task reads the few records found (plus
+    any tail the index does not cover), and the rows are the scan's
+    (pushdown=false) exactly."""
+    from pyspark.sql.datasource import EqualTo
+
+    from rmqstore.spark.source import RmqStoreReader, _PushdownReader
+
+    rows = plain_rows(mixed)
+    withkeys = [m for m in rows if m.keys and m.sys_flag & 0x0C != 0x0C]
+    schema = spark.read.format("rmqstore").load(str(mixed)).schema
+    reader = _PushdownReader({"path": str(mixed)}, schema)
+    assert len(list(reader.pushFilters([EqualTo(("unique_key",), rows[10].unique_key)]))) == 1  # Spark checks it too
+    [part] = reader.partitions()
+    assert 1 <= len(part.value["lookup"]) < len(RmqStoreReader({"path": str(mixed)}, schema).partitions())
+    assert {s[3] + s[2] for s in part.value["lookup"]} >= {rows[10].physical_offset}
+    on = spark.read.format("rmqstore").option("schema", "narrow").load(str(mixed))
+    off = spark.read.format("rmqstore").option("schema", "narrow").option("pushdown", "false").load(str(mixed))
+    for where in (
+        f"unique_key = '{rows[10].unique_key}'",
+        f"unique_key IN ('{rows[10].unique_key}', '{rows[40].unique_key}', 'no-such-key')",
+        f"keys = '{withkeys[3].keys}' AND topic = '{withkeys[3].topic}'",
+        "keys = 'shared'",  # (a key of many records, never a whole keys value)
+        f"msg_id = '{rows[7].msg_id}'",
+        "keys = '   '",  # (no key to look up: a scan)
+    ):
+        got = sorted(r.physical_offset for r in on.where(where).select("physical_offset").collect())
+        assert got == sorted(r.physical_offset for r in off.where(where).select("physical_offset").collect()), where
+        if "'   '" not in where:
+            assert on.where(where).rdd.getNumPartitions() <= 1, where
+    assert on.where(f"unique_key = '{rows[10].unique_key}'").count() == 1
+
+
 def test_rebuilds_at_damage_fail_skip_or_stop(spark, tmp_path, mixed):
     """The rebuild jobs take onCorrupt as the reads do: by default they fail
     naming the offset and leave the store as it was; "skip" rebuilds every

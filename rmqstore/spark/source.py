@@ -306,22 +306,72 @@ class RmqStoreReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator:
         if partition.value is None:  # a read of stores without records
             return iter(())
-        split = arrow.Split(*partition.value)
+        if isinstance(partition.value, dict):  # (a split is a tuple)
+            return self._read_lookup(partition.value["lookup"])
+        return self._read(arrow.Split(*partition.value))
+
+    def _read(self, split: arrow.Split) -> Iterator:
         return arrow.read_split(
             split, self.columns, self.batch_rows, self.filter, self.check_crc, self.on_corrupt
         )
 
+    def _read_lookup(self, splits: tuple) -> Iterator:
+        """The records an index lookup found, one small split each, in
+        batches of up to ``batchRows`` rows."""
+        import pyarrow as pa
+
+        pending: list = []
+        rows = 0
+        for s in splits:
+            for b in self._read(arrow.Split(*s)):
+                pending.append(b)
+                rows += b.num_rows
+            if rows >= self.batch_rows:
+                yield from pa.Table.from_batches(pending).combine_chunks().to_batches()
+                pending, rows = [], 0
+        if rows:
+            yield from pa.Table.from_batches(pending).combine_chunks().to_batches()
+
 
 class _PushdownReader(RmqStoreReader):
-    """The reader Spark hands WHERE conditions to (``pushdown=true``)."""
+    """The reader Spark hands WHERE conditions to (``pushdown=true``). An
+    equality (or IN) on ``keys``, ``unique_key`` or ``msg_id`` is answered
+    through the store's indexes: only the records they find are read
+    (:func:`rmqstore.arrow.lookup_splits`)."""
+
+    lookup: tuple | None = None  # (column, values) of the first lookup filter
 
     def pushFilters(self, filters: list) -> Iterator:
         for f in filters:
             got = _to_scan_filter(f)
             if got is not None:
                 self.filter = self.filter.intersect(got)
+            if self.lookup is None:
+                self.lookup = _to_lookup(f)  # (one is enough: Spark checks the others on what it finds)
             # Spark evaluates every filter again: pruning here is only a shortcut
             yield f
+
+    def partitions(self) -> list:
+        if self.lookup is None:
+            return super().partitions()
+        column, values = self.lookup
+        splits: list = []
+        for path, broker in zip(self.paths, self.brokers):
+            splits.extend(tuple(s) for s in arrow.lookup_splits(path, broker, column, values, self.filter))
+        # the records found are few and scattered: one task reads them all
+        return [InputPartition({"lookup": tuple(splits)})] if splits else []
+
+
+def _to_lookup(f) -> tuple | None:
+    """``(column, values)`` when the store's indexes can answer Spark filter
+    *f* (EqualTo or In on a lookup column, non-empty strings), else None."""
+    col = f.attribute[0] if len(f.attribute) == 1 else None
+    if col not in arrow.LOOKUP_COLUMNS:
+        return None
+    values = [f.value] if isinstance(f, EqualTo) else list(f.value) if isinstance(f, In) else None
+    if not values or not all(isinstance(v, str) and v for v in values):
+        return None
+    return col, tuple(values)
 
 
 def _ms_bounds(value) -> tuple:
