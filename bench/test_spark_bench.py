@@ -13,6 +13,12 @@ row; the narrow variants read all columns but ``body`` and ``properties``
 messages/s and MB/s (CommitLog bytes of the records, the same figure for
 both) and the ratio. Speed is never asserted: the test checks that both
 readers return the same rows (count, sums of offsets and sizes).
+
+``test_key_lookup_vs_parquet`` times ``where keys = ...`` and ``where
+unique_key = ...`` (the data source answers them through the IndexFile,
+Parquet by its row-group statistics and a scan) over
+RMQSTORE_BENCH_SPARK_LOOKUPS keys (default 5), each query once after a
+warm-up, and checks both find the same one row.
 """
 
 from __future__ import annotations
@@ -51,6 +57,7 @@ from rmqstore.spark.cli import session  # noqa: E402
 
 N = int(os.environ.get("RMQSTORE_BENCH_SPARK_N", "2000000"))
 ROUNDS = int(os.environ.get("RMQSTORE_BENCH_SPARK_ROUNDS", "3"))
+LOOKUPS = int(os.environ.get("RMQSTORE_BENCH_SPARK_LOOKUPS", "5"))
 NARROW = "physical_offset, topic, queue_id, queue_offset, store_timestamp, born_timestamp, born_host, " \
          "store_host, sys_flag, flag, reconsume_times, tags, keys, unique_key, msg_id, store_size, " \
          "prepared_transaction_offset, body_crc, broker"
@@ -72,8 +79,9 @@ def stores(tmp_path_factory, spark):
     root = base / "broker-a" / "store"
     rnd = random.Random(4321)
     t = iter(range(1_700_000_000_000, 1_700_000_000_000 + 10 * N))
-    # no IndexFile: the readers never use it, and it would cost 420 MB of disk
-    cfg = StoreConfig(message_index_enable=False)
+    # an embedded store's IndexFile geometry (StoreConfig()'s: 1.7 MB files):
+    # the key lookups use it; a broker's 420 MB files would only cost disk here
+    cfg = StoreConfig()
     with MessageStore.open(root, config=cfg, clock=lambda: next(t)) as st:
         for lo in range(0, N, 10_000):
             st.put_messages([
@@ -124,5 +132,33 @@ def test_read_throughput_vs_parquet(spark, stores, capsys):
     for kind in ("", " narrow"):
         r = results["parquet" + kind] / results["rmqstore" + kind]
         lines.append(f"  rmqstore{kind} / parquet{kind}: {r:.2f}x (above 1: the data source is faster)")
+    with capsys.disabled():
+        print("\n" + "\n".join(lines))
+
+
+def test_key_lookup_vs_parquet(spark, stores, capsys):
+    root, pq = stores
+    ours = spark.read.format("rmqstore").option("schema", "narrow").load(str(root))
+    theirs = spark.read.parquet(str(pq)).selectExpr(*NARROW.split(", "))
+    rnd = random.Random(99)
+    picks = [rnd.randrange(N) for _ in range(LOOKUPS)]
+    results: dict = {}
+    for column, value in (("keys", lambda i: f"key-{i}"), ("unique_key", lambda i: f"{4321:08X}{i:024X}")):
+        for name, df in (("rmqstore", ours), ("parquet", theirs)):
+            q = lambda i, df=df, column=column, value=value: df.where(f"{column} = '{value(i)}'").collect()  # noqa: E731
+            q(picks[0])  # warm-up
+            times = []
+            for i in picks:
+                t0 = time.perf_counter()
+                rows = q(i)
+                times.append(time.perf_counter() - t0)
+                assert [r.physical_offset for r in rows] == [r.physical_offset for r in theirs.where(
+                    f"{column} = '{value(i)}'").select("physical_offset").collect()] and len(rows) == 1
+            results[(column, name)] = statistics.median(times)
+    lines = [f"Spark lookup of one message among {N:,}, local[2], median of {LOOKUPS} keys, "
+             f"kernels {rmqstore.IMPLEMENTATION}:"]
+    for column in ("keys", "unique_key"):
+        a, b = results[(column, "rmqstore")], results[(column, "parquet")]
+        lines.append(f"  {column:<10} rmqstore {a:6.2f} s  parquet {b:6.2f} s  parquet / rmqstore {b / a:.2f}x")
     with capsys.disabled():
         print("\n" + "\n".join(lines))
