@@ -771,7 +771,7 @@ def lookup_splits(store_dir, broker: str, column: str, values: Iterable[str],
     of *values*, found through the store's indexes instead of a scan: for
     ``unique_key`` each value, for ``keys`` the first of the space-separated
     keys of each value, is looked up in the IndexFile in each topic (the
-    topics of *scan_filter*, else every topic of the store;
+    topics of *scan_filter*, else every topic with a ConsumeQueue;
     ``MessageStore.query_messages``: every real match, UNIQ_KEY or one of
     KEYS); for ``msg_id`` the record at the physical offset each offset
     msgId names. Each record found is a split of its own, in physical
@@ -782,7 +782,9 @@ def lookup_splits(store_dir, broker: str, column: str, values: Iterable[str],
     differs): the caller filters them exactly, as Spark does. A ``keys``
     value with no key in it (spaces only) cannot be looked up: the splits
     are then the whole scan's (:func:`store_splits`). Records RocketMQ
-    does not index (transaction rollbacks) are found by a scan only.
+    does not index (transaction rollbacks), and those of a topic with no
+    ConsumeQueue (only prepared transaction records) unless *scan_filter*
+    names it, are found by a scan only.
 
     Raises FileNotFoundError when *store_dir* is not a directory, ValueError
     for a *column* not in :data:`LOOKUP_COLUMNS`, CorruptedFileError from
