@@ -5,7 +5,7 @@ a store clock, commits two consumer groups' offsets behind the ends, and
 renders ``rmqstore report`` of it (needs ``pip install 'rmqstore[report]'``).
 
     python examples/report_example.py                      # report.png here
-    python examples/report_example.py --out report.html --dir /tmp/sample
+    python examples/report_example.py --out report.html --dir sample   # the store in ./sample/store
 """
 
 from __future__ import annotations
