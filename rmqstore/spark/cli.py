@@ -53,6 +53,7 @@ def main(argv=None) -> int:
     """Run ``rmqstore spark <job> ...``; returns the exit status (2, with one
     line on stderr, for a mistake in the arguments or a path that is not a
     store: checked before Spark starts)."""
+    from ..arrow import ON_CORRUPT  # (the readers' choices, named once)
     from ..cli import UsageError, _broker_conf, _check_store, _config_arg, _fail, _Parser, _resolve_store
 
     p = _Parser(prog="rmqstore spark", description="Spark jobs over RocketMQ stores.")
@@ -69,7 +70,7 @@ def main(argv=None) -> int:
                         help="a broker's broker.conf: its storePathRootDir is the STORE when none is given; "
                              "delay levels, index geometry for a new index")
         sp.add_argument("--config", dest="broker_conf", type=_broker_conf, help=argparse.SUPPRESS)
-        sp.add_argument("--on-corrupt", choices=("fail", "skip", "stop"), default="fail",
+        sp.add_argument("--on-corrupt", choices=ON_CORRUPT, default="fail",
                         help="at a damaged record: fail (default; run `rmqstore recover` first), skip it and "
                              "read on, or stop that split there; the report counts what was skipped")
     try:
