@@ -20,13 +20,18 @@
 #define MADV_POPULATE_WRITE 23
 #endif
 
+/* The size of the pages the kernel maps (4096 when it will not say). */
+static size_t rmq_page_size(void) {
+    long page = sysconf(_SC_PAGESIZE);
+    return page > 0 ? (size_t)page : 4096;
+}
+
 /* Fault in [p, p + len) writable, changing no byte. Returns 1 when the
    kernel did it in one call, 0 when each page was touched with an atomic
    "or 0" (a write fault that cannot lose a store another thread makes to
    the same byte meanwhile), -errno when the kernel refused the range. */
 static int rmq_warm_pages(unsigned char *p, size_t len) {
-    long page = sysconf(_SC_PAGESIZE);
-    size_t step = page > 0 ? (size_t)page : 4096;
+    size_t step = rmq_page_size();
     if (len == 0)
         return 1;
 #ifdef MADV_POPULATE_WRITE
@@ -54,8 +59,7 @@ static int rmq_warm_pages(unsigned char *p, size_t len) {
    Linux the file system's sync of that range, journal commit included, as
    fdatasync does for the whole file). Returns 0, or -errno. */
 static int rmq_sync_pages(unsigned char *p, size_t len) {
-    long page = sysconf(_SC_PAGESIZE);
-    size_t step = page > 0 ? (size_t)page : 4096;
+    size_t step = rmq_page_size();
     uintptr_t a = (uintptr_t)p, lo = a - a % step;
     if (len == 0)
         return 0;
