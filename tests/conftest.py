@@ -21,6 +21,14 @@ import threading
 
 import pytest
 
+# A run started in the background by a shell without job control (`cmd &` in a
+# script, nohup) inherits SIGINT ignored, and Python then leaves it ignored,
+# in this process and in every child it starts: the Ctrl-C tests would wait
+# for an interrupt that never comes. The run takes Ctrl-C as a terminal gives
+# it (a handler, unlike "ignored", is reset to the default in children).
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
 GOLDEN = pathlib.Path(__file__).parent / "data" / "golden"
 GOLDEN_SETS = ("tiny", "basic")
 
