@@ -13,11 +13,17 @@ at physical offsets known to start a record (ConsumeQueue units, each
 checked with ``check_record`` and its stored PHYSICALOFFSET). A
 :class:`ScanFilter` prunes files and splits (topic and queue via the
 ConsumeQueues, physical offsets, store time) and then filters rows exactly.
+
+A store directory may be a URI (``s3://bucket/store``, ``hdfs://...``;
+:mod:`rmqstore.storage.uri`): its files are then read by byte ranges,
+a split's range at once (*split_bytes* of memory per reading task), never
+a whole CommitLog file to plan.
 """
 
 from __future__ import annotations
 
 import bisect
+import contextlib
 import logging
 import mmap
 import os
@@ -44,7 +50,9 @@ from .format.layout import (
     PRE_BLANK_SIZE,
     REC_BLANK,
     REC_STATUS_TEXT,
+    is_offset_name,
 )
+from .storage import uri
 from .storage.consumequeue import queue_dirs
 from .storage.walker import data_ranges, find_valid_record, list_segments, map_readonly
 
@@ -106,7 +114,11 @@ def arrow_schema(columns: Sequence[str] | None = None) -> pa.Schema:
 def broker_name(store_dir: str) -> str:
     """The broker a store directory belongs to: its base name, or its parent's
     when the directory is called ``store`` (RocketMQ's default
-    ``${user.home}/store``, so ``/data/broker-a/store`` is ``broker-a``)."""
+    ``${user.home}/store``, so ``/data/broker-a/store`` is ``broker-a``; the
+    same for a URI's path)."""
+    if uri.is_uri(store_dir):
+        names = uri.names(store_dir)
+        return names[-2] if names[-1:] == ["store"] and len(names) > 1 else names[-1]
     path = os.path.abspath(os.fspath(store_dir)).rstrip(os.sep)
     base = os.path.basename(path)
     if base == "store":
@@ -170,7 +182,7 @@ class Split(NamedTuple):
 
     Attributes:
         broker (str): value of the ``broker`` column.
-        path (str): the CommitLog file.
+        path (str): the CommitLog file (a path, or a URI).
         file_offset (int): physical offset of the file's first byte (its name).
         start (int): position in the file where the first record starts.
         end (int): position the split stops at (the next split's start, or
@@ -195,6 +207,10 @@ class _Segment:
 
 def _segments(store_dir: str) -> list:
     """The non-empty CommitLog segments of a store (:func:`walker.list_segments`), by offset."""
+    if uri.is_uri(store_dir):
+        d = uri.join(store_dir, "commitlog")
+        return sorted((_Segment(uri.join(d, name), int(name), size) for name, is_dir, size in uri.list_dir(d)
+                       if not is_dir and is_offset_name(name) and size > 0), key=lambda s: s.offset)
     files, _strays = list_segments(os.path.join(store_dir, "commitlog"))
     out = []
     for start, _name, path in files:
@@ -207,6 +223,43 @@ def _segments(store_dir: str) -> list:
 def _map(path: str):
     """The file mapped read-only (b"" when empty): :func:`walker.map_readonly`."""
     return map_readonly(path, follow_links=True)
+
+
+@contextlib.contextmanager
+def _window(path: str, start: int, end: int) -> Iterator[tuple]:
+    """``(buffer, base)``: bytes of a CommitLog file holding ``[start, end)``,
+    where ``buffer[i]`` is the file's byte ``base + i``. A local file is
+    mapped whole (base 0); a URI's file is read as that range (base *start*)."""
+    if uri.is_uri(path):
+        yield uri.read_range(path, start, end), start
+        return
+    buf = _map(path)
+    try:
+        yield buf, 0
+    finally:
+        if isinstance(buf, mmap.mmap):
+            buf.close()
+
+
+def _is_store_dir(store_dir: str) -> bool:
+    return uri.is_dir(store_dir) if uri.is_uri(store_dir) else os.path.isdir(store_dir)
+
+
+def _record_time(path: str, pos: int, phy: int, file_size: int) -> int | None:
+    """Store time of the valid record (body CRC checked) whose PHYSICALOFFSET
+    is *phy* at position *pos* of a CommitLog file, or None when none starts there."""
+    if pos < 0 or pos + 36 > file_size:
+        return None
+    end = file_size
+    if uri.is_uri(path):  # (read the record alone: its size first)
+        total = _I32.unpack(uri.read_range(path, pos, pos + 4))[0]
+        if total < 36 or pos + total > file_size:
+            return None
+        end = pos + total
+    with _window(path, pos, end) as (buf, base):
+        if _starts_record(buf, pos - base, phy, file_size):
+            return k.read_store_timestamp(buf, pos - base)
+    return None
 
 
 def _starts_record(buf, pos: int, phy: int, max_size: int) -> bool:
@@ -231,6 +284,7 @@ class _QueueFiles:
     def __init__(self, paths: list):
         self.paths = paths
         self._bounds: dict = {}  # file index -> (first key, last key) of its valid units
+        self._held: tuple = (-1, b"")  # (file index, bytes) of a URI's file last read
 
     @staticmethod
     def _key(buf, i: int) -> int:
@@ -253,6 +307,11 @@ class _QueueFiles:
         return lo
 
     def _with(self, i: int, fn):
+        if uri.is_uri(self.paths[i]):  # (a queue file is small: read whole, the last one kept)
+            if self._held[0] != i:
+                self._held = (i, uri.read_all(self.paths[i]))
+            data = self._held[1]
+            return fn(data, len(data) // CQ_STORE_UNIT_SIZE)
         buf = _map(self.paths[i])
         try:
             return fn(buf, len(buf) // CQ_STORE_UNIT_SIZE)
@@ -299,11 +358,31 @@ class _QueueFiles:
 
 def _queues(store_dir: str) -> dict:
     """``{(topic, queue_id): _QueueFiles}`` of the store's ConsumeQueues."""
+    if uri.is_uri(store_dir):
+        return _uri_queues(store_dir)
     out: dict = {}
     for topic, qid, qdir in queue_dirs(store_dir):
         paths = [p for _, _, p in list_segments(qdir)[0] if os.path.getsize(p) >= CQ_STORE_UNIT_SIZE]
         if paths:
             out[(topic, qid)] = _QueueFiles(paths)
+    return out
+
+
+def _uri_queues(store_dir: str) -> dict:
+    """:func:`_queues` of a store named by URI."""
+    out: dict = {}
+    base = uri.join(store_dir, "consumequeue")
+    for topic, is_dir, _size in uri.list_dir(base):
+        if not is_dir:
+            continue
+        for qid, q_is_dir, _ in uri.list_dir(uri.join(base, topic)):
+            if not q_is_dir or not qid.isdigit() or qid != str(int(qid)):
+                continue
+            qdir = uri.join(base, topic, qid)
+            files = sorted((int(n), uri.join(qdir, n)) for n, d, size in uri.list_dir(qdir)
+                           if not d and is_offset_name(n) and size >= CQ_STORE_UNIT_SIZE)
+            if files:
+                out[(topic, int(qid))] = _QueueFiles([p for _, p in files])
     return out
 
 
@@ -326,7 +405,7 @@ def store_splits(
     Raises FileNotFoundError when *store_dir* is not a directory.
     """
     store_dir = os.fspath(store_dir)
-    if not os.path.isdir(store_dir):
+    if not _is_store_dir(store_dir):
         raise FileNotFoundError(f"no store directory at {store_dir}")
     broker = broker_name(store_dir) if broker is None else broker
     f = scan_filter or ScanFilter()
@@ -350,13 +429,8 @@ def store_splits(
                     wanted_files.add(s.offset)
                     break
     for s in segs:
-        buf = _map(s.path)
-        try:
-            if _starts_record(buf, 0, s.offset, s.size):
-                s.first_ts = k.read_store_timestamp(buf, 0)
-        finally:
-            if isinstance(buf, mmap.mmap):
-                buf.close()
+        t = _record_time(s.path, 0, s.offset, s.size)
+        s.first_ts = -1 if t is None else t
     out = []
     for i, s in enumerate(segs):
         if wanted_files is not None and s.offset not in wanted_files and s.offset <= covered_end:
@@ -364,13 +438,9 @@ def store_splits(
         next_ts = segs[i + 1].first_ts if i + 1 < len(segs) else -1
         if not _may_hold(f, s.offset, s.offset + s.size, s.first_ts, next_ts):
             continue
-        cuts = _cuts(s, list(queues.values()), split_bytes) if s.size > split_bytes and queues else [0]
-        buf = _map(s.path)
-        try:
-            times = [k.read_store_timestamp(buf, c) if c else s.first_ts for c in cuts]
-        finally:
-            if isinstance(buf, mmap.mmap):
-                buf.close()
+        cut_at = _cuts(s, list(queues.values()), split_bytes) if s.size > split_bytes and queues else [(0, -1)]
+        cuts = [c for c, _t in cut_at]
+        times = [t if c else s.first_ts for c, t in cut_at]
         for j, c in enumerate(cuts):
             end = cuts[j + 1] if j + 1 < len(cuts) else s.size
             t_next = times[j + 1] if j + 1 < len(cuts) else next_ts
@@ -380,24 +450,20 @@ def store_splits(
 
 
 def _cuts(seg: _Segment, queues: list, split_bytes: int) -> list:
-    """Positions in *seg* to cut at: for every multiple of *split_bytes*, the
-    first record at or after it that a unit of some queue points at and that
-    validates."""
-    cuts = [0]
-    buf = _map(seg.path)
-    try:
-        for target in range(split_bytes, seg.size, split_bytes):
-            found = sorted(p for p in (q.first_at_or_after(seg.offset + target) for q in queues) if p >= 0)
-            for phy in found:
-                pos = phy - seg.offset
-                if pos >= seg.size:
-                    break
-                if pos > cuts[-1] and _starts_record(buf, pos, phy, seg.size):
-                    cuts.append(pos)
-                    break
-    finally:
-        if isinstance(buf, mmap.mmap):
-            buf.close()
+    """``[(position, store time)]`` in *seg* to cut at, the first ``(0, -1)``:
+    for every multiple of *split_bytes*, the first record at or after it
+    that a unit of some queue points at and that validates."""
+    cuts = [(0, -1)]
+    for target in range(split_bytes, seg.size, split_bytes):
+        found = sorted(p for p in (q.first_at_or_after(seg.offset + target) for q in queues) if p >= 0)
+        for phy in found:
+            pos = phy - seg.offset
+            if pos >= seg.size:
+                break
+            t = _record_time(seg.path, pos, phy, seg.size) if pos > cuts[-1][0] else None
+            if t is not None:
+                cuts.append((pos, t))
+                break
     return cuts
 
 
@@ -518,15 +584,19 @@ def _check_on_corrupt(on_corrupt: str) -> None:
 
 def _next_valid(buf, path: str, pos: int, file_offset: int, check_crc: bool):
     """Where the next valid record (or END_OF_FILE record) after *pos*
-    starts in one CommitLog file: ``(position, size)``, size 0 for the
+    starts in *buf*, bytes of one CommitLog file from physical offset
+    *file_offset* to the file's end: ``(position, size)``, size 0 for the
     blank record; None when nothing valid follows (the end of its data).
-    Only the ranges the file system says hold data are searched."""
+    In a local file only the ranges the file system says hold data are
+    searched."""
     size = len(buf)
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        ranges = list(data_ranges(fd, pos, size))
-    finally:
-        os.close(fd)
+    ranges = None
+    if not uri.is_uri(path):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            ranges = list(data_ranges(fd, pos, size))
+        finally:
+            os.close(fd)
     return find_valid_record(buf, pos, size, file_offset, size, check_crc=check_crc, prop_crc_tail=True,
                              blank_end=size, ranges=ranges)
 
@@ -587,48 +657,57 @@ def read_split(
     end = split.end
     if end_offset is not None:
         end = max(split.start, min(end, end_offset - split.file_offset))
-    buf = _map(split.path)
-    try:
-        pos = split.start
-        while pos < end:
-            nxt, stop, cols = k.decode_columns(
-                buf, pos, end, split.file_offset, batch_rows, with_body, with_props, check_crc
-            )
-            n = int(cols["physical_offset"].size)
-            if n:
-                mask = _row_mask(cols, f) if f is not None else None
-                b = _batch(cols, cols_out, schema, split.broker)
-                if mask is not None:
-                    b = b.filter(pa.array(mask))
-                if b.num_rows:
-                    yield b
-            if stop == REC_BLANK and _blank_at(buf, nxt):
-                return  # END_OF_FILE: the rest of the file is filler
-            if stop < 0 or stop == REC_BLANK:
-                # an invalid record, or zeros: the end of the data unless valid records follow
-                found = _next_valid(buf, split.path, nxt + (stop < 0), split.file_offset, check_crc)
-                if found is None and stop == REC_BLANK:
-                    return
-                what = _damage(split.file_offset, nxt, stop)
-                if on_corrupt == "fail":
-                    raise CorruptedFileError(what + " (onCorrupt=skip reads past it)", split.path, nxt)
-                if on_corrupt == "stop":
-                    log.warning("%s: %s; the split ends there (onCorrupt=stop)", split.path, what)
-                    return
-                resume = found[0] if found is not None else len(buf)
-                if stats is not None:
-                    stats["skipped_records"] = stats.get("skipped_records", 0) + 1
-                    stats["skipped_bytes"] = stats.get("skipped_bytes", 0) + min(resume, end) - nxt
-                log.warning("%s: %s; skipped %d byte(s) (onCorrupt=skip)", split.path, what, min(resume, end) - nxt)
-                if found is None or found[1] == 0:
-                    return
-                nxt = resume
-            elif nxt <= pos:
+    # a URI's split is read as its range: past its end, the next split's
+    # first record validated when planned, so zeros up to there are damage
+    tail_unseen = uri.is_uri(split.path) and end < uri.file_size(split.path)
+    with _window(split.path, split.start, end) as (buf, base):
+        yield from _read_window(buf, base, split, end - base, cols_out, schema, f, batch_rows, with_body, with_props,
+                                check_crc, on_corrupt, stats, tail_unseen)
+
+
+def _read_window(buf, base: int, split: Split, end: int, cols_out: tuple, schema, f, batch_rows: int,
+                 with_body: bool, with_props: bool, check_crc: bool, on_corrupt: str, stats,
+                 tail_unseen: bool) -> Iterator[pa.RecordBatch]:
+    """:func:`read_split` over *buf*, the split's bytes from file position
+    *base* on (positions here are in *buf*, the file's are *base* more)."""
+    file_offset = split.file_offset + base
+    pos = split.start - base
+    while pos < end:
+        nxt, stop, cols = k.decode_columns(
+            buf, pos, end, file_offset, batch_rows, with_body, with_props, check_crc
+        )
+        n = int(cols["physical_offset"].size)
+        if n:
+            mask = _row_mask(cols, f) if f is not None else None
+            b = _batch(cols, cols_out, schema, split.broker)
+            if mask is not None:
+                b = b.filter(pa.array(mask))
+            if b.num_rows:
+                yield b
+        if stop == REC_BLANK and _blank_at(buf, nxt):
+            return  # END_OF_FILE: the rest of the file is filler
+        if stop < 0 or stop == REC_BLANK:
+            # an invalid record, or zeros: the end of the data unless valid records follow
+            found = _next_valid(buf, split.path, nxt + (stop < 0), file_offset, check_crc)
+            if found is None and stop == REC_BLANK and not tail_unseen:
                 return
-            pos = nxt
-    finally:
-        if isinstance(buf, mmap.mmap):
-            buf.close()
+            what = _damage(file_offset, nxt, stop)
+            if on_corrupt == "fail":
+                raise CorruptedFileError(what + " (onCorrupt=skip reads past it)", split.path, base + nxt)
+            if on_corrupt == "stop":
+                log.warning("%s: %s; the split ends there (onCorrupt=stop)", split.path, what)
+                return
+            resume = found[0] if found is not None else len(buf)
+            if stats is not None:
+                stats["skipped_records"] = stats.get("skipped_records", 0) + 1
+                stats["skipped_bytes"] = stats.get("skipped_bytes", 0) + min(resume, end) - nxt
+            log.warning("%s: %s; skipped %d byte(s) (onCorrupt=skip)", split.path, what, min(resume, end) - nxt)
+            if found is None or found[1] == 0:
+                return
+            nxt = resume
+        elif nxt <= pos:
+            return
+        pos = nxt
 
 
 def iter_batches(
@@ -712,20 +791,20 @@ def scan_end(store_dir, start: int, on_corrupt: str = "stop", max_records: int |
             continue
         if offset < s.offset:
             offset = s.offset
-        buf = _map(s.path)
-        try:
-            pos = offset - s.offset
+        # (a URI's file is read from the offset on: positions in buf are base less)
+        with _window(s.path, offset - s.offset, s.size) as (buf, base):
+            pos = offset - s.offset - base
             while True:
                 step = 65536 if budget < 0 else min(65536, budget)
-                nxt, stop, cols = k.decode_columns(buf, pos, s.size, s.offset, step, False, False, True)
+                nxt, stop, cols = k.decode_columns(buf, pos, s.size - base, s.offset + base, step, False, False, True)
                 pos = nxt
                 if budget >= 0:
                     budget -= int(cols["physical_offset"].size)
                     if budget == 0:
-                        return s.offset + pos
+                        return s.offset + base + pos
                 if stop != 1:
                     break
-            offset = s.offset + pos
+            offset = s.offset + base + pos
             if stop == REC_BLANK and _blank_at(buf, pos):
                 if i + 1 < len(segs):
                     offset = s.offset + s.size  # the file is full: go on with the next one
@@ -733,10 +812,10 @@ def scan_end(store_dir, start: int, on_corrupt: str = "stop", max_records: int |
                     continue
                 return offset
             # an invalid record or zeros: a write in progress, or damage when valid data follows
-            found = _next_valid(buf, s.path, pos + (stop < 0), s.offset, True)
-        finally:
-            if isinstance(buf, mmap.mmap):
-                buf.close()
+            found = _next_valid(buf, s.path, pos + (stop < 0), s.offset + base, True)
+            pos += base
+            if found is not None:
+                found = (found[0] + base, found[1])
         later = i + 1 < len(segs) and _holds_records(segs[i + 1].path)
         if found is None and not later:
             return offset
@@ -757,6 +836,8 @@ def scan_end(store_dir, start: int, on_corrupt: str = "stop", max_records: int |
 
 def _holds_records(path: str) -> bool:
     """Whether a CommitLog file holds data (a file made ahead is all zeros: a record would start at 0)."""
+    if uri.is_uri(path):
+        return any(uri.read_range(path, 0, 8))
     with open(path, "rb") as fh:
         return any(fh.read(8))
 
@@ -781,7 +862,8 @@ def lookup_splits(store_dir, broker: str, column: str, values: Iterable[str],
     record that holds the key among others, a msgId's record whose id
     differs): the caller filters them exactly, as Spark does. A ``keys``
     value with no key in it (spaces only) cannot be looked up: the splits
-    are then the whole scan's (:func:`store_splits`). Records RocketMQ
+    are then the whole scan's (:func:`store_splits`), and so are a store
+    named by URI's (its indexes are not read remotely). Records RocketMQ
     does not index (transaction rollbacks), and those of a topic with no
     ConsumeQueue (only prepared transaction records) unless *scan_filter*
     names it, are found by a scan only.
@@ -795,6 +877,8 @@ def lookup_splits(store_dir, broker: str, column: str, values: Iterable[str],
     if column not in LOOKUP_COLUMNS:
         raise ValueError(f"a lookup column is one of {', '.join(LOOKUP_COLUMNS)}, got {column!r}")
     store_dir = os.fspath(store_dir)
+    if uri.is_uri(store_dir):
+        return store_splits(store_dir, broker, scan_filter=scan_filter)
     if not os.path.isdir(store_dir):
         raise FileNotFoundError(f"no store directory at {store_dir}")
     f = scan_filter or ScanFilter()

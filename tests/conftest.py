@@ -238,3 +238,78 @@ def scaled(n: int) -> int:
 _hyp_settings.register_profile("ci", derandomize=True, print_blob=True)
 if os.environ.get("CI"):
     _hyp_settings.load_profile("ci")
+
+
+# --- an S3-compatible server (moto) for stores named by s3:// URIs ----------------------------------
+
+
+class S3Server:
+    """A moto S3 server on a free local port.
+
+    ``uri(path)`` names ``s3://<bucket>/<path>`` with the endpoint, scheme and
+    test credentials in the URI itself (Spark's executors do not inherit
+    environment variables set after the session starts);
+    ``env`` is the same as the standard AWS variables."""
+
+    def __init__(self, port: int, bucket: str = "rmqstore-tests"):
+        self.port = port
+        self.bucket = bucket
+        self.endpoint = f"127.0.0.1:{port}"
+        self.env = {"AWS_ENDPOINT_URL": f"http://{self.endpoint}", "AWS_ACCESS_KEY_ID": "testing",
+                    "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
+
+    def uri(self, path: str) -> str:
+        return (f"s3://testing:testing@{self.bucket}/{path.strip('/')}"
+                f"?endpoint_override={self.endpoint}&scheme=http&region=us-east-1")
+
+    def filesystem(self):
+        from pyarrow import fs
+
+        return fs.S3FileSystem(access_key="testing", secret_key="testing", region="us-east-1",
+                               endpoint_override=self.endpoint, scheme="http",
+                               allow_bucket_creation=True, allow_bucket_deletion=True)
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """A running :class:`S3Server` with its bucket made. Skipped without
+    moto's server (``pip install -e '.[test]'``), an error under
+    ``RMQSTORE_REQUIRE_SPARK=1`` (CI)."""
+    import socket
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    try:
+        import moto.server  # noqa: F401
+        import pyarrow.fs  # noqa: F401
+    except ImportError as e:
+        if os.environ.get("RMQSTORE_REQUIRE_SPARK") == "1":
+            raise
+        pytest.skip(f"no S3 test server: {e}; pip install -e '.[spark,test]'")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=2).close()
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("the moto S3 server did not start") from None
+                time.sleep(0.1)
+        server = S3Server(port)
+        server.filesystem().create_dir(server.bucket)
+        yield server
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
