@@ -22,6 +22,7 @@ __all__ = [
     "StoreLockedError",
     "FlushError",
     "DiskFullError",
+    "OutputNotVisibleError",
 ]
 
 
@@ -129,3 +130,11 @@ class DiskFullError(RmqStoreError, OSError):
         self.ratio = ratio
         self.stored = stored
         self.results = results
+
+
+class OutputNotVisibleError(RmqStoreError, FileNotFoundError):
+    """A Spark job's tasks wrote output the driver cannot see (their files
+    are missing or of another size where the driver looks): the executors
+    do not share the driver's disk. The job fails before it changes the
+    target; a store on such a cluster belongs on storage every host shares
+    (a shared mount, or a URI such as ``s3://`` or ``hdfs://``)."""

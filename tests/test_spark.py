@@ -8,6 +8,7 @@ is missing, unless ``RMQSTORE_REQUIRE_SPARK=1`` (CI), which makes that an error.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import glob
 import hashlib
@@ -17,6 +18,7 @@ import pathlib
 import shutil
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -130,17 +132,39 @@ def test_narrow_schema_split_files_and_options(spark, mixed):
     assert cols.columns == ["topic", "body"]
 
 
-def test_session_turns_pushdown_on_and_keeps_ui_settings_it_is_given(spark):
-    assert spark.conf.get("spark.sql.python.filterPushdown.enabled") == "true"  # (register() did)
+@contextlib.contextmanager
+def pushdown(spark, value: str = "true"):
+    """Spark's filter pushdown for Python sources set to *value* meanwhile."""
+    spark.conf.set("spark.sql.python.filterPushdown.enabled", value)
+    try:
+        yield
+    finally:
+        spark.conf.unset("spark.sql.python.filterPushdown.enabled")
+
+
+def test_session_leaves_pushdown_off_and_keeps_ui_settings_it_is_given(spark):
+    assert spark.conf.get("spark.sql.python.filterPushdown.enabled") != "true"  # (register() left it)
     assert spark.conf.get("spark.ui.showConsoleProgress") == "false"  # (the fixture asked for it)
 
 
+def test_a_reused_dataframe_answers_each_query_in_full(spark, mixed):
+    """Spark 4.1-4.3 keep a pushdown's planned partitions on the DataFrame
+    and read them for its next query without conditions: with pushdown
+    off (the default), a lookup or a topic query leaves later queries of
+    the same DataFrame whole."""
+    msgs = plain_rows(mixed)
+    df = spark.read.format("rmqstore").load(str(mixed))
+    assert df.count() == len(msgs)
+    key = msgs[40].keys
+    assert df.where(df["keys"] == key).count() == sum(1 for m in msgs if m.keys == key)
+    assert df.count() == len(msgs)
+    assert df.where("topic = 'TopicA'").count() == sum(1 for m in msgs if m.topic == "TopicA")
+    assert df.count() == len(msgs)
+
+
 def test_filter_options_prune_without_pushdown_conf(spark, mixed):
-    spark.conf.set("spark.sql.python.filterPushdown.enabled", "false")
-    try:
+    with pushdown(spark, "false"):
         _filter_options_prune(spark, mixed)
-    finally:
-        spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
 
 
 def _filter_options_prune(spark, mixed):
@@ -179,8 +203,12 @@ def test_options_cannot_be_misspelt_and_times_may_be_iso(spark, mixed):
         spark.read.format("rmqstore").option("maxStoreTimestamp", "yesterday").load(str(mixed)).count()
 
 
-def test_sql_filter_pushdown_prunes_files_by_default(spark, mixed):
-    """No option, no conf set by hand: register() turned pushdown on."""
+def test_sql_filter_pushdown_prunes_files_when_the_session_allows(spark, mixed):
+    with pushdown(spark):
+        _sql_filter_pushdown_prunes_files(spark, mixed)
+
+
+def _sql_filter_pushdown_prunes_files(spark, mixed):
     msgs = plain_rows(mixed)
     lo, hi = msgs[50].physical_offset, msgs[120].physical_offset
     df = spark.read.format("rmqstore").option("schema", "narrow").load(str(mixed))
@@ -373,6 +401,11 @@ def test_lookups_by_key_unique_key_and_msg_id_are_served_by_the_index(spark, mix
     through the store's indexes: one task reads the few records found (plus
     any tail the index does not cover), and the rows are the scan's
     (pushdown=false) exactly."""
+    with pushdown(spark):
+        _lookups_are_served_by_the_index(spark, mixed)
+
+
+def _lookups_are_served_by_the_index(spark, mixed):
     from pyspark.sql.datasource import EqualTo
 
     from rmqstore.spark.source import RmqStoreReader, _PushdownReader
@@ -531,3 +564,93 @@ def test_stream_offsets_start_latest_and_follow_the_end(tmp_path):
         assert earliest.initialOffset() == {"b1": 0}
         with pytest.raises(ValueError):
             RmqStoreStreamReader({**opts, "startingOffsets": "soon"}, spark_schema(["topic"]))
+
+
+# --- storage every host shares -------------------------------------------------------------------
+
+
+def test_relative_paths_are_made_absolute_on_the_driver(mixed, monkeypatch):
+    """An executor resolves a relative path in its own working directory:
+    the reader and the writer name stores absolutely before any task runs."""
+    from rmqstore.spark.source import RmqStoreReader, RmqStoreWriter, spark_schema
+
+    monkeypatch.chdir(mixed.parent)
+    r = RmqStoreReader({"path": "store"}, spark_schema())
+    assert r.paths == [str(mixed)]
+    assert {arrow_split[1] for arrow_split in (p.value for p in r.partitions())} <= {
+        str(mixed / "commitlog" / n) for n in os.listdir(mixed / "commitlog")}
+    w = RmqStoreWriter({"path": "elsewhere"}, spark_schema(("topic", "body")), overwrite=True)
+    assert w.target == str(mixed.parent / "elsewhere") and os.path.isabs(w.staging)
+
+
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_a_write_whose_staged_rows_the_driver_cannot_see_fails_and_changes_nothing(tmp_path, overwrite):
+    """Executors that do not share the driver's disk stage rows the commit
+    cannot see (missing, or another size): OutputNotVisibleError before the
+    store changes, and the driver's staging is gone."""
+    import pyarrow as pa
+
+    from rmqstore.exceptions import OutputNotVisibleError
+    from rmqstore.spark.source import RmqStoreWriter, spark_schema
+
+    target = copy_golden_store("tiny", tmp_path / "target")
+    before = file_hashes(target)
+    batch = pa.RecordBatch.from_pydict({"topic": ["T", "T"], "body": [b"a", b"b"]})
+    for seen in ("missing", "short"):
+        w = RmqStoreWriter({"path": str(target)}, spark_schema(("topic", "body")), overwrite=overwrite)
+        staged = w.write(iter([batch]))  # (outside Spark: partition 0)
+        (store, path, rows, size), = staged.files
+        assert (store, rows, os.path.getsize(path)) == (str(target), 2, size)
+        if seen == "missing":
+            os.remove(path)  # written on another host's disk
+        else:
+            os.truncate(path, size - 1)
+        with pytest.raises(OutputNotVisibleError, match="do not share this disk"):
+            w.commit([staged])
+        assert file_hashes(target) == before
+        assert sorted(os.listdir(tmp_path)) == ["target"]
+
+
+def test_a_rebuild_of_a_uri_store_is_refused(spark, s3_server):
+    from rmqstore.spark import rebuild_consume_queues, rebuild_index
+
+    for job in (rebuild_consume_queues, rebuild_index):
+        with pytest.raises(ValueError, match="cannot rebuild"):
+            job(spark, s3_server.uri("any/store"))
+
+
+def test_s3_store_reads_writes_and_appends(spark, mixed, s3_server):
+    """A store on S3 (an S3-compatible server, endpoint and keys in the URI)
+    reads as its local copy, a lookup by key included; a write and an
+    append to S3 give the local round trip's CommitLog, byte for byte."""
+    from rmqstore.storage import uri
+
+    u = s3_server.uri("spark/broker-x/store")
+    uri.upload(str(mixed), u)
+    local = spark.read.format("rmqstore").load(str(mixed))
+    remote = spark.read.format("rmqstore").option("splitBytes", 4096).load(u)
+    assert rows_by_offset(remote) == rows_by_offset(local)
+    key = plain_rows(mixed)[40].keys.split()[0]
+    assert rows_by_offset(remote.where(remote["keys"].contains(key) & (remote["keys"] == plain_rows(mixed)[40].keys))) \
+        == rows_by_offset(local.where(local["keys"] == plain_rows(mixed)[40].keys))
+    out = s3_server.uri("spark/written")
+    sizes = {"config." + k: v for k, v in SMALL.items()}
+    local.write.format("rmqstore").mode("overwrite").options(**sizes).save(out)
+    with tempfile.TemporaryDirectory() as tmp:
+        uri.download(out, tmp)
+        assert tree(tmp, "commitlog") == tree(mixed, "commitlog")
+        assert tree(tmp, "consumequeue") == tree(mixed, "consumequeue")
+    spark.createDataFrame([("T", b"more")], "topic string, body binary").write.format("rmqstore") \
+        .mode("append").save(out)
+    back = plain_rows_of_uri(out)
+    assert len(back) == len(plain_rows(mixed)) + 1 and (back[-1].topic, back[-1].body) == ("T", b"more")
+    # no staged data left beside it
+    assert [n for n, _d, _s in uri.list_dir(s3_server.uri("spark")) if "rmqstore-write" in n] == []
+
+
+def plain_rows_of_uri(u: str) -> list:
+    from rmqstore.storage import uri
+
+    with tempfile.TemporaryDirectory() as tmp:
+        uri.download(u, tmp)
+        return plain_rows(tmp)

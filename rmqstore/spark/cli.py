@@ -20,8 +20,8 @@ __all__ = ["main", "session"]
 
 def session(master: str = "local[*]", app_name: str = "rmqstore", conf: dict | None = None):
     """A SparkSession for rmqstore jobs: UTC, log level ERROR, the
-    ``rmqstore`` format registered (filter pushdown on, see
-    :func:`rmqstore.spark.register`), *conf* (Spark settings) applied;
+    ``rmqstore`` format registered (:func:`rmqstore.spark.register`; filter
+    pushdown as *conf* says, off by default), *conf* (Spark settings) applied;
     Spark's UI and console progress bar stay as Spark sets them (on). Python
     workers run this interpreter with rmqstore importable (``PYSPARK_PYTHON``,
     ``PYTHONPATH``), so a plain checkout works too."""

@@ -8,6 +8,11 @@ writes when it dispatches the same records — and to a local rebuild
 (delete ``consumequeue/`` or ``index/`` and run ``rmqstore recover``).
 Index file names are creation times, as the store makes them.
 
+The tasks report every file they wrote, with its size; before the swap the
+driver checks it sees each one whole, and fails with OutputNotVisibleError,
+the store unchanged, when it does not (executors that do not share the
+driver's disk wrote them on their own).
+
 The new files are built in a directory beside the old one and swapped in
 at the end (atomically where the OS can exchange two directories); the
 store's writer lock is held for the whole job, so no writer can run at the
@@ -37,7 +42,8 @@ from .. import arrow
 from ..dispatch import consume_queue_mask, index_key_rows, index_mask, tags_code, tags_hash
 from ..exceptions import CorruptedFileError
 from ..format.layout import SCHEDULE_TOPIC
-from .source import _exchange, _held_lock
+from ..storage import uri
+from .source import _check_visible, _exchange, _held_lock
 
 __all__ = ["rebuild_consume_queues", "rebuild_index"]
 
@@ -49,6 +55,9 @@ _ENTRIES_SCHEMA = "split int, seq long, physical_offset long, store_timestamp lo
 def _job_start(store_dir, config) -> tuple:
     """``(root, start time, StoreConfig)`` of a rebuild job over *store_dir*;
     FileNotFoundError when it is not a directory."""
+    if uri.is_uri(store_dir):
+        raise ValueError(f"cannot rebuild {store_dir} in place: rebuilds need the store on a disk every host "
+                         "mounts (the new files are swapped in by renames); copy it there, rebuild, copy it back")
     root = os.path.abspath(os.fspath(store_dir))
     if not os.path.isdir(root):
         raise FileNotFoundError(f"no store directory at {root}")
@@ -195,7 +204,11 @@ def _write_queues(batches, staging: str, file_size: int) -> Iterator:
         if cq is not None:
             cq.flush()
             cq.close()
-            done.append((cq.topic, cq.queue_id, count))
+            rel = os.path.join(cq.topic, str(cq.queue_id))
+            names = sorted(os.listdir(os.path.join(staging, rel)))
+            files = [os.path.join(rel, n) for n in names]
+            sizes = [os.path.getsize(os.path.join(staging, f)) for f in files]
+            done.append((cq.topic, cq.queue_id, count, files, sizes))
 
     for b in batches:
         d = b.to_pydict()
@@ -210,11 +223,20 @@ def _write_queues(batches, staging: str, file_size: int) -> Iterator:
             count += 1
     finish()
     if done:
-        t, q, n = zip(*done)
+        t, q, n, files, sizes = zip(*done)
         yield pa.RecordBatch.from_arrays(
-            [pa.array(t, pa.string()), pa.array(q, pa.int32()), pa.array(n, pa.int64())],
-            names=["topic", "queue_id", "units"],
+            [pa.array(t, pa.string()), pa.array(q, pa.int32()), pa.array(n, pa.int64()),
+             pa.array(files, pa.list_(pa.string())), pa.array(sizes, pa.list_(pa.int64()))],
+            names=["topic", "queue_id", "units", "files", "sizes"],
         )
+
+
+def _check_outputs(staging: str, rows) -> None:
+    """OutputNotVisibleError unless this process sees every file the
+    tasks report (``files``, ``sizes``: paths in *staging*, bytes)."""
+    for r in rows:
+        for rel, size in zip(r["files"], r["sizes"]):
+            _check_visible(os.path.join(staging, rel), size, "a rebuild task's output")
 
 
 def rebuild_consume_queues(spark, store_dir, config=None, partitions: int | None = None,
@@ -239,8 +261,12 @@ def rebuild_consume_queues(spark, store_dir, config=None, partitions: int | None
         StoreLockedError: a writer has the store open.
         CorruptedFileError: a CommitLog record does not validate
             (``on_corrupt="fail"``), naming its file and offset.
+        OutputNotVisibleError: the driver does not see the files the
+            tasks wrote (executors that do not share its disk); the store
+            is unchanged.
         FileNotFoundError: *store_dir* is not a directory.
-        ValueError: an unknown *on_corrupt*.
+        ValueError: an unknown *on_corrupt*, or *store_dir* is a URI
+            (rebuilds work on a store on a disk every host mounts).
     """
     damage = _damage(spark, on_corrupt)
     root, t0, cfg = _job_start(store_dir, config)
@@ -260,10 +286,11 @@ def rebuild_consume_queues(spark, store_dir, config=None, partitions: int | None
                     .sortWithinPartitions("topic", "queue_id", "physical_offset")
                     .mapInArrow(
                         functools.partial(_write_queues, staging=staging, file_size=cfg.mapped_file_size_consume_queue),
-                        "topic string, queue_id int, units long",
+                        "topic string, queue_id int, units long, files array<string>, sizes array<long>",
                     )
                     .collect()
                 )
+                _check_outputs(staging, stats)
             _swap_in(staging, os.path.join(root, "consumequeue"))
         finally:
             shutil.rmtree(staging, ignore_errors=True)
@@ -350,7 +377,7 @@ def _write_index_files(batches, staging: str, names: list, slots: int, entries: 
         if current is not None:
             current.flush()
             current.close()
-            written.append(file_no)
+            written.append((file_no, names[file_no], os.path.getsize(os.path.join(staging, names[file_no]))))
 
     for b in batches:
         d = b.to_pydict()
@@ -368,7 +395,12 @@ def _write_index_files(batches, staging: str, names: list, slots: int, entries: 
                 raise RuntimeError(f"index file {names[f]} is full before its last entry")
     finish()
     if written:
-        yield pa.RecordBatch.from_arrays([pa.array(written, pa.int64())], names=["file"])
+        no, name, size = zip(*written)
+        yield pa.RecordBatch.from_arrays(
+            [pa.array(no, pa.int64()), pa.array([[f] for f in name], pa.list_(pa.string())),
+             pa.array([[z] for z in size], pa.list_(pa.int64()))],
+            names=["file", "files", "sizes"],
+        )
 
 
 def _index_names(count: int) -> list:
@@ -399,8 +431,12 @@ def rebuild_index(spark, store_dir, config=None, partitions: int | None = None, 
         StoreLockedError: a writer has the store open.
         CorruptedFileError: a CommitLog record does not validate
             (``on_corrupt="fail"``), naming its file and offset.
+        OutputNotVisibleError: the driver does not see the files the
+            tasks wrote (executors that do not share its disk); the store
+            is unchanged.
         FileNotFoundError: *store_dir* is not a directory.
-        ValueError: an unknown *on_corrupt*.
+        ValueError: an unknown *on_corrupt*, or *store_dir* is a URI
+            (rebuilds work on a store on a disk every host mounts).
     """
     damage = _damage(spark, on_corrupt)
     root, t0, cfg = _job_start(store_dir, config)
@@ -439,7 +475,7 @@ def rebuild_index(spark, store_dir, config=None, partitions: int | None = None, 
                             for r in numbered.where(numbered.g.isin(lasts)).collect():
                                 heads[(r["g"] + 1) // per_file] = (r["physical_offset"], r["store_timestamp"])
                         n = min(files, partitions or 2 * spark.sparkContext.defaultParallelism)
-                        (
+                        written = (
                             numbered.repartition(n, "file")
                             .sortWithinPartitions("g")
                             .mapInArrow(
@@ -447,10 +483,11 @@ def rebuild_index(spark, store_dir, config=None, partitions: int | None = None, 
                                     _write_index_files, staging=staging, names=names, slots=slots,
                                     entries=entries, heads=heads,
                                 ),
-                                "file long",
+                                "file long, files array<string>, sizes array<long>",
                             )
                             .collect()
                         )
+                        _check_outputs(staging, written)
                     elif any_record:
                         _empty_index_file(staging, names[0], slots, entries)
                 finally:

@@ -27,9 +27,10 @@ Reading (``spark.read.format("rmqstore")``)
     valid ones, and so is a directory that holds no store. WHERE conditions
     on topic, queue_id, physical_offset and store_timestamp prune the same
     way (Spark still evaluates them) under
-    ``spark.sql.python.filterPushdown.enabled``, which :func:`register`
-    turns on; ``pushdown=false`` turns it off for one read (with the conf
-    off, only the options prune).
+    ``spark.sql.python.filterPushdown.enabled``, off unless the session
+    turns it on (:func:`register` says why: Spark reuses a pushdown's plan
+    for later queries of the same DataFrame); ``pushdown=false`` turns it
+    off for one read (with the conf off, only the options prune).
 
 Writing (``df.write.format("rmqstore")``)
     see :class:`RmqStoreWriter`.
@@ -42,10 +43,12 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import functools
 import json
 import os
 import shutil
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -77,6 +80,8 @@ from pyspark.sql.types import (
 )
 
 from .. import arrow
+from ..exceptions import OutputNotVisibleError
+from ..storage import uri
 from ..store.args import time_ms
 
 __all__ = ["RmqStoreDataSource", "RmqStoreWriter", "RmqStoreStreamReader", "register", "spark_schema"]
@@ -100,20 +105,25 @@ def spark_schema(columns=None) -> StructType:
 
 
 #: the Spark setting under which Spark hands WHERE conditions to a Python
-#: source's reader; register() turns it on (it only lets readers that offer
+#: source's reader; off unless the session turns it on (it only lets readers that offer
 #: pushFilters see the conditions; Spark still evaluates them all)
 PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
 
 
 def register(spark) -> None:
-    """Register the ``rmqstore`` format with *spark* (a SparkSession) and turn
-    on ``spark.sql.python.filterPushdown.enabled``, so that WHERE conditions
-    on topic, queue_id, physical_offset and store_timestamp skip files by
-    default (the ``pushdown`` option, default true, turns it off for one
-    read). A session that set the conf itself keeps its value."""
+    """Register the ``rmqstore`` format with *spark* (a SparkSession).
+
+    WHERE conditions reach the reader (pruning files by topic, queue,
+    physical offset and store time; keys, unique_key and msg_id looked up
+    through the indexes) only under ``spark.sql.python.filterPushdown.enabled``,
+    which this leaves as the session has it (off by default): Spark 4.1-4.3
+    keep the partitions a pushdown planned on the DataFrame, and a later
+    query of the same DataFrame without such a condition reads them, so
+    ``df.where("topic = 'A'").count()`` then ``df.count()`` counts only
+    topic A's files. A session that turns the conf on should load a new
+    DataFrame for each query. The filter options (``topics``, ...) prune
+    safely either way."""
     spark.dataSource.register(RmqStoreDataSource)
-    if spark.conf.get(PUSHDOWN_CONF, None) is None:
-        spark.conf.set(PUSHDOWN_CONF, "true")
 
 
 # --- options ----------------------------------------------------------------------------------------
@@ -137,7 +147,15 @@ def _paths(options) -> list:
         paths = [options["path"]]
     else:
         raise ValueError("no store directory: use .load(dir) or .load([dir, ...])")
-    return [_local(p) for p in paths]
+    return [_where(p) for p in paths]
+
+
+def _where(path: str) -> str:
+    """A store's place as every host can name it: a URI as given
+    (:mod:`rmqstore.storage.uri`), else an absolute path (made on the
+    driver: a relative one would be looked up in each executor's own
+    working directory)."""
+    return path if uri.is_uri(path) else os.path.abspath(_local(path))
 
 
 def _local(path: str) -> str:
@@ -206,14 +224,17 @@ def check_options(options, valid, what: str, prefixes=()) -> None:
 def _check_stores(paths: list) -> None:
     """A read's directories each hold a store (a directory above ``store/``
     read as an empty table before)."""
+    def dir_in(p: str, *names: str) -> bool:
+        return uri.is_dir(uri.join(p, *names)) if uri.is_uri(p) else os.path.isdir(os.path.join(p, *names))
+
     for p in paths:
-        if os.path.isdir(os.path.join(p, "commitlog")) or os.path.isdir(os.path.join(p, "consumequeue")):
+        is_dir = functools.partial(dir_in, p)
+        if is_dir("commitlog") or is_dir("consumequeue"):
             continue
         hint = ""
-        below = os.path.join(p, "store")
-        if os.path.isdir(os.path.join(below, "commitlog")):
-            hint = f"; the store is in {below}"
-        elif not os.path.isdir(p):
+        if is_dir("store", "commitlog"):
+            hint = f"; the store is in {uri.join(p, 'store') if uri.is_uri(p) else os.path.join(p, 'store')}"
+        elif not is_dir():
             hint = "; no such directory"
         raise ValueError(f"no rmqstore / RocketMQ store in {p} (no commitlog/ directory){hint}")
 
@@ -287,7 +308,7 @@ class RmqStoreReader(DataSourceReader):
         _check_stores(self.paths)
         self.brokers = _brokers(options, self.paths)
         self.columns = tuple(f.name for f in schema.fields)
-        self.filter = _option_filter(options)
+        self.filter = self.option_filter = _option_filter(options)
         self.split_bytes = int(options.get("splitBytes", 128 << 20))
         self.batch_rows = int(options.get("batchRows", arrow.DEFAULT_BATCH_ROWS))
         self.check_crc = _truthy(options.get("checkCrc", "true"))
@@ -342,6 +363,9 @@ class _PushdownReader(RmqStoreReader):
     lookup: tuple | None = None  # (column, values) of the first lookup filter
 
     def pushFilters(self, filters: list) -> Iterator:
+        # Spark hands each query of a DataFrame the same reader: what an
+        # earlier query pushed must not narrow this one
+        self.filter, self.lookup = self.option_filter, None
         for f in filters:
             got = _to_scan_filter(f)
             if got is not None:
@@ -495,7 +519,7 @@ class RmqStoreStreamReader(DataSourceStreamReader):
 @dataclasses.dataclass
 class _Staged(WriterCommitMessage):
     partition: int
-    files: list  # [(store directory, staged Arrow file, rows)]
+    files: list  # [(store directory, staged Arrow file, rows, bytes)]
 
 
 class RmqStoreWriter(DataSourceArrowWriter):
@@ -511,14 +535,23 @@ class RmqStoreWriter(DataSourceArrowWriter):
     ``sys_flag``, ``prepared_transaction_offset``, ``broker``.
 
     Tasks validate their rows and stage them as Arrow files beside the
-    target; nothing touches a store until ``commit``, which appends every
-    staged file in partition order under the store's writer lock (queue
-    and physical offsets are sequential per store, so one writer per store).
+    target; nothing touches a store until ``commit``, which first checks
+    that it sees every staged file whole (else OutputNotVisibleError: the
+    executors do not share the driver's disk, and the target is left as
+    it was), then appends them in partition order under the store's writer
+    lock (queue and physical offsets are sequential per store, so one
+    writer per store).
     A mode is required (Spark refuses its default, ``errorifexists``, for
     Python sources): ``mode("append")`` appends to the store (created if missing);
     ``mode("overwrite")`` builds a new store next to it and swaps the two
     directories atomically (``renameat2(RENAME_EXCHANGE)`` where the OS has
     it). ``abort`` deletes the staged data: the target stays as it was.
+
+    A target named by URI (``s3://bucket/stores/b1``, :mod:`rmqstore.storage.uri`)
+    is staged there too; the commit builds the store in a local temporary
+    directory (an existing store is downloaded first to append to it) and
+    uploads its files. Object storage has no lock and no rename: keep to
+    one writer per store, and readers see the upload file by file.
 
     Options: ``brokerDirs=true`` routes each row to ``<dir>/<broker>`` by its
     ``broker`` column (a store per broker); ``storeHost`` (default
@@ -530,7 +563,7 @@ class RmqStoreWriter(DataSourceArrowWriter):
     """
 
     def __init__(self, options, schema: StructType, overwrite: bool):
-        self.target = os.path.abspath(_local(_paths(options)[0]))
+        self.target = _paths(options)[0]
         self.overwrite = overwrite
         self.route = _truthy(options.get("brokerDirs", "false"))
         self.store_host = options.get("storeHost", "127.0.0.1:10911")
@@ -544,8 +577,18 @@ class RmqStoreWriter(DataSourceArrowWriter):
         if self.route and "broker" not in names:
             raise ValueError("brokerDirs=true needs a 'broker' column")
         self.job = uuid.uuid4().hex[:12]
-        parent, base = os.path.split(self.target)
-        self.staging = os.path.join(parent, f".{base}.rmqstore-write-{self.job}")
+        self.remote = uri.is_uri(self.target)
+        if self.remote:
+            self.staging = uri.join(uri.parent(self.target), f".{uri.basename(self.target)}.rmqstore-write-{self.job}")
+        else:
+            parent, base = os.path.split(self.target)
+            self.staging = os.path.join(parent, f".{base}.rmqstore-write-{self.job}")
+
+    def _store_of(self, broker) -> str:
+        if broker is None:
+            return self.target
+        name = _safe_name(broker)
+        return uri.join(self.target, name) if self.remote else os.path.join(self.target, name)
 
     def write(self, iterator) -> _Staged:
         import pyarrow as pa
@@ -555,8 +598,9 @@ class RmqStoreWriter(DataSourceArrowWriter):
         ctx = TaskContext.get()
         part = ctx.partitionId() if ctx is not None else 0
         attempt = ctx.attemptNumber() if ctx is not None else 0
-        writers: dict = {}
+        writers: dict = {}  # store -> (staged path, its sink, Arrow writer)
         counts: dict = {}
+        sizes: dict = {}
         try:
             for batch in iterator:
                 if batch.num_rows == 0:
@@ -570,38 +614,59 @@ class RmqStoreWriter(DataSourceArrowWriter):
                 else:
                     groups = [(None, batch)]
                 for broker, rows in groups:
-                    store = self.target if broker is None else os.path.join(self.target, _safe_name(broker))
+                    store = self._store_of(broker)
                     w = writers.get(store)
                     if w is None:
-                        os.makedirs(self.staging, exist_ok=True)
-                        path = os.path.join(self.staging, f"part-{part:05d}-{attempt}-{len(writers)}.arrow")
-                        w = writers[store] = (path, pa.ipc.new_file(path, rows.schema))
+                        name = f"part-{part:05d}-{attempt}-{len(writers)}.arrow"
+                        if self.remote:
+                            path = uri.join(self.staging, name)
+                            sink = uri.open_output(path)
+                        else:
+                            os.makedirs(self.staging, exist_ok=True)
+                            path = os.path.join(self.staging, name)
+                            sink = pa.OSFile(path, "wb")
+                        w = writers[store] = (path, sink, pa.ipc.new_file(sink, rows.schema))
                         counts[store] = 0
-                    w[1].write_batch(rows)
+                    w[2].write_batch(rows)
                     counts[store] += rows.num_rows
         finally:
-            for _path, w in writers.values():
+            for store, (_path, sink, w) in writers.items():
                 w.close()
-        return _Staged(part, [(store, path, counts[store]) for store, (path, _w) in writers.items()])
+                sizes[store] = sink.tell()
+                sink.close()
+        return _Staged(part, [(store, path, counts[store], sizes[store]) for store, (path, _s, _w) in writers.items()])
 
     def commit(self, messages: list) -> None:
         try:
             staged: dict = {}
             for m in sorted((m for m in messages if m is not None), key=lambda m: m.partition):
-                for store, path, _rows in m.files:
+                for store, path, _rows, size in m.files:
                     staged.setdefault(store, []).append(path)
+                    _check_visible(path, size, f"task {m.partition}'s staged rows")
             for store, paths in staged.items():
-                if self.overwrite:
+                if self.remote:
+                    self._publish(store, paths)
+                elif self.overwrite:
                     self._replace(store, paths)
                 else:
                     self._append(store, paths, store)
             if self.overwrite and not self.route and not staged:
-                self._replace(self.target, [])  # overwrite with no rows: an empty store
+                # overwrite with no rows: an empty store
+                if self.remote:
+                    self._publish(self.target, [])
+                else:
+                    self._replace(self.target, [])
         finally:
-            shutil.rmtree(self.staging, ignore_errors=True)
+            self._drop_staging()
 
     def abort(self, messages: list) -> None:
-        shutil.rmtree(self.staging, ignore_errors=True)
+        self._drop_staging()
+
+    def _drop_staging(self) -> None:
+        if self.remote:
+            uri.delete_dir(self.staging)
+        else:
+            shutil.rmtree(self.staging, ignore_errors=True)
 
     # -- store side
 
@@ -649,6 +714,18 @@ class RmqStoreWriter(DataSourceArrowWriter):
                     _put_rows(st, _messages(batch), clock_value, use_clock)
         finally:
             st.close()
+
+    def _publish(self, store: str, paths: list) -> None:
+        """Append to (or replace) the store at URI *store*: build it in a
+        local temporary directory, then upload it."""
+        with tempfile.TemporaryDirectory(prefix="rmqstore-write-") as tmp:
+            local = os.path.join(tmp, "store")
+            if not self.overwrite:
+                uri.download(store, local)
+            self._append(local, paths, local)
+            if self.overwrite:
+                uri.delete_dir(store)
+            uri.upload(local, store)
 
     def _replace(self, store: str, paths: list) -> None:
         parent, base = os.path.split(store)
@@ -715,9 +792,31 @@ def _normalise_batch(batch):
     return pa.RecordBatch.from_arrays(list(cols.values()), names=list(cols))
 
 
+def _check_visible(path: str, size: int, what: str) -> None:
+    """Raise OutputNotVisibleError unless the file a task wrote at *path*
+    is there, *size* bytes, as this process sees it."""
+    try:
+        seen = uri.file_size(path) if uri.is_uri(path) else os.stat(path).st_size
+    except (FileNotFoundError, NotADirectoryError):
+        seen = None
+    if seen != size:
+        got = "missing" if seen is None else f"{seen} bytes, not {size}"
+        raise OutputNotVisibleError(
+            f"{what} at {path} is {got} here: the executors do not share this disk with the driver. "
+            "Put the target on storage every host shares (a shared mount, or a URI such as s3://bucket/path); "
+            "the target was left unchanged"
+        )
+
+
 def _read_staged(path: str):
     import pyarrow as pa
 
+    if uri.is_uri(path):
+        with uri.open_input(path) as f:
+            reader = pa.ipc.open_file(f)
+            for i in range(reader.num_record_batches):
+                yield reader.get_batch(i)
+        return
     with pa.memory_map(path) as source:
         reader = pa.ipc.open_file(source)
         for i in range(reader.num_record_batches):
