@@ -406,7 +406,7 @@ def store_splits(
     """
     store_dir = os.fspath(store_dir)
     if not _is_store_dir(store_dir):
-        raise FileNotFoundError(f"no store directory at {store_dir}")
+        raise FileNotFoundError(f"no store directory at {uri.shown(store_dir)}")
     broker = broker_name(store_dir) if broker is None else broker
     f = scan_filter or ScanFilter()
     segs = _segments(store_dir)
@@ -693,15 +693,16 @@ def _read_window(buf, base: int, split: Split, end: int, cols_out: tuple, schema
                 return
             what = _damage(file_offset, nxt, stop)
             if on_corrupt == "fail":
-                raise CorruptedFileError(what + " (onCorrupt=skip reads past it)", split.path, base + nxt)
+                raise CorruptedFileError(what + " (onCorrupt=skip reads past it)", uri.shown(split.path), base + nxt)
             if on_corrupt == "stop":
-                log.warning("%s: %s; the split ends there (onCorrupt=stop)", split.path, what)
+                log.warning("%s: %s; the split ends there (onCorrupt=stop)", uri.shown(split.path), what)
                 return
             resume = found[0] if found is not None else len(buf)
             if stats is not None:
                 stats["skipped_records"] = stats.get("skipped_records", 0) + 1
                 stats["skipped_bytes"] = stats.get("skipped_bytes", 0) + min(resume, end) - nxt
-            log.warning("%s: %s; skipped %d byte(s) (onCorrupt=skip)", split.path, what, min(resume, end) - nxt)
+            log.warning("%s: %s; skipped %d byte(s) (onCorrupt=skip)", uri.shown(split.path), what,
+                        min(resume, end) - nxt)
             if found is None or found[1] == 0:
                 return
             nxt = resume
@@ -821,11 +822,11 @@ def scan_end(store_dir, start: int, on_corrupt: str = "stop", max_records: int |
             return offset
         what = _damage(s.offset, pos, stop)
         if on_corrupt == "fail":
-            raise CorruptedFileError(what + " (onCorrupt=skip reads past it)", s.path, pos)
+            raise CorruptedFileError(what + " (onCorrupt=skip reads past it)", uri.shown(s.path), pos)
         if on_corrupt == "stop":
-            log.warning("%s: %s; reading stops there (onCorrupt=stop)", s.path, what)
+            log.warning("%s: %s; reading stops there (onCorrupt=stop)", uri.shown(s.path), what)
             return offset
-        log.warning("%s: %s; skipped (onCorrupt=skip)", s.path, what)
+        log.warning("%s: %s; skipped (onCorrupt=skip)", uri.shown(s.path), what)
         if found is not None and found[1] > 0:
             offset = s.offset + found[0]
         else:

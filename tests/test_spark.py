@@ -43,7 +43,7 @@ if _WHY is not None:
 
 from conftest import StepClock, copy_golden_store, golden_store, load_dump  # noqa: E402
 from rmqstore import Message, MessageStore, StoreConfig  # noqa: E402
-from rmqstore.exceptions import StoreLockedError  # noqa: E402
+from rmqstore.exceptions import ConfigError, StoreLockedError  # noqa: E402
 from rmqstore.spark.cli import session  # noqa: E402
 from rmqstore.tools import recover_store  # noqa: E402
 from test_arrow import SMALL, make_store, plain_rows  # noqa: E402
@@ -611,12 +611,28 @@ def test_a_write_whose_staged_rows_the_driver_cannot_see_fails_and_changes_nothi
         assert sorted(os.listdir(tmp_path)) == ["target"]
 
 
-def test_a_rebuild_of_a_uri_store_is_refused(spark, s3_server):
+def test_rebuilds_of_a_uri_store_match_the_local_rebuilds(spark, mixed, s3_server, tmp_path):
+    """Both rebuilds of a store on S3 write what they write locally (the
+    index geometry inferred from the files' size), and leave no staging."""
     from rmqstore.spark import rebuild_consume_queues, rebuild_index
+    from rmqstore.storage import uri
 
-    for job in (rebuild_consume_queues, rebuild_index):
-        with pytest.raises(ValueError, match="cannot rebuild"):
-            job(spark, s3_server.uri("any/store"))
+    u = s3_server.uri("rebuild/broker-x/store")
+    uri.upload(str(mixed), u)
+    uri.delete_dir(uri.join(u, "consumequeue"))  # (a CommitLog-only copy)
+    with MessageStore.open(mixed, read_only=True) as st:
+        units = sum(st.get_max_offset_in_queue(t, q) for t, q in st.queues())
+    # (the files' size comes from config: the copy has no ConsumeQueue to tell it)
+    assert rebuild_consume_queues(spark, u, config=StoreConfig(**SMALL))["units"] == units
+    with pytest.raises(ConfigError, match=r"index files of s3://\*\*\*@rmqstore-tests/.*fit no known geometry"):
+        rebuild_index(spark, u)  # (SMALL's geometry is no default: it cannot be told from the size)
+    assert rebuild_index(spark, u, config=StoreConfig(**SMALL))["files"] == len(os.listdir(mixed / "index"))
+    got = tmp_path / "got"
+    uri.download(u, str(got))
+    assert tree(got, "consumequeue") == tree(mixed, "consumequeue")
+    assert index_contents(got) == index_contents(mixed)
+    assert tree(got, "commitlog") == tree(mixed, "commitlog")
+    assert sorted(os.listdir(got)) == sorted(os.listdir(mixed))  # (no staging left)
 
 
 def test_s3_store_reads_writes_and_appends(spark, mixed, s3_server):

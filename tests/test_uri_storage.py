@@ -99,7 +99,8 @@ def test_damage_in_a_uri_store_is_reported_where_it_is(tmp_path, stores, s3_serv
             arrow.read_table(u, split_bytes=split_bytes)
         assert at_uri.value.offset == at_local.value.offset
         assert f"physical offset {victim.physical_offset}" in str(at_uri.value)
-        assert at_uri.value.path == uri.join(u, "commitlog", seg)
+        assert at_uri.value.path == uri.shown(uri.join(u, "commitlog", seg))
+        assert "testing:testing" not in str(at_uri.value) and "***@" in at_uri.value.path
         stats_local: dict = {}
         stats_uri: dict = {}
         want = [b for s in arrow.store_splits(local, split_bytes=split_bytes)
@@ -136,5 +137,6 @@ def test_uri_names():
     assert uri.parent(q) == "s3://k:s@b/a?endpoint_override=h:1&scheme=http"
     assert uri.names(q) == ["b", "a", "store"]  # (no credentials in names)
     assert arrow.broker_name(q) == "a"
+    assert uri.shown(q) == "s3://***@b/a/store?endpoint_override=h:1&scheme=http" and uri.shown("/x") == "/x"
     assert arrow.broker_name("s3://bucket/store") == "bucket"
     assert arrow.broker_name("s3://bucket/broker-b") == "broker-b"

@@ -8,6 +8,12 @@ writes when it dispatches the same records — and to a local rebuild
 (delete ``consumequeue/`` or ``index/`` and run ``rmqstore recover``).
 Index file names are creation times, as the store makes them.
 
+A store named by URI (``s3://``, ``hdfs://``...: :mod:`rmqstore.storage.uri`)
+is rebuilt the same way: tasks write their files locally and upload them
+to the staging directory under the URI; the swap deletes the old files and
+moves the new ones in, file by file (object storage has neither a lock nor
+a rename: no writer may run meanwhile, and readers see the swap happen).
+
 The tasks report every file they wrote, with its size; before the swap the
 driver checks it sees each one whole, and fails with OutputNotVisibleError,
 the store unchanged, when it does not (executors that do not share the
@@ -33,6 +39,7 @@ import functools
 import os
 import re
 import shutil
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -41,7 +48,7 @@ from .. import _kernels as k
 from .. import arrow
 from ..dispatch import consume_queue_mask, index_key_rows, index_mask, tags_code, tags_hash
 from ..exceptions import CorruptedFileError
-from ..format.layout import SCHEDULE_TOPIC
+from ..format.layout import CQ_STORE_UNIT_SIZE, SCHEDULE_TOPIC
 from ..storage import uri
 from .source import _check_visible, _exchange, _held_lock
 
@@ -52,12 +59,13 @@ _UNITS_SCHEMA = "topic string, queue_id int, queue_offset long, physical_offset 
 _ENTRIES_SCHEMA = "split int, seq long, physical_offset long, store_timestamp long, key string"
 
 
-def _job_start(store_dir, config) -> tuple:
+def _job_start(store_dir, config, index: bool = False) -> tuple:
     """``(root, start time, StoreConfig)`` of a rebuild job over *store_dir*;
     FileNotFoundError when it is not a directory."""
     if uri.is_uri(store_dir):
-        raise ValueError(f"cannot rebuild {store_dir} in place: rebuilds need the store on a disk every host "
-                         "mounts (the new files are swapped in by renames); copy it there, rebuild, copy it back")
+        if not uri.is_dir(uri.join(store_dir, "commitlog")):
+            raise FileNotFoundError(f"no store at {uri.shown(store_dir)} (no commitlog/)")
+        return store_dir, time.monotonic(), _uri_config(store_dir, config, index)
     root = os.path.abspath(os.fspath(store_dir))
     if not os.path.isdir(root):
         raise FileNotFoundError(f"no store directory at {root}")
@@ -72,6 +80,79 @@ def _config(root: str, config):
         config = StoreConfig.from_dict(config)
     cfg, _notes = infer_config(root, config)
     return cfg
+
+
+def _uri_config(root: str, config, index: bool):
+    """:func:`_config` of a store named by URI, from its files' sizes (the
+    index files are not read whole remotely). With *index*, the index
+    geometry is the first of *config*'s, a broker's and ``StoreConfig()``'s
+    that gives the index files' size; ConfigError when none does."""
+    from ..config import StoreConfig
+    from ..exceptions import ConfigError
+    from ..storage.index import index_file_size
+    from ..tools._common import _common_size
+
+    cfg = StoreConfig.from_dict(config) if isinstance(config, dict) else (config or StoreConfig())
+    changes: dict = {}
+    cq = [size for rel, size in uri.list_files(uri.join(root, "consumequeue")) if size > 0]
+    if cq and _common_size(cq) % CQ_STORE_UNIT_SIZE == 0:
+        changes["mapped_file_size_consume_queue"] = _common_size(cq)
+    sizes = [size for _name, is_dir, size in uri.list_dir(uri.join(root, "index")) if not is_dir and size > 0]
+    if index and sizes:
+        size = _common_size(sizes)
+        fits = [c for c in (cfg, StoreConfig.broker_defaults(), StoreConfig())
+                if index_file_size(c.max_hash_slot_num, c.max_index_num) == size]
+        if not fits:
+            raise ConfigError(f"the index files of {uri.shown(root)} ({size} bytes) fit no known geometry: "
+                              "pass config with max_hash_slot_num and max_index_num")
+        changes["max_hash_slot_num"], changes["max_index_num"] = fits[0].max_hash_slot_num, fits[0].max_index_num
+    return cfg.replace(**changes) if changes else cfg
+
+
+def _join(base: str, rel: str) -> str:
+    """*rel* (``/``-separated) under directory *base*, a path or a URI."""
+    return uri.join(base, *rel.split("/")) if uri.is_uri(base) else os.path.join(base, *rel.split("/"))
+
+
+def _lock(root: str):
+    """The store's writer lock for the job (object storage has none)."""
+    return contextlib.nullcontext() if uri.is_uri(root) else _held_lock(root)
+
+
+def _new_staging(root: str, kind: str) -> str:
+    name = f"{kind}.rebuild-{uuid.uuid4().hex[:12]}"
+    if uri.is_uri(root):
+        return uri.join(root, name)
+    staging = os.path.join(root, name)
+    os.makedirs(staging)
+    return staging
+
+
+def _drop(staging: str) -> None:
+    if uri.is_uri(staging):
+        uri.delete_dir(staging)
+    else:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _task_dir(staging: str) -> Iterator[tuple]:
+    """``(directory, ship)`` for a task writing output files: *staging*
+    itself when it is a path; for a URI a local temporary directory, and
+    ``ship(rels)`` uploads those files to *staging* (and frees their room)."""
+    if not uri.is_uri(staging):
+        yield staging, lambda rels: None
+        return
+    with tempfile.TemporaryDirectory(prefix="rmqstore-rebuild-") as local:
+        def ship(rels) -> None:
+            for rel in rels:
+                path = os.path.join(local, *rel.split("/"))
+                with open(path, "rb") as fh, uri.open_output(_join(staging, rel)) as out:
+                    while chunk := fh.read(8 << 20):
+                        out.write(chunk)
+                os.remove(path)
+
+        yield local, ship
 
 
 def _splits_df(spark, splits: list):
@@ -89,6 +170,10 @@ def _split_rows(batches) -> Iterator:
 
 
 def _swap_in(staging: str, target: str) -> None:
+    if uri.is_uri(target):  # (no rename on object storage: the old files go, then the new ones move in)
+        uri.delete_dir(target)
+        uri.move_dir(staging, target)
+        return
     if os.path.isdir(target):
         _exchange(staging, target)
         shutil.rmtree(staging)
@@ -114,16 +199,12 @@ def _tags_codes(split: arrow.Split, phys, topics, tags, config, cache: dict):
     codes[valid] = hashes[idx[valid].astype(np.int64)]
     sched = np.flatnonzero(np.asarray(pc.equal(topics, SCHEDULE_TOPIC).fill_null(False).to_numpy(zero_copy_only=False)))
     if sched.size:
-        buf = arrow._map(split.path)
-        try:
+        with arrow._window(split.path, split.start, split.end) as (buf, base):
             for i in sched:
-                pos = int(phys[i]) - split.file_offset
+                pos = int(phys[i]) - split.file_offset - base
                 f = k.decode_record(buf, pos, False)
                 props = k.parse_properties(f[16])
                 codes[i] = tags_code(SCHEDULE_TOPIC, props, f[10], config)
-        finally:
-            if hasattr(buf, "close"):
-                buf.close()
     return codes
 
 
@@ -200,28 +281,29 @@ def _write_queues(batches, staging: str, file_size: int) -> Iterator:
     done: list = []
     count = 0
 
-    def finish():
+    def finish(local: str, ship) -> None:
         if cq is not None:
             cq.flush()
             cq.close()
-            rel = os.path.join(cq.topic, str(cq.queue_id))
-            names = sorted(os.listdir(os.path.join(staging, rel)))
-            files = [os.path.join(rel, n) for n in names]
-            sizes = [os.path.getsize(os.path.join(staging, f)) for f in files]
+            rel = f"{cq.topic}/{cq.queue_id}"
+            files = [f"{rel}/{n}" for n in sorted(os.listdir(os.path.join(local, rel)))]
+            sizes = [os.path.getsize(_join(local, f)) for f in files]
+            ship(files)
             done.append((cq.topic, cq.queue_id, count, files, sizes))
 
-    for b in batches:
-        d = b.to_pydict()
-        for topic, qid, qoff, phy, size, code in zip(
-            d["topic"], d["queue_id"], d["queue_offset"], d["physical_offset"], d["store_size"], d["tags_code"]
-        ):
-            if cq is None or cq.topic != topic or cq.queue_id != qid:
-                finish()
-                cq = ConsumeQueue(staging, topic, qid, file_size)
-                count = 0
-            cq.put(phy, size, code, qoff)
-            count += 1
-    finish()
+    with _task_dir(staging) as (local, ship):
+        for b in batches:
+            d = b.to_pydict()
+            for topic, qid, qoff, phy, size, code in zip(
+                d["topic"], d["queue_id"], d["queue_offset"], d["physical_offset"], d["store_size"], d["tags_code"]
+            ):
+                if cq is None or cq.topic != topic or cq.queue_id != qid:
+                    finish(local, ship)
+                    cq = ConsumeQueue(local, topic, qid, file_size)
+                    count = 0
+                cq.put(phy, size, code, qoff)
+                count += 1
+        finish(local, ship)
     if done:
         t, q, n, files, sizes = zip(*done)
         yield pa.RecordBatch.from_arrays(
@@ -236,7 +318,7 @@ def _check_outputs(staging: str, rows) -> None:
     tasks report (``files``, ``sizes``: paths in *staging*, bytes)."""
     for r in rows:
         for rel, size in zip(r["files"], r["sizes"]):
-            _check_visible(os.path.join(staging, rel), size, "a rebuild task's output")
+            _check_visible(_join(staging, rel), size, "a rebuild task's output")
 
 
 def rebuild_consume_queues(spark, store_dir, config=None, partitions: int | None = None,
@@ -265,15 +347,15 @@ def rebuild_consume_queues(spark, store_dir, config=None, partitions: int | None
             tasks wrote (executors that do not share its disk); the store
             is unchanged.
         FileNotFoundError: *store_dir* is not a directory.
-        ValueError: an unknown *on_corrupt*, or *store_dir* is a URI
-            (rebuilds work on a store on a disk every host mounts).
+        ValueError: an unknown *on_corrupt*.
+        ConfigError: a URI's index files fit no known geometry (pass
+            *config*).
     """
     damage = _damage(spark, on_corrupt)
     root, t0, cfg = _job_start(store_dir, config)
-    with _held_lock(root), _task_errors():
+    with _lock(root), _task_errors():
         splits = arrow.store_splits(root)
-        staging = os.path.join(root, f"consumequeue.rebuild-{uuid.uuid4().hex[:12]}")
-        os.makedirs(staging)
+        staging = _new_staging(root, "consumequeue")
         try:
             stats = []
             if splits:
@@ -291,9 +373,9 @@ def rebuild_consume_queues(spark, store_dir, config=None, partitions: int | None
                     .collect()
                 )
                 _check_outputs(staging, stats)
-            _swap_in(staging, os.path.join(root, "consumequeue"))
+            _swap_in(staging, _join(root, "consumequeue"))
         finally:
-            shutil.rmtree(staging, ignore_errors=True)
+            _drop(staging)
     return {
         "queues": len(stats),
         "units": sum(r["units"] for r in stats),
@@ -373,27 +455,29 @@ def _write_index_files(batches, staging: str, names: list, slots: int, entries: 
     file_no = -1
     written: list = []
 
-    def finish():
+    def finish(local: str, ship) -> None:
         if current is not None:
             current.flush()
             current.close()
-            written.append((file_no, names[file_no], os.path.getsize(os.path.join(staging, names[file_no]))))
+            written.append((file_no, names[file_no], os.path.getsize(os.path.join(local, names[file_no]))))
+            ship([names[file_no]])
 
-    for b in batches:
-        d = b.to_pydict()
-        for g, phy, ts, key in zip(d["g"], d["physical_offset"], d["store_timestamp"], d["key"]):
-            f = g // per_file
-            if f != file_no:
-                finish()
-                file_no = f
-                end_phy, end_ts = heads[f]
-                current = IndexFile(
-                    os.path.join(staging, names[f]), slots, entries, create=True,
-                    end_phy_offset=end_phy, end_timestamp=end_ts,
-                )
-            if current is None or not current.put_key(key, phy, ts):
-                raise RuntimeError(f"index file {names[f]} is full before its last entry")
-    finish()
+    with _task_dir(staging) as (local, ship):
+        for b in batches:
+            d = b.to_pydict()
+            for g, phy, ts, key in zip(d["g"], d["physical_offset"], d["store_timestamp"], d["key"]):
+                f = g // per_file
+                if f != file_no:
+                    finish(local, ship)
+                    file_no = f
+                    end_phy, end_ts = heads[f]
+                    current = IndexFile(
+                        os.path.join(local, names[f]), slots, entries, create=True,
+                        end_phy_offset=end_phy, end_timestamp=end_ts,
+                    )
+                if current is None or not current.put_key(key, phy, ts):
+                    raise RuntimeError(f"index file {names[f]} is full before its last entry")
+        finish(local, ship)
     if written:
         no, name, size = zip(*written)
         yield pa.RecordBatch.from_arrays(
@@ -435,17 +519,17 @@ def rebuild_index(spark, store_dir, config=None, partitions: int | None = None, 
             tasks wrote (executors that do not share its disk); the store
             is unchanged.
         FileNotFoundError: *store_dir* is not a directory.
-        ValueError: an unknown *on_corrupt*, or *store_dir* is a URI
-            (rebuilds work on a store on a disk every host mounts).
+        ValueError: an unknown *on_corrupt*.
+        ConfigError: a URI's index files fit no known geometry (pass
+            *config*).
     """
     damage = _damage(spark, on_corrupt)
-    root, t0, cfg = _job_start(store_dir, config)
+    root, t0, cfg = _job_start(store_dir, config, index=True)
     slots, entries = cfg.max_hash_slot_num, cfg.max_index_num
     per_file = entries - 1
-    with _held_lock(root), _task_errors():
+    with _lock(root), _task_errors():
         splits = arrow.store_splits(root)
-        staging = os.path.join(root, f"index.rebuild-{uuid.uuid4().hex[:12]}")
-        os.makedirs(staging)
+        staging = _new_staging(root, "index")
         files = total = 0
         try:
             if splits:
@@ -492,9 +576,9 @@ def rebuild_index(spark, store_dir, config=None, partitions: int | None = None, 
                         _empty_index_file(staging, names[0], slots, entries)
                 finally:
                     found.unpersist()
-            _swap_in(staging, os.path.join(root, "index"))
+            _swap_in(staging, _join(root, "index"))
         finally:
-            shutil.rmtree(staging, ignore_errors=True)
+            _drop(staging)
     return {"files": files, "entries": total, "splits": len(splits), "seconds": round(time.monotonic() - t0, 3),
             **_skipped(damage)}
 
@@ -503,6 +587,8 @@ def _empty_index_file(staging: str, name: str, slots: int, entries: int) -> None
     """The file a store makes for its first record when no record has a key: header only."""
     from ..storage.index import IndexFile
 
-    f = IndexFile(os.path.join(staging, name), slots, entries, create=True)
-    f.flush()
-    f.close()
+    with _task_dir(staging) as (local, ship):
+        f = IndexFile(os.path.join(local, name), slots, entries, create=True)
+        f.flush()
+        f.close()
+        ship([name])

@@ -233,10 +233,10 @@ def _check_stores(paths: list) -> None:
             continue
         hint = ""
         if is_dir("store", "commitlog"):
-            hint = f"; the store is in {uri.join(p, 'store') if uri.is_uri(p) else os.path.join(p, 'store')}"
+            hint = f"; the store is in {uri.shown(uri.join(p, 'store')) if uri.is_uri(p) else os.path.join(p, 'store')}"
         elif not is_dir():
             hint = "; no such directory"
-        raise ValueError(f"no rmqstore / RocketMQ store in {p} (no commitlog/ directory){hint}")
+        raise ValueError(f"no rmqstore / RocketMQ store in {uri.shown(p)} (no commitlog/ directory){hint}")
 
 
 def _option_filter(options) -> arrow.ScanFilter:
@@ -802,7 +802,7 @@ def _check_visible(path: str, size: int, what: str) -> None:
     if seen != size:
         got = "missing" if seen is None else f"{seen} bytes, not {size}"
         raise OutputNotVisibleError(
-            f"{what} at {path} is {got} here: the executors do not share this disk with the driver. "
+            f"{what} at {uri.shown(path)} is {got} here: the executors do not share this disk with the driver. "
             "Put the target on storage every host shares (a shared mount, or a URI such as s3://bucket/path); "
             "the target was left unchanged"
         )

@@ -23,8 +23,9 @@ import posixpath
 from typing import Any
 from urllib.parse import urlsplit
 
-__all__ = ["is_uri", "join", "basename", "names", "parent", "list_dir", "file_size", "is_dir", "read_range", "read_all",
-           "open_input", "open_output", "delete_dir", "delete_file", "download", "upload"]
+__all__ = ["is_uri", "shown", "join", "basename", "names", "parent", "list_dir", "list_files", "move_dir", "file_size",
+           "is_dir", "read_range", "read_all", "open_input", "open_output", "delete_dir", "delete_file", "download",
+           "upload"]
 
 
 def is_uri(path) -> bool:
@@ -36,6 +37,17 @@ def is_uri(path) -> bool:
     scheme = text.split("://", 1)[0]
     return scheme.isascii() and scheme.replace("+", "").replace("-", "").replace(".", "").isalnum() \
         and scheme.lower() != "file"
+
+
+def shown(path: str) -> str:
+    """*path* as messages and logs show it: a URI without the credentials
+    its authority may carry (``s3://key:secret@bucket/...``)."""
+    if not is_uri(path):
+        return path
+    u = urlsplit(path)
+    if "@" not in u.netloc:
+        return path
+    return u._replace(netloc="***@" + u.netloc.rpartition("@")[2]).geturl()
 
 
 def _parts(uri: str) -> tuple:
@@ -96,6 +108,30 @@ def list_dir(uri: str) -> list:
     except (FileNotFoundError, NotADirectoryError):
         return []
     return sorted((i.base_name, i.type == fs.FileType.Directory, i.size or 0) for i in infos)
+
+
+def list_files(uri: str) -> list:
+    """``[(relative path, size in bytes)]`` of every file under directory
+    *uri*, at any depth (``/``-separated paths), sorted; ``[]`` when there
+    is none."""
+    from pyarrow import fs
+
+    filesystem, path = _resolve(uri)
+    infos = filesystem.get_file_info(fs.FileSelector(path, recursive=True, allow_not_found=True))
+    return sorted((posixpath.relpath(i.path, path), int(i.size or 0)) for i in infos if i.type == fs.FileType.File)
+
+
+def move_dir(src: str, dst: str) -> None:
+    """Move every file under directory *src* to the same relative path under
+    *dst* (on object storage a copy and a delete per object: not atomic),
+    then delete *src*. Both on one file system."""
+    filesystem, src_path = _resolve(src)
+    _fs2, dst_path = _resolve(dst)
+    for rel, _size in list_files(src):
+        target = posixpath.join(dst_path, rel)
+        filesystem.create_dir(posixpath.dirname(target), recursive=True)
+        filesystem.move(posixpath.join(src_path, rel), target)
+    delete_dir(src)
 
 
 def is_dir(uri: str) -> bool:
@@ -164,22 +200,15 @@ def delete_file(uri: str) -> None:
 def download(uri: str, local_dir: str) -> int:
     """Copy every file under directory *uri* into *local_dir* (made as
     needed), keeping relative paths; returns the number of files."""
-    from pyarrow import fs
-
     filesystem, path = _resolve(uri)
-    infos = filesystem.get_file_info(fs.FileSelector(path, recursive=True, allow_not_found=True))
-    n = 0
-    for info in infos:
-        if info.type != fs.FileType.File:
-            continue
-        rel = posixpath.relpath(info.path, path)
+    files = list_files(uri)
+    for rel, _size in files:
         dest = os.path.join(local_dir, *rel.split("/"))
         os.makedirs(os.path.dirname(dest), exist_ok=True)
-        with filesystem.open_input_stream(info.path) as src, open(dest, "wb") as out:
+        with filesystem.open_input_stream(posixpath.join(path, rel)) as src, open(dest, "wb") as out:
             while chunk := src.read(8 << 20):
                 out.write(chunk)
-        n += 1
-    return n
+    return len(files)
 
 
 def upload(local_dir: str, uri: str) -> int:
