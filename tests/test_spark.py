@@ -670,3 +670,43 @@ def plain_rows_of_uri(u: str) -> list:
     with tempfile.TemporaryDirectory() as tmp:
         uri.download(u, tmp)
         return plain_rows(tmp)
+
+
+def test_lookup_options_read_only_the_matching_records_through_the_index(spark, mixed):
+    """lookupKeys (RocketMQ's query by key: one of KEYS, or UNIQ_KEY),
+    lookupUniqueKeys and lookupMsgIds: the rows are exactly the scan's
+    matches that RocketMQ indexes (not rollbacks), read by one task; being
+    options they hold for every query of the DataFrame, pushdown or not."""
+    rows = plain_rows(mixed)
+    indexed = [m for m in rows if (m.sys_flag & 12) != 12]
+
+    def offsets(df):
+        return [r.physical_offset for r in df.select("physical_offset").orderBy("physical_offset").collect()]
+
+    picks = [m for m in indexed if m.keys][3:5]
+    uks = [m.unique_key for m in indexed if m.unique_key]
+    cases = {
+        "lookupKeys": ("shared," + picks[0].keys.split()[0] + "," + uks[5],
+                       lambda m, v: bool(set(v) & set((m.keys or "").split())) or m.unique_key in v),
+        "lookupUniqueKeys": (f"{uks[2]}, {uks[40]}", lambda m, v: m.unique_key in v),
+        "lookupMsgIds": (f"{picks[1].msg_id},{indexed[7].msg_id}", lambda m, v: m.msg_id in v),
+    }
+    for name, (raw, match) in cases.items():
+        values = [v.strip() for v in raw.split(",")]
+        want = [m.physical_offset for m in indexed if match(m, values)]
+        assert len(want) >= 2
+        df = spark.read.format("rmqstore").option(name, raw).option("columns", "physical_offset,topic").load(str(mixed))
+        assert df.rdd.getNumPartitions() == 1
+        assert offsets(df) == want
+        assert df.count() == len(want) and df.where("topic = 'TopicA'").count() == sum(
+            1 for m in indexed if match(m, values) and m.topic == "TopicA") and offsets(df) == want
+        with pushdown(spark):
+            assert offsets(df.where(f"physical_offset >= {want[1]}")) == want[1:]
+    with pytest.raises(Exception, match="lookupKeys and lookupMsgIds cannot be combined"):
+        spark.read.format("rmqstore").option("lookupKeys", "a").option("lookupMsgIds", "b").load(str(mixed)).count()
+    with pytest.raises(Exception, match="option lookupUniqueKeys names no value"):
+        spark.read.format("rmqstore").option("lookupUniqueKeys", " , ").load(str(mixed)).count()
+    from rmqstore.spark.source import RmqStoreDataSource, spark_schema
+
+    with pytest.raises(ValueError, match=r"unknown option\(s\) 'lookupKeys'"):  # (a stream cannot look up)
+        RmqStoreDataSource({"path": str(mixed), "lookupKeys": "a"}).streamReader(spark_schema())

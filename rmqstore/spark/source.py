@@ -23,7 +23,10 @@ Reading (``spark.read.format("rmqstore")``)
     ``topics``, ``queueIds`` (comma-separated), ``minPhysicalOffset``,
     ``maxPhysicalOffset`` (bytes, inclusive), ``minStoreTimestamp``,
     ``maxStoreTimestamp`` (ms since epoch or ISO-8601, UTC unless a zone is
-    given; inclusive). An option not named here is an error listing the
+    given; inclusive). Lookups through the store's indexes (one of them,
+    comma-separated values; only the matching records are read):
+    ``lookupKeys`` (RocketMQ's query by key: one of a record's KEYS, or its
+    UNIQ_KEY), ``lookupUniqueKeys``, ``lookupMsgIds``. An option not named here is an error listing the
     valid ones, and so is a directory that holds no store. WHERE conditions
     on topic, queue_id, physical_offset and store_timestamp prune the same
     way (Spark still evaluates them) under
@@ -81,6 +84,7 @@ from pyspark.sql.types import (
 
 from .. import arrow
 from ..exceptions import OutputNotVisibleError
+from ..format.layout import KEY_SEPARATOR
 from ..storage import uri
 from ..store.args import time_ms
 
@@ -203,9 +207,12 @@ def _time_opt(options, name):
 READ_OPTIONS = frozenset({
     "path", "paths", "brokers", "schema", "columns", "splitBytes", "batchRows", "checkCrc", "onCorrupt",
     "topics", "queueIds", "minPhysicalOffset", "maxPhysicalOffset", "minStoreTimestamp", "maxStoreTimestamp",
-    "pushdown",
+    "pushdown", "lookupKeys", "lookupUniqueKeys", "lookupMsgIds",
 })
-STREAM_OPTIONS = READ_OPTIONS | {"startingOffsets", "maxRecordsPerTrigger"}
+#: lookup options: (column arrow.lookup_splits searches, column a match is told by)
+_LOOKUP_OPTIONS = {"lookupKeys": "keys", "lookupUniqueKeys": "unique_key", "lookupMsgIds": "msg_id"}
+STREAM_ONLY = frozenset({"startingOffsets", "maxRecordsPerTrigger"})
+STREAM_OPTIONS = (READ_OPTIONS - set(_LOOKUP_OPTIONS)) | STREAM_ONLY
 WRITE_OPTIONS = frozenset({"path", "paths", "brokerDirs", "storeHost", "lockTimeout"})  # and config.<setting>
 
 
@@ -250,6 +257,20 @@ def _option_filter(options) -> arrow.ScanFilter:
         min_store_timestamp=_time_opt(options, "minStoreTimestamp"),
         max_store_timestamp=_time_opt(options, "maxStoreTimestamp"),
     )
+
+
+def _lookup_option(options) -> tuple | None:
+    """``(column, values)`` of the one lookup option given, or None."""
+    given = [(name, options[name]) for name in _LOOKUP_OPTIONS if options.get(name)]
+    if len(given) > 1:
+        raise ValueError(f"options {' and '.join(n for n, _ in given)} cannot be combined: give one lookup option")
+    if not given:
+        return None
+    name, raw = given[0]
+    values = tuple(v.strip() for v in raw.split(",") if v.strip())
+    if not values:
+        raise ValueError(f"option {name} names no value")
+    return _LOOKUP_OPTIONS[name], values
 
 
 def _brokers(options, paths: list) -> list:
@@ -316,13 +337,25 @@ class RmqStoreReader(DataSourceReader):
         if self.on_corrupt not in arrow.ON_CORRUPT:
             raise ValueError(f"option onCorrupt must be one of {', '.join(arrow.ON_CORRUPT)}, "
                              f"got {self.on_corrupt!r}")
+        # (an option, unlike a WHERE, is part of the DataFrame: safe without pushdown)
+        self.lookup_option = _lookup_option(options)
 
     def partitions(self) -> list:
+        if self.lookup_option is not None:
+            return self._lookup_partitions(*self.lookup_option)
         out = []
         for path, broker in zip(self.paths, self.brokers):
             for s in arrow.store_splits(path, broker, self.split_bytes, self.filter):
                 out.append(InputPartition(tuple(s)))
         return out
+
+    def _lookup_partitions(self, column: str, values: tuple) -> list:
+        """One partition reading every record :func:`rmqstore.arrow.lookup_splits` finds."""
+        splits: list = []
+        for path, broker in zip(self.paths, self.brokers):
+            splits.extend(tuple(s) for s in arrow.lookup_splits(path, broker, column, values, self.filter))
+        # the records found are few and scattered: one task reads them all
+        return [InputPartition({"lookup": tuple(splits)})] if splits else []
 
     def read(self, partition: InputPartition) -> Iterator:
         if partition.value is None:  # a read of stores without records
@@ -331,20 +364,26 @@ class RmqStoreReader(DataSourceReader):
             return self._read_lookup(partition.value["lookup"])
         return self._read(arrow.Split(*partition.value))
 
-    def _read(self, split: arrow.Split) -> Iterator:
+    def _read(self, split: arrow.Split, columns: tuple | None = None) -> Iterator:
         return arrow.read_split(
-            split, self.columns, self.batch_rows, self.filter, self.check_crc, self.on_corrupt
+            split, columns or self.columns, self.batch_rows, self.filter, self.check_crc, self.on_corrupt
         )
 
     def _read_lookup(self, splits: tuple) -> Iterator:
         """The records an index lookup found, one small split each, in
-        batches of up to ``batchRows`` rows."""
+        batches of up to ``batchRows`` rows; with a lookup option, only
+        the records that match it (the splits hold a superset)."""
         import pyarrow as pa
 
+        match = _lookup_match(*self.lookup_option) if self.lookup_option is not None else None
+        columns = self.columns if match is None else tuple(dict.fromkeys(self.columns + _MATCH_COLUMNS))
         pending: list = []
         rows = 0
         for s in splits:
-            for b in self._read(arrow.Split(*s)):
+            for b in self._read(arrow.Split(*s), columns):
+                if match is not None:
+                    keep = [match(r) for r in b.select(list(_MATCH_COLUMNS)).to_pylist()]
+                    b = b.filter(pa.array(keep, pa.bool_())).select(list(self.columns))
                 pending.append(b)
                 rows += b.num_rows
             if rows >= self.batch_rows:
@@ -352,6 +391,21 @@ class RmqStoreReader(DataSourceReader):
                 pending, rows = [], 0
         if rows:
             yield from pa.Table.from_batches(pending).combine_chunks().to_batches()
+
+
+#: the columns a lookup option's match is told by
+_MATCH_COLUMNS = ("keys", "unique_key", "msg_id")
+
+
+def _lookup_match(column: str, values: tuple):
+    """Whether a row (a dict of :data:`_MATCH_COLUMNS`) matches a lookup
+    option: for ``keys`` RocketMQ's query by key (one of the KEYS, or the
+    UNIQ_KEY), else the column equal to one of *values*."""
+    wanted = frozenset(values)
+    if column == "keys":
+        return lambda r: (r["unique_key"] in wanted
+                          or not wanted.isdisjoint((r["keys"] or "").split(KEY_SEPARATOR)))
+    return lambda r: r[column] in wanted
 
 
 class _PushdownReader(RmqStoreReader):
@@ -376,14 +430,9 @@ class _PushdownReader(RmqStoreReader):
             yield f
 
     def partitions(self) -> list:
-        if self.lookup is None:
+        if self.lookup is None or self.lookup_option is not None:
             return super().partitions()
-        column, values = self.lookup
-        splits: list = []
-        for path, broker in zip(self.paths, self.brokers):
-            splits.extend(tuple(s) for s in arrow.lookup_splits(path, broker, column, values, self.filter))
-        # the records found are few and scattered: one task reads them all
-        return [InputPartition({"lookup": tuple(splits)})] if splits else []
+        return self._lookup_partitions(*self.lookup)
 
 
 def _to_lookup(f) -> tuple | None:
