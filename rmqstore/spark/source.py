@@ -26,8 +26,8 @@ Reading (``spark.read.format("rmqstore")``)
     given; inclusive). Lookups through the store's indexes (one of them,
     comma-separated values; only the matching records are read):
     ``lookupKeys`` (RocketMQ's query by key: one of a record's KEYS, or its
-    UNIQ_KEY), ``lookupUniqueKeys``, ``lookupMsgIds``. An option not named here is an error listing the
-    valid ones, and so is a directory that holds no store. WHERE conditions
+    UNIQ_KEY), ``lookupUniqueKeys``, ``lookupMsgIds``. An option not named
+    here is an error listing the valid ones, and so is a directory that holds no store. WHERE conditions
     on topic, queue_id, physical_offset and store_timestamp prune the same
     way (Spark still evaluates them) under
     ``spark.sql.python.filterPushdown.enabled``, off unless the session
@@ -209,10 +209,9 @@ READ_OPTIONS = frozenset({
     "topics", "queueIds", "minPhysicalOffset", "maxPhysicalOffset", "minStoreTimestamp", "maxStoreTimestamp",
     "pushdown", "lookupKeys", "lookupUniqueKeys", "lookupMsgIds",
 })
-#: lookup options: (column arrow.lookup_splits searches, column a match is told by)
+#: each lookup option and the column arrow.lookup_splits searches for it
 _LOOKUP_OPTIONS = {"lookupKeys": "keys", "lookupUniqueKeys": "unique_key", "lookupMsgIds": "msg_id"}
-STREAM_ONLY = frozenset({"startingOffsets", "maxRecordsPerTrigger"})
-STREAM_OPTIONS = (READ_OPTIONS - set(_LOOKUP_OPTIONS)) | STREAM_ONLY
+STREAM_OPTIONS = (READ_OPTIONS - set(_LOOKUP_OPTIONS)) | {"startingOffsets", "maxRecordsPerTrigger"}
 WRITE_OPTIONS = frozenset({"path", "paths", "brokerDirs", "storeHost", "lockTimeout"})  # and config.<setting>
 
 
