@@ -251,10 +251,13 @@ def _record_time(path: str, pos: int, phy: int, file_size: int) -> int | None:
     if pos < 0 or pos + 36 > file_size:
         return None
     end = file_size
-    if uri.is_uri(path):  # (read the record alone: its size first)
-        total = _I32.unpack(uri.read_range(path, pos, pos + 4))[0]
+    if uri.is_uri(path):  # (read the record alone: most fit in one request's first 64 KiB)
+        head = uri.read_range(path, pos, min(file_size, pos + 65536))
+        total = _I32.unpack_from(head)[0]
         if total < 36 or pos + total > file_size:
             return None
+        if total <= len(head):
+            return k.read_store_timestamp(head, 0) if _starts_record(head, 0, phy, file_size) else None
         end = pos + total
     with _window(path, pos, end) as (buf, base):
         if _starts_record(buf, pos - base, phy, file_size):
@@ -659,7 +662,8 @@ def read_split(
         end = max(split.start, min(end, end_offset - split.file_offset))
     # a URI's split is read as its range: past its end, the next split's
     # first record validated when planned, so zeros up to there are damage
-    tail_unseen = uri.is_uri(split.path) and end < uri.file_size(split.path)
+    size = uri.file_size(split.path) if uri.is_uri(split.path) else None
+    tail_unseen = size is not None and end < size
     with _window(split.path, split.start, end) as (buf, base):
         yield from _read_window(buf, base, split, end - base, cols_out, schema, f, batch_rows, with_body, with_props,
                                 check_crc, on_corrupt, stats, tail_unseen)
