@@ -22,24 +22,9 @@ import tempfile
 
 import pytest
 
+from conftest import require_spark
 
-def _why_no_spark():
-    try:
-        import pandas  # noqa: F401
-        import pyarrow  # noqa: F401
-        import pyspark  # noqa: F401
-    except ImportError as e:
-        return f"pyspark[sql] is not installed ({e}); pip install -e '.[spark,test]'"
-    if not (shutil.which("java") or os.environ.get("JAVA_HOME")):
-        return "no Java runtime (java is not on PATH and JAVA_HOME is unset)"
-    return None
-
-
-_WHY = _why_no_spark()
-if _WHY is not None:
-    if os.environ.get("RMQSTORE_REQUIRE_SPARK") == "1":
-        raise RuntimeError(f"RMQSTORE_REQUIRE_SPARK=1 but {_WHY}")
-    pytest.skip(_WHY, allow_module_level=True)
+require_spark()
 
 from conftest import StepClock, copy_golden_store, golden_store, load_dump  # noqa: E402
 from rmqstore import Message, MessageStore, StoreConfig  # noqa: E402

@@ -141,6 +141,9 @@ def _task_dir(staging: str) -> Iterator[tuple]:
     itself when it is a path; for a URI a local temporary directory, and
     ``ship(rels)`` uploads those files to *staging* (and frees their room)."""
     if not uri.is_uri(staging):
+        # (made here too: an executor without the driver's disk writes on
+        # its own, and the driver's check then says so)
+        os.makedirs(staging, exist_ok=True)
         yield staging, lambda rels: None
         return
     with tempfile.TemporaryDirectory(prefix="rmqstore-rebuild-") as local:
