@@ -467,3 +467,32 @@ def test_no_shared_disk_write_fails_and_keeps_the_target(spark, store, replicate
         df.write.format("rmqstore").mode(mode).save(str(target))
     assert snapshot(target) == before
     assert os.listdir(target.parent) == ["store"]  # (no staging or new store left beside it)
+
+
+def test_a_storage_uri_is_all_the_hosts_share(spark, store, s3_server, tmp_path):
+    """The store on S3 (a test server), workers with their own disks where
+    the machine allows: a read equals the store's, a write to S3 reads back
+    the same messages, and both rebuilds of the S3 store write the local
+    store's files."""
+    from rmqstore.spark import rebuild_consume_queues, rebuild_index
+    from rmqstore.storage import uri
+
+    u = s3_server.uri("cluster/broker-s/store")
+    uri.upload(str(store), u)
+    assert_same_table(table_of(spark.read.format("rmqstore").load(u)), arrow.read_table(store))
+    out = s3_server.uri("cluster/written")
+    spark.read.format("rmqstore").load(u).write.format("rmqstore").mode("overwrite") \
+        .options(**{"config." + k: v for k, v in SIZES.items()}).save(out)
+    cols = ["topic", "queue_id", "body", "keys", "tags", "unique_key", "store_timestamp"]
+    assert_same_table(table_of(spark.read.format("rmqstore").load(out)).select(cols),
+                      arrow.read_table(store).select(cols))
+    uri.delete_dir(uri.join(u, "consumequeue"))
+    uri.delete_dir(uri.join(u, "index"))
+    rebuild_consume_queues(spark, u, config=StoreConfig(**SIZES))
+    rebuild_index(spark, u, config=StoreConfig(**SIZES))
+    got = tmp_path / "got"
+    uri.download(u, str(got))
+    assert tree(got, "consumequeue") == tree(store, "consumequeue")
+    assert index_contents(got) == index_contents(store)
+    assert [n for n in os.listdir(got) if "rebuild" in n] == []  # (no staging left in the store
+    assert [n for n, _d, _s in uri.list_dir(s3_server.uri("cluster")) if "rmqstore" in n] == []  # nor beside it)
