@@ -328,7 +328,7 @@ class RmqStoreReader(DataSourceReader):
         _check_stores(self.paths)
         self.brokers = _brokers(options, self.paths)
         self.columns = tuple(f.name for f in schema.fields)
-        self.filter = self.option_filter = _option_filter(options)
+        self.filter = _option_filter(options)
         self.split_bytes = int(options.get("splitBytes", 128 << 20))
         self.batch_rows = int(options.get("batchRows", arrow.DEFAULT_BATCH_ROWS))
         self.check_crc = _truthy(options.get("checkCrc", "true"))
@@ -416,9 +416,6 @@ class _PushdownReader(RmqStoreReader):
     lookup: tuple | None = None  # (column, values) of the first lookup filter
 
     def pushFilters(self, filters: list) -> Iterator:
-        # Spark hands each query of a DataFrame the same reader: what an
-        # earlier query pushed must not narrow this one
-        self.filter, self.lookup = self.option_filter, None
         for f in filters:
             got = _to_scan_filter(f)
             if got is not None:
