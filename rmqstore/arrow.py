@@ -250,19 +250,16 @@ def _record_time(path: str, pos: int, phy: int, file_size: int) -> int | None:
     is *phy* at position *pos* of a CommitLog file, or None when none starts there."""
     if pos < 0 or pos + 36 > file_size:
         return None
-    end = file_size
     if uri.is_uri(path):  # (read the record alone: most fit in one request's first 64 KiB)
-        head = uri.read_range(path, pos, min(file_size, pos + 65536))
-        total = _I32.unpack_from(head)[0]
+        buf = uri.read_range(path, pos, min(file_size, pos + 65536))
+        total = _I32.unpack_from(buf)[0]
         if total < 36 or pos + total > file_size:
             return None
-        if total <= len(head):
-            return k.read_store_timestamp(head, 0) if _starts_record(head, 0, phy, file_size) else None
-        end = pos + total
-    with _window(path, pos, end) as (buf, base):
-        if _starts_record(buf, pos - base, phy, file_size):
-            return k.read_store_timestamp(buf, pos - base)
-    return None
+        if total > len(buf):
+            buf = uri.read_range(path, pos, pos + total)
+        return k.read_store_timestamp(buf, 0) if _starts_record(buf, 0, phy, file_size) else None
+    with _window(path, pos, file_size) as (buf, _base):
+        return k.read_store_timestamp(buf, pos) if _starts_record(buf, pos, phy, file_size) else None
 
 
 def _starts_record(buf, pos: int, phy: int, max_size: int) -> bool:
@@ -665,54 +662,48 @@ def read_split(
     size = uri.file_size(split.path) if uri.is_uri(split.path) else None
     tail_unseen = size is not None and end < size
     with _window(split.path, split.start, end) as (buf, base):
-        yield from _read_window(buf, base, split, end - base, cols_out, schema, f, batch_rows, with_body, with_props,
-                                check_crc, on_corrupt, stats, tail_unseen)
-
-
-def _read_window(buf, base: int, split: Split, end: int, cols_out: tuple, schema, f, batch_rows: int,
-                 with_body: bool, with_props: bool, check_crc: bool, on_corrupt: str, stats,
-                 tail_unseen: bool) -> Iterator[pa.RecordBatch]:
-    """:func:`read_split` over *buf*, the split's bytes from file position
-    *base* on (positions here are in *buf*, the file's are *base* more)."""
-    file_offset = split.file_offset + base
-    pos = split.start - base
-    while pos < end:
-        nxt, stop, cols = k.decode_columns(
-            buf, pos, end, file_offset, batch_rows, with_body, with_props, check_crc
-        )
-        n = int(cols["physical_offset"].size)
-        if n:
-            mask = _row_mask(cols, f) if f is not None else None
-            b = _batch(cols, cols_out, schema, split.broker)
-            if mask is not None:
-                b = b.filter(pa.array(mask))
-            if b.num_rows:
-                yield b
-        if stop == REC_BLANK and _blank_at(buf, nxt):
-            return  # END_OF_FILE: the rest of the file is filler
-        if stop < 0 or stop == REC_BLANK:
-            # an invalid record, or zeros: the end of the data unless valid records follow
-            found = _next_valid(buf, split.path, nxt + (stop < 0), file_offset, check_crc)
-            if found is None and stop == REC_BLANK and not tail_unseen:
+        # positions below are in buf; the file's are base more
+        file_offset = split.file_offset + base
+        pos = split.start - base
+        end -= base
+        while pos < end:
+            nxt, stop, cols = k.decode_columns(
+                buf, pos, end, file_offset, batch_rows, with_body, with_props, check_crc
+            )
+            n = int(cols["physical_offset"].size)
+            if n:
+                mask = _row_mask(cols, f) if f is not None else None
+                b = _batch(cols, cols_out, schema, split.broker)
+                if mask is not None:
+                    b = b.filter(pa.array(mask))
+                if b.num_rows:
+                    yield b
+            if stop == REC_BLANK and _blank_at(buf, nxt):
+                return  # END_OF_FILE: the rest of the file is filler
+            if stop < 0 or stop == REC_BLANK:
+                # an invalid record, or zeros: the end of the data unless valid records follow
+                found = _next_valid(buf, split.path, nxt + (stop < 0), file_offset, check_crc)
+                if found is None and stop == REC_BLANK and not tail_unseen:
+                    return
+                what = _damage(file_offset, nxt, stop)
+                if on_corrupt == "fail":
+                    raise CorruptedFileError(what + " (onCorrupt=skip reads past it)", uri.shown(split.path),
+                                             base + nxt)
+                if on_corrupt == "stop":
+                    log.warning("%s: %s; the split ends there (onCorrupt=stop)", uri.shown(split.path), what)
+                    return
+                resume = found[0] if found is not None else len(buf)
+                if stats is not None:
+                    stats["skipped_records"] = stats.get("skipped_records", 0) + 1
+                    stats["skipped_bytes"] = stats.get("skipped_bytes", 0) + min(resume, end) - nxt
+                log.warning("%s: %s; skipped %d byte(s) (onCorrupt=skip)", uri.shown(split.path), what,
+                            min(resume, end) - nxt)
+                if found is None or found[1] == 0:
+                    return
+                nxt = resume
+            elif nxt <= pos:
                 return
-            what = _damage(file_offset, nxt, stop)
-            if on_corrupt == "fail":
-                raise CorruptedFileError(what + " (onCorrupt=skip reads past it)", uri.shown(split.path), base + nxt)
-            if on_corrupt == "stop":
-                log.warning("%s: %s; the split ends there (onCorrupt=stop)", uri.shown(split.path), what)
-                return
-            resume = found[0] if found is not None else len(buf)
-            if stats is not None:
-                stats["skipped_records"] = stats.get("skipped_records", 0) + 1
-                stats["skipped_bytes"] = stats.get("skipped_bytes", 0) + min(resume, end) - nxt
-            log.warning("%s: %s; skipped %d byte(s) (onCorrupt=skip)", uri.shown(split.path), what,
-                        min(resume, end) - nxt)
-            if found is None or found[1] == 0:
-                return
-            nxt = resume
-        elif nxt <= pos:
-            return
-        pos = nxt
+            pos = nxt
 
 
 def iter_batches(
