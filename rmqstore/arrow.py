@@ -241,8 +241,14 @@ def _window(path: str, start: int, end: int) -> Iterator[tuple]:
             buf.close()
 
 
-def _is_store_dir(store_dir: str) -> bool:
-    return uri.is_dir(store_dir) if uri.is_uri(store_dir) else os.path.isdir(store_dir)
+def _under(base: str, *names: str) -> str:
+    """*names* under directory *base*, a local path or a URI."""
+    return uri.join(base, *names) if uri.is_uri(base) else os.path.join(base, *names)
+
+
+def _is_dir(path: str) -> bool:
+    """Whether *path*, a local path or a URI, is a directory."""
+    return uri.is_dir(path) if uri.is_uri(path) else os.path.isdir(path)
 
 
 def _record_time(path: str, pos: int, phy: int, file_size: int) -> int | None:
@@ -405,7 +411,7 @@ def store_splits(
     Raises FileNotFoundError when *store_dir* is not a directory.
     """
     store_dir = os.fspath(store_dir)
-    if not _is_store_dir(store_dir):
+    if not _is_dir(store_dir):
         raise FileNotFoundError(f"no store directory at {uri.shown(store_dir)}")
     broker = broker_name(store_dir) if broker is None else broker
     f = scan_filter or ScanFilter()

@@ -111,7 +111,7 @@ def _uri_config(root: str, config, index: bool):
 
 def _join(base: str, rel: str) -> str:
     """*rel* (``/``-separated) under directory *base*, a path or a URI."""
-    return uri.join(base, *rel.split("/")) if uri.is_uri(base) else os.path.join(base, *rel.split("/"))
+    return arrow._under(base, *rel.split("/"))
 
 
 def _lock(root: str):

@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import functools
 import json
 import os
 import shutil
@@ -230,17 +229,14 @@ def check_options(options, valid, what: str, prefixes=()) -> None:
 def _check_stores(paths: list) -> None:
     """A read's directories each hold a store (a directory above ``store/``
     read as an empty table before)."""
-    def dir_in(p: str, *names: str) -> bool:
-        return uri.is_dir(uri.join(p, *names)) if uri.is_uri(p) else os.path.isdir(os.path.join(p, *names))
-
     for p in paths:
-        is_dir = functools.partial(dir_in, p)
-        if is_dir("commitlog") or is_dir("consumequeue"):
+        if arrow._is_dir(arrow._under(p, "commitlog")) or arrow._is_dir(arrow._under(p, "consumequeue")):
             continue
         hint = ""
-        if is_dir("store", "commitlog"):
-            hint = f"; the store is in {uri.shown(uri.join(p, 'store')) if uri.is_uri(p) else os.path.join(p, 'store')}"
-        elif not is_dir():
+        below = arrow._under(p, "store")
+        if arrow._is_dir(arrow._under(below, "commitlog")):
+            hint = f"; the store is in {uri.shown(below)}"
+        elif not arrow._is_dir(p):
             hint = "; no such directory"
         raise ValueError(f"no rmqstore / RocketMQ store in {uri.shown(p)} (no commitlog/ directory){hint}")
 
