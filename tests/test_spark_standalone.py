@@ -45,6 +45,7 @@ import pyspark  # noqa: E402
 
 from conftest import StepClock  # noqa: E402
 from rmqstore import Message, MessageStore, StoreConfig, arrow  # noqa: E402
+from test_spark import index_contents, tree  # noqa: E402
 
 SPARK_HOME = os.path.dirname(os.path.abspath(pyspark.__file__))
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -289,18 +290,6 @@ def snapshot(root) -> dict:
     root = pathlib.Path(root)
     return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "dir"
             for p in sorted(root.rglob("*"))}
-
-
-def tree(root, sub: str) -> dict:
-    """{relative path: bytes} of every file under root/sub."""
-    base = pathlib.Path(root) / sub
-    return {str(p.relative_to(base)): p.read_bytes() for p in sorted(base.rglob("*")) if p.is_file()}
-
-
-def index_contents(root) -> list:
-    """Index file contents in name order (names are creation times; the
-    header's timestamps are the records', so the contents compare whole)."""
-    return list(tree(root, "index").values())
 
 
 # --- on the cluster, shared disk -----------------------------------------------------------------
