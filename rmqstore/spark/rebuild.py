@@ -149,10 +149,8 @@ def _task_dir(staging: str) -> Iterator[tuple]:
     with tempfile.TemporaryDirectory(prefix="rmqstore-rebuild-") as local:
         def ship(rels) -> None:
             for rel in rels:
-                path = os.path.join(local, *rel.split("/"))
-                with open(path, "rb") as fh, uri.open_output(_join(staging, rel)) as out:
-                    while chunk := fh.read(8 << 20):
-                        out.write(chunk)
+                path = _join(local, rel)
+                uri.put_file(path, _join(staging, rel))
                 os.remove(path)
 
         yield local, ship

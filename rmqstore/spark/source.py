@@ -852,13 +852,7 @@ def _check_visible(path: str, size: int, what: str) -> None:
 def _read_staged(path: str):
     import pyarrow as pa
 
-    if uri.is_uri(path):
-        with uri.open_input(path) as f:
-            reader = pa.ipc.open_file(f)
-            for i in range(reader.num_record_batches):
-                yield reader.get_batch(i)
-        return
-    with pa.memory_map(path) as source:
+    with (uri.open_input(path) if uri.is_uri(path) else pa.memory_map(path)) as source:
         reader = pa.ipc.open_file(source)
         for i in range(reader.num_record_batches):
             yield reader.get_batch(i)

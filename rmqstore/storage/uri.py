@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 
 __all__ = ["is_uri", "shown", "join", "basename", "names", "parent", "list_dir", "list_files", "move_dir", "file_size",
            "is_dir", "read_range", "read_all", "open_input", "open_output", "delete_dir", "delete_file", "download",
-           "upload"]
+           "upload", "put_file"]
 
 
 def is_uri(path) -> bool:
@@ -221,9 +221,13 @@ def upload(local_dir: str, uri: str) -> int:
             src = os.path.join(top, name)
             if os.path.islink(src) or not os.path.isfile(src):
                 continue
-            rel = os.path.relpath(src, local_dir).split(os.sep)
-            with open(src, "rb") as fh, open_output(join(uri, *rel)) as out:
-                while chunk := fh.read(8 << 20):
-                    out.write(chunk)
+            put_file(src, join(uri, *os.path.relpath(src, local_dir).split(os.sep)))
             n += 1
     return n
+
+
+def put_file(path: str, uri: str) -> None:
+    """Copy the local file *path* to file *uri* (replacing it)."""
+    with open(path, "rb") as fh, open_output(uri) as out:
+        while chunk := fh.read(8 << 20):
+            out.write(chunk)
