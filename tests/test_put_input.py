@@ -132,8 +132,18 @@ CHANGES = {
 }
 
 
+def refuse(s, bad, shape: str) -> None:
+    """Offer *bad* to the store the way *shape* says."""
+    if shape == "one":
+        s.put_message(bad)
+    elif shape == "check":  # the batch check, which writes nothing either way
+        s.check_messages([Message("T", b"ok"), bad])
+    else:
+        s.put_messages([Message("T", b"ok"), bad])
+
+
 @pytest.mark.parametrize("change", sorted(CHANGES))
-@pytest.mark.parametrize("shape", ["one", "many"])
+@pytest.mark.parametrize("shape", ["one", "many", "check"])
 def test_a_message_changed_after_it_was_made_is_checked_again(tmp_path, change, shape):
     fn, error = CHANGES[change]
     with MessageStore.open(tmp_path / "s", StoreConfig(**CFG)) as s:
@@ -142,10 +152,7 @@ def test_a_message_changed_after_it_was_made_is_checked_again(tmp_path, change, 
         m = Message("T", b"changed")
         fn(m)
         with pytest.raises(error):
-            if shape == "one":
-                s.put_message(m)
-            else:
-                s.put_messages([Message("T", b"ok"), m])
+            refuse(s, m, shape)
         assert s.max_physical_offset == end
         assert s.put_message(Message("T", b"after")).queue_offset == 1
 
@@ -165,19 +172,16 @@ BAD = {
 
 @pytest.mark.parametrize("flush", ["ASYNC_FLUSH", "SYNC_FLUSH"])
 @pytest.mark.parametrize("where", sorted(BAD))
-@pytest.mark.parametrize("shape", ["one", "many", "new-queue"])
+@pytest.mark.parametrize("shape", ["one", "many", "new-queue", "check", "check-new-queue"])
 def test_a_lone_surrogate_is_refused_before_anything_is_stored(tmp_path, where, shape, flush):
     with MessageStore.open(tmp_path / "s", StoreConfig(flush_disk_type=flush, **CFG)) as s:
         s.put_message(Message("T", b"before", keys="kb"))
         end = s.max_physical_offset
         bad = BAD[where]()
-        if shape == "new-queue":
+        if shape.endswith("new-queue"):
             bad.queue_id = 5
         with pytest.raises(IllegalMessageError):
-            if shape == "one":
-                s.put_message(bad)
-            else:
-                s.put_messages([Message("T", b"ok"), bad])
+            refuse(s, bad, shape.removesuffix("-new-queue").replace("new-queue", "many"))
         assert s.max_physical_offset == end and s.queues() == [("T", 0)]
         s.put_message(Message("T", b"after", keys="ka"))
     with MessageStore.open(tmp_path / "s", read_only=True) as ro:
@@ -254,3 +258,32 @@ def test_a_message_subclass_in_a_cycle_is_stored_and_collected(tmp_path):
         assert gone() is None
         (got,) = s.query_messages("T", "k")
         assert (got.body, got.physical_offset) == (b"cyclic", r.wrote_offset)
+
+
+def test_check_messages_takes_what_a_put_takes_and_writes_nothing(tmp_path):
+    """A valid batch (new topics and queues, a delayed message, hosts, a
+    message at the size limit) passes the check, the store stays as it
+    was, and put_messages then takes the same batch; one byte over the
+    limit anywhere in the batch is refused with the put's error."""
+    from rmqstore import MessageTooLargeError
+
+    cfg = StoreConfig(**dict(CFG, max_message_size=1024))
+    batch = [
+        Message("T", b"a", keys="k1 k2", unique_key="U1"),
+        Message("New", b"b", queue_id=3, tags="t", born_host="10.0.0.1:1234"),
+        Message("T", b"c", properties={"DELAY": "2"}),
+        Message("T", b"x" * 1024),
+    ]
+    with MessageStore.open(tmp_path / "s", cfg) as s:
+        s.put_message(Message("T", b"before"))
+        end, queues = s.max_physical_offset, s.queues()
+        assert s.check_messages(batch) is None
+        assert s.check_messages(iter(batch)) is None  # any iterable
+        assert (s.max_physical_offset, s.queues()) == (end, queues)
+        assert not (tmp_path / "s" / "consumequeue" / "New").exists()
+        with pytest.raises(MessageTooLargeError):
+            s.check_messages([*batch, Message("T", b"x" * 1025)])
+        assert s.max_physical_offset == end
+        assert len(s.put_messages(batch)) == len(batch)
+    with MessageStore.open(tmp_path / "s", cfg, read_only=True) as ro:
+        assert [m.body[:1] for m in ro.iter_messages()] == [b"b", b"a", b"b", b"c", b"x"]

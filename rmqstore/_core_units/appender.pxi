@@ -334,10 +334,10 @@ cdef class Appender:
         _fields_of(<Message>msg, v)
         # v[] is borrowed: exact types only below, so that no Python code
         # (a __hash__, __index__ or __ne__) can run and replace a slot
-        # (the ints: exact and in range, read without an error to catch;
-        # the step-by-step path raises the message's error)
+        # (the ints: exact and in range, a queue id not negative, read without
+        # an error to catch; the step-by-step path raises the message's error)
         if not PyUnicode_CheckExact(<object>v[S_TOPIC]) or \
-                not _long_in(<object>v[S_QUEUE_ID], INT32_MIN, INT32_MAX, &x) or \
+                not _long_in(<object>v[S_QUEUE_ID], 0, INT32_MAX, &x) or \
                 not _long_in(<object>v[S_SYS_FLAG], INT32_MIN, INT32_MAX, &sys_flag) or \
                 not _long_in(<object>v[S_FLAG], INT32_MIN, INT32_MAX, &flag) or \
                 not _long_in(<object>v[S_RECONSUME], INT32_MIN, INT32_MAX, &reconsume) or \

@@ -375,6 +375,8 @@ class Appender:
                 (msg.tags is None or type(msg.tags) is str) and (msg.keys is None or type(msg.keys) is str) and
                 (msg.unique_key is None or type(msg.unique_key) is str)):
             return None
+        if msg.queue_id < 0:
+            return None  # (no queue has one: the step-by-step path raises)
         if msg.delay_level is not None:
             return None  # (a delay shorthand: the step-by-step path moves the message to SCHEDULE_TOPIC_XXXX)
         key = (msg.topic, msg.queue_id)

@@ -171,6 +171,7 @@ class AsyncMessageStore:
     queues = _awaitable("queues", True)
     # calls that may wait for the disk, a lock or a long scan: in the executor
     check_disk_space = _awaitable("check_disk_space", False)
+    check_messages = _awaitable("check_messages", False)
     commit_offset = _awaitable("commit_offset", False)
     delete_expired = _awaitable("delete_expired", False)
     flush = _awaitable("flush", False)

@@ -130,6 +130,35 @@ class Put(Recovery):
         PropertiesSizeExceededError, as put_message does."""
         return self._prepare(msg)[-1]
 
+    def check_messages(self, msgs) -> None:
+        """Validate every message of *msgs* (an iterable of :class:`Message`)
+        as :meth:`put_messages` would, writing nothing: the batch form of
+        :meth:`check_message`, through the same kernel check as a put (a
+        loader refusing a whole input before storing any of it). Raises
+        what put_messages raises for the first message it refuses
+        (MessageTypeError, IllegalMessageError, MessageTooLargeError,
+        PropertiesSizeExceededError); StoreClosedError on a closed store."""
+        fast = self._appender()
+        msgs = list(msgs)
+        with self._lock:
+            self._validated(fast, msgs)
+
+    def _validated(self, fast, msgs: list) -> tuple:
+        """put_messages' validation of the list *msgs* (append lock held):
+        ``(prepared, encoded)``, *prepared* the step-by-step encoding of each
+        message the Appender refused (None for the others), *encoded* the
+        Appender's own (for put_batch). Raises the first bad message's error."""
+        # the Appender vouches for what it encodes itself (and keeps the
+        # encoding for put_batch), _prepare checks and encodes the rest (a new
+        # queue's, or a new store's, messages too: checked against the topic's
+        # bytes and the CommitLog file size). Under the lock: every Appender
+        # call is (they share its encoding scratch).
+        refused, encoded = fast.check_all(msgs, self._topic_bytes, self.commitlog.file_size)
+        prepared: list = [None] * len(msgs)
+        for i in refused:
+            prepared[i] = self._prepare(msgs[i])
+        return prepared, encoded
+
     def _topic_bytes(self, topic: str):
         """The UTF-8 bytes of *topic* put_message would write, None when it
         refuses the topic (check_all's view of a topic with no bound queue:
@@ -450,15 +479,7 @@ class Put(Recovery):
         fast = self._appender()
         msgs = list(msgs)
         with self._lock:
-            # validated first: the Appender vouches for what it encodes itself
-            # (and keeps the encoding for put_batch), _prepare checks and encodes
-            # the rest (a new queue's, or a new store's, messages too: checked
-            # against the topic's bytes and the CommitLog file size). Under the
-            # lock: every Appender call is (they share its encoding scratch).
-            refused, encoded = fast.check_all(msgs, self._topic_bytes, self.commitlog.file_size)
-            prepared: list = [None] * len(msgs)
-            for i in refused:
-                prepared[i] = self._prepare(msgs[i])
+            prepared, encoded = self._validated(fast, msgs)  # validated first
             self._ensure_open()
             self._check_write_error()
             own = [p for p in prepared if p is not None]
