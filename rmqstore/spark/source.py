@@ -722,7 +722,12 @@ class RmqStoreWriter(DataSourceArrowWriter):
         # and no delayed delivery (delayed records stay for the store's next writer)
         return cfg.replace(clean_service_enable=False, schedule_service_enable=False)
 
-    def _append(self, store: str, paths: list, config_from: str) -> None:
+    def _append(self, store: str, paths: list, config_from: str, check: bool = True) -> None:
+        """Put the staged rows at *paths* into the store at *store*, in
+        order. With *check*, every row is validated first (the store's own
+        batch check, which writes nothing), so a row the store refuses fails
+        the job before the store changes; without, the caller owns a fresh
+        directory that a failure discards whole."""
         from ..exceptions import StoreLockedError
         from ..store import MessageStore
 
@@ -744,12 +749,9 @@ class RmqStoreWriter(DataSourceArrowWriter):
                     raise
                 time.sleep(0.2)
         try:
-            # first the store's own checks on every row (they write nothing),
-            # so a row it refuses fails the job before the store changes
-            for path in paths:
+            for path in paths if check else ():
                 for batch in _read_staged(path):
-                    for msg, _ts in _messages(batch):
-                        st.check_message(msg)
+                    st.check_messages(msg for msg, _ts in _messages(batch))
             for path in paths:
                 for batch in _read_staged(path):
                     _put_rows(st, _messages(batch), clock_value, use_clock)
@@ -763,7 +765,7 @@ class RmqStoreWriter(DataSourceArrowWriter):
             local = os.path.join(tmp, "store")
             if not self.overwrite:
                 uri.download(store, local)
-            self._append(local, paths, local)
+            self._append(local, paths, local, check=False)  # (a failure leaves the URI as it was)
             if self.overwrite:
                 uri.delete_dir(store)
             uri.upload(local, store)
@@ -773,7 +775,9 @@ class RmqStoreWriter(DataSourceArrowWriter):
         os.makedirs(parent, exist_ok=True)
         fresh = os.path.join(parent, f".{base}.rmqstore-new-{self.job}")
         try:
-            self._append(fresh, paths, store if os.path.isdir(store) else fresh)
+            # (no check pass: a row the store refuses fails the job with the
+            # fresh directory discarded, the target untouched)
+            self._append(fresh, paths, store if os.path.isdir(store) else fresh, check=False)
             with _held_lock(store):
                 if os.path.isdir(store):
                     _exchange(fresh, store)  # fresh now holds the old store
