@@ -180,3 +180,80 @@ def _key_lookup_vs_parquet(spark, stores, capsys):
                      f"parquet / rmqstore {b / a:.2f}x, / option {b / o:.2f}x")
     with capsys.disabled():
         print("\n" + "\n".join(lines))
+
+
+def test_queries_vs_parquet(spark, stores, capsys):
+    """count(), groupBy(topic, hour) with a body-length sum, and one topic
+    over a tenth of the store's time span: the data source given the
+    columns a query needs (the ``columns`` option; a Python source sees no
+    column pruning from Spark 4.3) against Parquet pruning the same."""
+    from pyspark.sql import functions as F
+
+    root, pq = stores
+    first, last = spark.read.parquet(str(pq)).selectExpr("unix_millis(min(store_timestamp))",
+                                                         "unix_millis(max(store_timestamp))").first()
+    lo = first + (last - first) // 2
+    hi = lo + (last - first) // 10
+
+    def ours(columns, **opts):
+        r = spark.read.format("rmqstore").option("columns", columns)
+        for k, v in opts.items():
+            r = r.option(k, v)
+        return r.load(str(root))
+
+    def theirs(columns):
+        return spark.read.parquet(str(pq)).select(*columns.split(","))
+
+    def by_hour(df):
+        return df.groupBy("topic", F.date_trunc("hour", "store_timestamp").alias("hour")) \
+            .agg(F.count("*").alias("n"), F.sum(F.length("body")).alias("body_bytes")).orderBy("hour").collect()
+
+    window = f"topic = 'BenchTopic' AND store_timestamp >= timestamp_millis({lo}) " \
+             f"AND store_timestamp <= timestamp_millis({hi})"
+    cases = {
+        "count()": (lambda: ours("physical_offset").count(), lambda: theirs("physical_offset").count()),
+        "groupBy(topic, hour)": (lambda: by_hour(ours("topic,store_timestamp,body")),
+                                 lambda: by_hour(theirs("topic,store_timestamp,body"))),
+        "topic + time window": (
+            lambda: ours("topic,store_timestamp,body", topics="BenchTopic", minStoreTimestamp=str(lo),
+                         maxStoreTimestamp=str(hi)).where(window).agg(F.sum(F.length("body"))).first()[0],
+            lambda: theirs("topic,store_timestamp,body").where(window).agg(F.sum(F.length("body"))).first()[0]),
+    }
+    lines = [f"Spark queries over {N:,} messages, local[2], median of {ROUNDS}, kernels {rmqstore.IMPLEMENTATION}:"]
+    for name, (a, b) in cases.items():
+        assert a() == b()  # the same answer (outside the timing)
+        ta, tb = statistics.median(_time(a)), statistics.median(_time(b))
+        lines.append(f"  {name:<22} rmqstore {ta:6.2f} s  parquet {tb:6.2f} s  rmqstore / parquet {ta / tb:.2f}x")
+    with capsys.disabled():
+        print("\n" + "\n".join(lines))
+
+
+def test_write_vs_parquet(spark, stores, tmp_path, capsys):
+    """``df.write`` of the N messages (read from the Parquet copy, the
+    message columns a producer sets) as a new rmqstore store (overwrite)
+    and as Parquet; then the store's records are compared with the
+    source's bodies and keys."""
+    _root, pq = stores
+    src = spark.read.parquet(str(pq)).select("topic", "queue_id", "tags", "keys", "unique_key", "born_timestamp",
+                                             "body")
+    runs: dict = {"rmqstore": 0, "parquet": 0}
+
+    def write(fmt):
+        def run():
+            runs[fmt] += 1
+            out = tmp_path / f"{fmt}{runs[fmt]}"
+            w = src.write.mode("overwrite")
+            w.format("rmqstore").save(str(out)) if fmt == "rmqstore" else w.parquet(str(out))
+            shutil.rmtree(tmp_path / f"{fmt}{runs[fmt] - 1}", ignore_errors=True)  # (two on disk at most)
+        return run
+
+    ta, tb = statistics.median(_time(write("rmqstore"))), statistics.median(_time(write("parquet")))
+    last = tmp_path / f"rmqstore{runs['rmqstore']}"
+    check = ["count(*) AS n", "sum(length(body)) AS b", "sum(hash(keys, unique_key)) AS h"]
+    assert spark.read.format("rmqstore").load(str(last)).selectExpr(*check).first() == \
+        src.selectExpr(*check).first()
+    lines = [f"Spark write of {N:,} messages, local[2], median of {ROUNDS}, kernels {rmqstore.IMPLEMENTATION}:",
+             f"  rmqstore {ta:6.2f} s  {N / ta:>10,.0f} msgs/s   parquet {tb:6.2f} s  "
+             f"rmqstore / parquet {ta / tb:.2f}x"]
+    with capsys.disabled():
+        print("\n" + "\n".join(lines))
