@@ -33,6 +33,9 @@ from rmqstore.spark.cli import session  # noqa: E402
 from rmqstore.tools import recover_store  # noqa: E402
 from test_arrow import SMALL, make_store, plain_rows  # noqa: E402
 
+#: the mixed store's CommitLog file size: as splitBytes, one partition per file
+FILE = SMALL["mapped_file_size_commit_log"]
+
 
 @pytest.fixture(scope="session")
 def spark():
@@ -93,8 +96,12 @@ def check_rows(rows: list, msgs: list, broker: str) -> None:
 def test_read_matches_plain_reader(spark, mixed):
     paths = [str(golden_store("tiny")), str(golden_store("basic")), str(mixed)]
     df = spark.read.format("rmqstore").load(paths)
-    files = sum(len(os.listdir(os.path.join(p, "commitlog"))) for p in paths)
-    assert df.rdd.getNumPartitions() == files  # one partition per CommitLog file
+    # small files are read together up to splitBytes, never across stores
+    assert df.rdd.getNumPartitions() == len(paths)
+    for p in paths:  # a file's size as splitBytes: one partition per file
+        sizes = [os.path.getsize(f) for f in glob.glob(os.path.join(p, "commitlog", "*"))]
+        assert spark.read.format("rmqstore").option("splitBytes", max(sizes)).load(p).rdd.getNumPartitions() == \
+            len(sizes)
     rows = rows_by_offset(df)
     by_broker: dict = {}
     for r in rows:
@@ -157,9 +164,9 @@ def _filter_options_prune(spark, mixed):
     t0 = msgs[100].store_timestamp
     df = (
         spark.read.format("rmqstore").option("pushdown", "true").option("topics", "SCHEDULE_TOPIC_XXXX")
-        .option("minStoreTimestamp", str(t0)).load(str(mixed))
+        .option("minStoreTimestamp", str(t0)).option("splitBytes", FILE).load(str(mixed))
     )
-    all_parts = spark.read.format("rmqstore").load(str(mixed)).rdd.getNumPartitions()
+    all_parts = spark.read.format("rmqstore").option("splitBytes", FILE).load(str(mixed)).rdd.getNumPartitions()
     assert df.rdd.getNumPartitions() < all_parts
     got = [r.physical_offset for r in df.select("physical_offset").collect()]
     assert got == [m.physical_offset for m in msgs if m.topic == "SCHEDULE_TOPIC_XXXX" and m.store_timestamp >= t0]
@@ -196,13 +203,14 @@ def test_sql_filter_pushdown_prunes_files_when_the_session_allows(spark, mixed):
 def _sql_filter_pushdown_prunes_files(spark, mixed):
     msgs = plain_rows(mixed)
     lo, hi = msgs[50].physical_offset, msgs[120].physical_offset
-    df = spark.read.format("rmqstore").option("schema", "narrow").load(str(mixed))
+    df = spark.read.format("rmqstore").option("schema", "narrow").option("splitBytes", FILE).load(str(mixed))
     t = msgs[60].store_timestamp
     q = df.where(f"physical_offset >= {lo} AND physical_offset < {hi} AND queue_id IN (0, 2) AND topic = 'TopicA'"
                  f" AND store_timestamp >= timestamp_millis({t})")
     parts = q.rdd.getNumPartitions()
     got = [r.physical_offset for r in q.select("physical_offset").orderBy("physical_offset").collect()]
-    off = spark.read.format("rmqstore").option("schema", "narrow").option("pushdown", "false").load(str(mixed))
+    off = spark.read.format("rmqstore").option("schema", "narrow").option("pushdown", "false") \
+        .option("splitBytes", FILE).load(str(mixed))
     everything = off.where(f"physical_offset >= {lo}").rdd.getNumPartitions()
     assert parts < len(os.listdir(mixed / "commitlog")) == everything  # (pushdown=false: every file)
     assert got == [m.physical_offset for m in msgs if lo <= m.physical_offset < hi and m.queue_id in (0, 2)
@@ -403,10 +411,12 @@ def _lookups_are_served_by_the_index(spark, mixed):
     reader = _PushdownReader({"path": str(mixed)}, schema)
     assert len(list(reader.pushFilters([EqualTo(("unique_key",), rows[10].unique_key)]))) == 1  # Spark checks it too
     [part] = reader.partitions()
-    assert 1 <= len(part.value["lookup"]) < len(RmqStoreReader({"path": str(mixed)}, schema).partitions())
+    every_split = [s for p in RmqStoreReader({"path": str(mixed)}, schema).partitions() for s in p.value["splits"]]
+    assert 1 <= len(part.value["lookup"]) < len(every_split)
     assert {s[3] + s[2] for s in part.value["lookup"]} >= {rows[10].physical_offset}
     on = spark.read.format("rmqstore").option("schema", "narrow").load(str(mixed))
-    off = spark.read.format("rmqstore").option("schema", "narrow").option("pushdown", "false").load(str(mixed))
+    off = spark.read.format("rmqstore").option("schema", "narrow").option("pushdown", "false") \
+        .option("splitBytes", FILE).load(str(mixed))
     for where in (
         f"unique_key = '{rows[10].unique_key}'",
         f"unique_key IN ('{rows[10].unique_key}', '{rows[40].unique_key}', 'no-such-key')",
@@ -564,7 +574,7 @@ def test_relative_paths_are_made_absolute_on_the_driver(mixed, monkeypatch):
     monkeypatch.chdir(mixed.parent)
     r = RmqStoreReader({"path": "store"}, spark_schema())
     assert r.paths == [str(mixed)]
-    assert {arrow_split[1] for arrow_split in (p.value for p in r.partitions())} <= {
+    assert {arrow_split[1] for p in r.partitions() for arrow_split in p.value["splits"]} <= {
         str(mixed / "commitlog" / n) for n in os.listdir(mixed / "commitlog")}
     w = RmqStoreWriter({"path": "elsewhere"}, spark_schema(("topic", "body")), overwrite=True)
     assert w.target == str(mixed.parent / "elsewhere") and os.path.isabs(w.staging)

@@ -4,9 +4,11 @@ Reading (``spark.read.format("rmqstore")``)
     ``.load(store_dir)`` or ``.load([dir_a, dir_b])``: every CommitLog record
     of the stores, one row per message, columns as :data:`rmqstore.arrow.COLUMNS`
     (``broker`` names the store, see :func:`rmqstore.arrow.broker_name`).
-    One partition per CommitLog file, cut further (``splitBytes``) only at
-    record starts the ConsumeQueues know. Rows come as Arrow record batches
-    decoded by the bulk decoder of the core.
+    A partition reads up to ``splitBytes`` of one store's CommitLog: a file
+    larger than that is cut (only at record starts the ConsumeQueues know),
+    smaller consecutive files are read by one task (a task costs Spark tens
+    of milliseconds, a file of an embedded store holds 4 MiB). Rows come as
+    Arrow record batches decoded by the bulk decoder of the core.
 
     Options: ``brokers`` (comma-separated names, one per path),
     ``schema`` (``full``, or ``narrow``: no ``body`` and ``properties``;
@@ -317,7 +319,8 @@ def _planning_with_pushdown() -> bool:
 
 
 class RmqStoreReader(DataSourceReader):
-    """Batch reader: one partition per split (:func:`rmqstore.arrow.store_splits`)."""
+    """Batch reader: a partition reads consecutive splits of one store
+    (:func:`rmqstore.arrow.store_splits`), up to ``splitBytes`` in all."""
 
     def __init__(self, options, schema: StructType):
         self.paths = _paths(options)
@@ -340,8 +343,9 @@ class RmqStoreReader(DataSourceReader):
             return self._lookup_partitions(*self.lookup_option)
         out = []
         for path, broker in zip(self.paths, self.brokers):
-            for s in arrow.store_splits(path, broker, self.split_bytes, self.filter):
-                out.append(InputPartition(tuple(s)))
+            out.extend(InputPartition({"splits": g})
+                       for g in _packed(arrow.store_splits(path, broker, self.split_bytes, self.filter),
+                                        self.split_bytes))
         return out
 
     def _lookup_partitions(self, column: str, values: tuple) -> list:
@@ -355,9 +359,9 @@ class RmqStoreReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator:
         if partition.value is None:  # a read of stores without records
             return iter(())
-        if isinstance(partition.value, dict):  # (a split is a tuple)
+        if "lookup" in partition.value:
             return self._read_lookup(partition.value["lookup"])
-        return self._read(arrow.Split(*partition.value))
+        return (b for s in partition.value["splits"] for b in self._read(arrow.Split(*s)))
 
     def _read(self, split: arrow.Split, columns: tuple | None = None) -> Iterator:
         return arrow.read_split(
@@ -386,6 +390,22 @@ class RmqStoreReader(DataSourceReader):
                 pending, rows = [], 0
         if rows:
             yield from pa.Table.from_batches(pending).combine_chunks().to_batches()
+
+
+def _packed(splits: list, limit: int) -> list:
+    """*splits* (in CommitLog order) as tuples of consecutive ones, each
+    ``limit`` bytes in all at most unless one split alone is larger."""
+    groups: list = []
+    size = 0
+    for s in splits:
+        n = s.end - s.start
+        if groups and size + n <= limit:
+            groups[-1].append(tuple(s))
+            size += n
+        else:
+            groups.append([tuple(s)])
+            size = n
+    return [tuple(g) for g in groups]
 
 
 #: the columns a lookup option's match is told by
