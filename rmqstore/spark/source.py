@@ -341,7 +341,7 @@ class RmqStoreReader(DataSourceReader):
     def partitions(self) -> list:
         if self.lookup_option is not None:
             return self._lookup_partitions(*self.lookup_option)
-        out = []
+        out: list = []
         for path, broker in zip(self.paths, self.brokers):
             out.extend(InputPartition({"splits": g})
                        for g in _packed(arrow.store_splits(path, broker, self.split_bytes, self.filter),
@@ -759,11 +759,15 @@ class RmqStoreWriter(DataSourceArrowWriter):
         def clock() -> int:
             return clock_value[0] if use_clock[0] else wall()
 
+        # the store's own clock unless a row brings its store time (a Python
+        # clock is a call per message)
+        stamped = any("store_timestamp" in _staged_names(path) for path in paths)
         deadline = time.monotonic() + self.lock_timeout
         st = None
         while st is None:
             try:
-                st = MessageStore.open(store, config=cfg, store_host=self.store_host, clock=clock)
+                st = MessageStore.open(store, config=cfg, store_host=self.store_host,
+                                       clock=clock if stamped else None)
             except StoreLockedError:
                 if time.monotonic() > deadline:
                     raise
@@ -771,10 +775,11 @@ class RmqStoreWriter(DataSourceArrowWriter):
         try:
             for path in paths if check else ():
                 for batch in _read_staged(path):
-                    st.check_messages(msg for msg, _ts in _messages(batch))
+                    st.check_messages(_messages(batch)[0])
             for path in paths:
                 for batch in _read_staged(path):
-                    _put_rows(st, _messages(batch), clock_value, use_clock)
+                    msgs, stamps = _messages(batch)
+                    _put_rows(st, msgs, stamps, clock_value, use_clock)
         finally:
             st.close()
 
@@ -882,36 +887,62 @@ def _read_staged(path: str):
             yield reader.get_batch(i)
 
 
+#: Message's arguments after topic and body, in its order (the int ones' defaults
+#: stand in for nulls)
 _MESSAGE_FIELDS = (
-    "queue_id", "flag", "tags", "keys", "unique_key", "born_timestamp", "born_host", "store_host",
+    "queue_id", "flag", "tags", "keys", "unique_key", "properties", "born_timestamp", "born_host", "store_host",
     "reconsume_times", "sys_flag", "prepared_transaction_offset",
 )
+_INT_DEFAULTS = {"queue_id": 0, "flag": 0, "reconsume_times": 0, "sys_flag": 0, "prepared_transaction_offset": 0}
 
 
-def _messages(batch) -> Iterator:
-    """``(Message, store time in ms or None)`` per row of a staged batch.
-    Raises MessageTypeError / IllegalMessageError for a bad row."""
+def _staged_names(path: str) -> list:
+    """The column names of the staged Arrow file at *path*."""
+    import pyarrow as pa
+
+    with (uri.open_input(path) if uri.is_uri(path) else pa.memory_map(path)) as source:
+        return pa.ipc.open_file(source).schema.names
+
+
+def _messages(batch) -> tuple:
+    """``(a Message per row, their store times in ms or None)`` of a staged
+    batch, the second None when no row has one. Raises MessageTypeError /
+    IllegalMessageError for a bad row."""
+    import pyarrow.compute as pc
+
     from ..message import Message
 
-    data = batch.to_pydict()
-    topics = data["topic"]
-    bodies = data["body"]
-    props = data.get("properties")
-    store_ts = data.get("store_timestamp")
-    present = [f for f in _MESSAGE_FIELDS if f in data]
-    for i in range(batch.num_rows):
-        kw = {f: data[f][i] for f in present if data[f][i] is not None}
-        p = props[i] if props is not None else None
-        if p is not None:
-            kw["properties"] = dict(p)
-        msg = Message(topics[i], bodies[i] if bodies[i] is not None else b"", **kw)
-        yield msg, (store_ts[i] if store_ts is not None else None)
+    n = batch.num_rows
+    names = set(batch.schema.names)
+    body = batch.column("body")
+    # one Python list per column, the rows then made positionally (no dict per row)
+    cols = [batch.column("topic").to_pylist(), (pc.fill_null(body, b"") if body.null_count else body).to_pylist()]
+    for name in _MESSAGE_FIELDS:
+        if name not in names:
+            cols.append([_INT_DEFAULTS.get(name)] * n)
+            continue
+        col = batch.column(name)
+        if name in _INT_DEFAULTS and col.null_count:
+            col = pc.fill_null(col, _INT_DEFAULTS[name])
+        values = col.to_pylist()
+        if name == "properties":  # (a map arrives as (key, value) pairs)
+            values = [None if p is None else dict(p) for p in values]
+        cols.append(values)
+    msgs = [Message(*args) for args in zip(*cols)]
+    if "store_timestamp" not in names or batch.column("store_timestamp").null_count == n:
+        return msgs, None
+    return msgs, batch.column("store_timestamp").to_pylist()
 
 
-def _put_rows(st, rows, clock_value: list, use_clock: list) -> None:
-    """Put ``(message, store time)`` pairs into the open store *st*, in order."""
+def _put_rows(st, msgs: list, stamps: list | None, clock_value: list, use_clock: list) -> None:
+    """Put *msgs* into the open store *st*, in order; a message whose
+    entry in *stamps* is not None keeps that store time (ms)."""
+    if stamps is None:
+        use_clock[0] = False
+        st.put_messages(msgs)
+        return
     chunk: list = []
-    for msg, ts in rows:
+    for msg, ts in zip(msgs, stamps):
         if ts is not None:
             # the record keeps its own store time: one put with the clock set to it
             if chunk:
