@@ -1,9 +1,9 @@
-"""Spark read throughput: the ``rmqstore`` data source against Spark's Parquet
-reader on the same messages, in one run.
+"""Spark read throughput, queries and writes: the ``rmqstore`` data source
+against Spark's Parquet reader and writer on the same messages, in one run.
 
 Size knob: RMQSTORE_BENCH_SPARK_N (messages, default 2,000,000; 256-byte
-random bodies, a tag, a key and a unique key each, 8 queues, 1 GiB CommitLog
-files as RocketMQ's default). The store is written once with the live
+random bodies, a tag, a key and a unique key each, 8 queues, the 4.1 MiB
+CommitLog files of ``StoreConfig()``). The store is written once with the live
 kernels; the Parquet copy is that store read through the data source and
 written by Spark (snappy, its default). Each reader is timed over
 RMQSTORE_BENCH_SPARK_ROUNDS rounds (default 3, after one warm-up) of a full

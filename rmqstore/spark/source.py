@@ -7,7 +7,7 @@ Reading (``spark.read.format("rmqstore")``)
     A partition reads up to ``splitBytes`` of one store's CommitLog: a file
     larger than that is cut (only at record starts the ConsumeQueues know),
     smaller consecutive files are read by one task (a task costs Spark tens
-    of milliseconds, a file of an embedded store holds 4 MiB). Rows come as
+    of milliseconds, a file of an embedded store holds 4.1 MiB). Rows come as
     Arrow record batches decoded by the bulk decoder of the core.
 
     Options: ``brokers`` (comma-separated names, one per path),
