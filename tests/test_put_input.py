@@ -265,7 +265,7 @@ def test_check_messages_takes_what_a_put_takes_and_writes_nothing(tmp_path):
     message at the size limit) passes the check, the store stays as it
     was, and put_messages then takes the same batch; one byte over the
     limit anywhere in the batch is refused with the put's error."""
-    from rmqstore import MessageTooLargeError
+    from rmqstore import MessageTooLargeError, StoreClosedError
 
     cfg = StoreConfig(**dict(CFG, max_message_size=1024))
     batch = [
@@ -284,6 +284,12 @@ def test_check_messages_takes_what_a_put_takes_and_writes_nothing(tmp_path):
         with pytest.raises(MessageTooLargeError):
             s.check_messages([*batch, Message("T", b"x" * 1025)])
         assert s.max_physical_offset == end
-        assert len(s.put_messages(batch)) == len(batch)
+        sizes = [s.check_message(m) for m in batch]
+        assert [r.wrote_bytes for r in s.put_messages(batch)] == sizes  # (check_message: the record's size)
     with MessageStore.open(tmp_path / "s", cfg, read_only=True) as ro:
         assert [m.body[:1] for m in ro.iter_messages()] == [b"b", b"a", b"b", b"c", b"x"]
+        assert ro.check_messages(batch) is None  # (a read-only store checks too)
+        with pytest.raises(MessageTooLargeError):
+            ro.check_messages([*batch, Message("T", b"x" * 1025)])
+    with pytest.raises(StoreClosedError):
+        ro.check_messages(batch)

@@ -128,7 +128,7 @@ class Put(Recovery):
         Returns the size in bytes its CommitLog record would take. Raises
         MessageTypeError, IllegalMessageError, MessageTooLargeError or
         PropertiesSizeExceededError, as put_message does."""
-        return self._prepare(msg)[-1]
+        return self._prepare(msg)[9]
 
     def check_messages(self, msgs) -> None:
         """Validate every message of *msgs* (an iterable of :class:`Message`)
@@ -138,8 +138,13 @@ class Put(Recovery):
         what put_messages raises for the first message it refuses
         (MessageTypeError, IllegalMessageError, MessageTooLargeError,
         PropertiesSizeExceededError); StoreClosedError on a closed store."""
-        fast = self._appender()
         msgs = list(msgs)
+        fast = self._fast
+        if fast is None:  # read-only (a put's kernel is a writer's): step by step
+            self._ensure_open()
+            for m in msgs:
+                self._prepare(m)
+            return
         with self._lock:
             self._validated(fast, msgs)
 
