@@ -345,6 +345,8 @@ def decode_columns(
     with_body: bool,
     with_properties: bool,
     check_crc: bool = ...,
+    with_hosts: bool = ...,
+    with_keys: bool = ...,
 ) -> tuple[int, int, dict[str, Any]]: ...
 def decode_columns_at(
     bufs: list[ReadableBuffer],

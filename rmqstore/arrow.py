@@ -622,6 +622,11 @@ def _damage(file_offset: int, pos: int, stop: int) -> str:
     return f"damaged record at physical offset {file_offset + pos} ({why}; `rmqstore verify` lists every problem)"
 
 
+#: the columns decode_columns makes only when asked (with_hosts, with_keys)
+_HOST_COLUMNS = frozenset(("born_host", "store_host", "msg_id"))
+_KEY_COLUMNS = frozenset(("tags", "keys", "unique_key"))
+
+
 def read_split(
     split: Split,
     columns: Sequence[str] | None = None,
@@ -660,6 +665,9 @@ def read_split(
     f = scan_filter if scan_filter is not None and not scan_filter.is_empty() else None
     with_body = "body" in cols_out
     with_props = "properties" in cols_out
+    # (the decoder leaves out the string columns no one asked for)
+    with_hosts = not _HOST_COLUMNS.isdisjoint(cols_out)
+    with_keys = not _KEY_COLUMNS.isdisjoint(cols_out)
     end = split.end
     if end_offset is not None:
         end = max(split.start, min(end, end_offset - split.file_offset))
@@ -674,7 +682,7 @@ def read_split(
         end -= base
         while pos < end:
             nxt, stop, cols = k.decode_columns(
-                buf, pos, end, file_offset, batch_rows, with_body, with_props, check_crc
+                buf, pos, end, file_offset, batch_rows, with_body, with_props, check_crc, with_hosts, with_keys
             )
             n = int(cols["physical_offset"].size)
             if n:

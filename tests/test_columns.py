@@ -147,6 +147,28 @@ def test_stop_codes_on_damage(k):
         k.decode_columns(buf, 10, 5, 0, 10, False, False)
 
 
+@pytest.mark.parametrize("with_hosts", [True, False])
+@pytest.mark.parametrize("with_keys", [True, False])
+@pytest.mark.parametrize("with_properties", [True, False])
+def test_columns_left_out_on_request_and_the_rest_unchanged(k, with_hosts, with_keys, with_properties):
+    """Without with_hosts the host and msgId columns are missing, without
+    with_keys tags, keys and unique_key; every other column, the stop and
+    the position are those of a full decode (the CRCs checked either way)."""
+    hosts = {f"{c}_{p}" for c in ("born_host", "store_host", "msg_id") for p in ("offsets", "data")}
+    keys = {f"{c}_{p}" for c in ("tags", "keys", "unique_key") for p in ("offsets", "data", "valid")}
+    for path in _files("basic") + _files("tiny"):
+        full = _decode_file(k, path, check_crc=True)
+        buf = path.read_bytes()
+        part = k.decode_columns(buf, 0, len(buf), int(path.name), 1 << 30, True, with_properties, True, with_hosts,
+                                with_keys)
+        assert part[:2] == full[:2]
+        gone = (set() if with_hosts else hosts) | (set() if with_keys else keys) | \
+            (set() if with_properties else {n for n in full[2] if n.startswith("propert")})
+        assert set(part[2]) == set(full[2]) - gone and gone <= set(full[2])
+        for name in part[2]:
+            assert np.array_equal(part[2][name], full[2][name]), name
+
+
 def _damaged(rnd, paths) -> bytearray:
     """One of *paths* read, with up to three random bytes overwritten."""
     buf = bytearray(rnd.choice(paths).read_bytes())
@@ -170,7 +192,8 @@ def test_core_matches_pure_on_damaged_files(seed):
     rnd = random.Random(seed)
     buf = _damaged(rnd, _files("basic") + _files("tiny"))
     args = (0, rnd.choice([len(buf), rnd.randrange(len(buf))]), rnd.choice([0, -1]),
-            rnd.choice([5, 1 << 30]), rnd.random() < 0.5, rnd.random() < 0.5, rnd.random() < 0.5)
+            rnd.choice([5, 1 << 30]), rnd.random() < 0.5, rnd.random() < 0.5, rnd.random() < 0.5,
+            rnd.random() < 0.5, rnd.random() < 0.5)
     _same(_core.decode_columns(bytes(buf), *args), _pure.decode_columns(bytes(buf), *args))
 
 

@@ -209,7 +209,7 @@ cdef int _optional(_Col *cols, int c, int valid, const unsigned char *b, _Pair *
 
 
 cdef int _decode_one(_Col *cols, _Col *tmp, const unsigned char *b, Py_ssize_t p0, int32_t size,
-                     bint with_body, bint with_properties) except -1:
+                     bint with_body, bint with_properties, bint with_hosts=True, bint with_keys=True) except -1:
     """Append the record at *p0* (which _check accepted) to every column."""
     cdef int64_t phy = ld64(b + p0 + 28)
     cdef int32_t sys_flag, body_len, topic_len, props_len
@@ -237,13 +237,14 @@ cdef int _decode_one(_Col *cols, _Col *tmp, const unsigned char *b, Py_ssize_t p
     _put32(&cols[_C_SYSFLAG], sys_flag)
     _put32(&cols[_C_RECONSUME], ld32(h + 8 + sw))
     _put32(&cols[_C_BODYCRC], ld32(b + p0 + 8))
-    _put(&cols[_C_BORN_HOST], text, _fmt_host(text, b + p0 + 48, bw))
-    _end_string(cols, _C_BORN_HOST)
-    _put(&cols[_C_STORE_HOST], text, _fmt_host(text, h + 8, sw))
-    _end_string(cols, _C_STORE_HOST)
-    _put_hex(&cols[_C_MSGID], h + 8, sw)
-    _put_hex(&cols[_C_MSGID], b + p0 + 28, 8)
-    _end_string(cols, _C_MSGID)
+    if with_hosts:  # (host text and hex: most of a record's decoding)
+        _put(&cols[_C_BORN_HOST], text, _fmt_host(text, b + p0 + 48, bw))
+        _end_string(cols, _C_BORN_HOST)
+        _put(&cols[_C_STORE_HOST], text, _fmt_host(text, h + 8, sw))
+        _end_string(cols, _C_STORE_HOST)
+        _put_hex(&cols[_C_MSGID], h + 8, sw)
+        _put_hex(&cols[_C_MSGID], b + p0 + 28, 8)
+        _end_string(cols, _C_MSGID)
     # _check accepted the record, so these lengths are consistent
     p = p0 + 72 + bw + sw
     body_len = ld32(b + p - 4)
@@ -260,6 +261,8 @@ cdef int _decode_one(_Col *cols, _Col *tmp, const unsigned char *b, Py_ssize_t p
     _put(&cols[_C_TOPIC], b + p, topic_len)
     _end_string(cols, _C_TOPIC)
     p += topic_len
+    if not (with_keys or with_properties):
+        return 0
     props_len = ld16(b + p)
     props = b + p + 2
     np_ = _pairs(props, props_len, tmp)
@@ -277,15 +280,17 @@ cdef int _decode_one(_Col *cols, _Col *tmp, const unsigned char *b, Py_ssize_t p
             _end_string(cols, _C_PKEY)
             _put(&cols[_C_PVAL], props + pairs[i].v, pairs[i].vn)
             _end_string(cols, _C_PVAL)
-    _optional(cols, _C_TAGS, _C_TAGS_VALID, props, tags)
-    _optional(cols, _C_KEYS, _C_KEYS_VALID, props, keys)
-    _optional(cols, _C_UNIQ, _C_UNIQ_VALID, props, uniq)
+    if with_keys:
+        _optional(cols, _C_TAGS, _C_TAGS_VALID, props, tags)
+        _optional(cols, _C_KEYS, _C_KEYS_VALID, props, keys)
+        _optional(cols, _C_UNIQ, _C_UNIQ_VALID, props, uniq)
     if with_properties:
         _put32(&cols[_C_PROPS_OFFSETS], <int32_t>((cols[_C_OFFSETS + _C_PKEY].n // 4) - 1))
     return 0
 
 
-cdef object _columns_out(_Col *cols, bint with_body, bint with_properties):
+cdef object _columns_out(_Col *cols, bint with_body, bint with_properties, bint with_hosts=True,
+                         bint with_keys=True):
     """The columns as numpy arrays (decode_columns' dict)."""
     cdef int i
     out = {}
@@ -294,13 +299,15 @@ cdef object _columns_out(_Col *cols, bint with_body, bint with_properties):
     for i in range(_C_SIZE, _C_BODYCRC + 1):
         out[_COLUMN_NAMES[i]] = _array(&cols[i], "int32", 4)
     for i in range(_C_TOPIC, _C_STRINGS_END):
-        if (i == _C_BODY and not with_body) or ((i == _C_PKEY or i == _C_PVAL) and not with_properties):
+        if (i == _C_BODY and not with_body) or ((i == _C_PKEY or i == _C_PVAL) and not with_properties) or \
+                (_C_BORN_HOST <= i <= _C_MSGID and not with_hosts) or (_C_TAGS <= i <= _C_UNIQ and not with_keys):
             continue
         out[_COLUMN_NAMES[i] + "_offsets"] = _array(&cols[_C_OFFSETS + i], "int32", 4)
         out[_COLUMN_NAMES[i] + "_data"] = _array(&cols[i], "uint8", 1)
-    out["tags_valid"] = _array(&cols[_C_TAGS_VALID], "bool", 1)
-    out["keys_valid"] = _array(&cols[_C_KEYS_VALID], "bool", 1)
-    out["unique_key_valid"] = _array(&cols[_C_UNIQ_VALID], "bool", 1)
+    if with_keys:
+        out["tags_valid"] = _array(&cols[_C_TAGS_VALID], "bool", 1)
+        out["keys_valid"] = _array(&cols[_C_KEYS_VALID], "bool", 1)
+        out["unique_key_valid"] = _array(&cols[_C_UNIQ_VALID], "bool", 1)
     if with_properties:
         out["properties_offsets"] = _array(&cols[_C_PROPS_OFFSETS], "int32", 4)
     return out
@@ -315,7 +322,7 @@ cdef int _columns_init(_Col *cols) except -1:
 
 
 def decode_columns(buf, pos, end, base_offset, max_count, bint with_body, bint with_properties,
-                   bint check_crc=False):
+                   bint check_crc=False, bint with_hosts=True, bint with_keys=True):
     """Decode consecutive CommitLog records of one file into columns.
 
     Reads records from byte *pos* of *buf* (one CommitLog file: mmap, bytes,
@@ -343,8 +350,12 @@ def decode_columns(buf, pos, end, base_offset, max_count, bint with_body, bint w
     ``property_key_data``, ``property_value_offsets``/``property_value_data``
     (RocketMQ's parsing rules: empty names or values dropped, a later
     duplicate replaces the earlier value in the earlier place). Strings are
-    the stored bytes, not re-validated as UTF-8. Raises ValueError for
-    positions outside the buffer or a negative *max_count*.
+    the stored bytes, not re-validated as UTF-8. Without *with_hosts* the
+    born_host, store_host and msg_id columns are left out, without
+    *with_keys* tags, keys and unique_key (each costs more to decode than
+    the numbers: a reader leaves out what its caller does not ask for).
+    Raises ValueError for positions outside the buffer or a negative
+    *max_count*.
     """
     cdef Py_ssize_t p0 = _idx(pos), lim = _idx(end), mx = _idx(max_count), n, count = 0, i
     cdef long long base = _i64(base_offset), phy
@@ -381,10 +392,10 @@ def decode_columns(buf, pos, end, base_offset, max_count, bint with_body, bint w
             if base >= 0 and <rmq_i128>phy != <rmq_i128>base + p0:
                 stop = REC_BAD_OFFSET
                 break
-            _decode_one(cols, &tmp, b, p0, size, with_body, with_properties)
+            _decode_one(cols, &tmp, b, p0, size, with_body, with_properties, with_hosts, with_keys)
             p0 += size
             count += 1
-        out = _columns_out(cols, with_body, with_properties)
+        out = _columns_out(cols, with_body, with_properties, with_hosts, with_keys)
         return p0, stop, out
     finally:
         PyBuffer_Release(&v)

@@ -48,7 +48,7 @@ def _var_column(cols: dict, name: str, values: list) -> None:
 
 def decode_columns(
     buf, pos: int, end: int, base_offset: int, max_count: int, with_body: bool, with_properties: bool,
-    check_crc: bool = False,
+    check_crc: bool = False, with_hosts: bool = True, with_keys: bool = True,
 ) -> tuple:
     """Decode consecutive CommitLog records of one file into columns.
 
@@ -77,14 +77,18 @@ def decode_columns(
     ``property_key_data``, ``property_value_offsets``/``property_value_data``
     (RocketMQ's parsing rules: empty names or values dropped, a later
     duplicate replaces the earlier value in the earlier place). Strings are
-    the stored bytes, not re-validated as UTF-8. Raises ValueError for
-    positions outside the buffer or a negative *max_count*.
+    the stored bytes, not re-validated as UTF-8. Without *with_hosts* the
+    born_host, store_host and msg_id columns are left out, without
+    *with_keys* tags, keys and unique_key (each costs more to decode than
+    the numbers: a reader leaves out what its caller does not ask for).
+    Raises ValueError for positions outside the buffer or a negative
+    *max_count*.
     """
     n_buf = len(buf)
     if pos < 0 or end < pos or pos > n_buf or max_count < 0:
         raise ValueError(f"bad range pos={pos} end={end} max_count={max_count} for a buffer of {n_buf} bytes")
     end = min(end, n_buf)
-    out = _Columns(with_body, with_properties)
+    out = _Columns(with_body, with_properties, with_hosts, with_keys)
     stop = STOP_END
     while pos < end:
         if out.count >= max_count:
@@ -140,11 +144,16 @@ def decode_columns_at(
     return out.count, STOP_END, out.columns()
 
 
+#: the columns decode_columns leaves out without with_hosts
+_HOSTS = ("born_host", "store_host", "msg_id")
+
+
 class _Columns:
     """Rows of decoded records gathered into decode_columns' column arrays."""
 
-    def __init__(self, with_body: bool, with_properties: bool):
+    def __init__(self, with_body: bool, with_properties: bool, with_hosts: bool = True, with_keys: bool = True):
         self.with_body, self.with_properties = with_body, with_properties
+        self.with_hosts, self.with_keys = with_hosts, with_keys
         self.count = 0
         self.i64: dict = {k: [] for k in _FIXED_I64}
         self.i32: dict = {k: [] for k in _FIXED_I32}
@@ -186,10 +195,13 @@ class _Columns:
 
         cols: dict = {k: np.array(v, dtype=np.int64) for k, v in self.i64.items()}
         cols.update({k: np.array(v, dtype=np.int32) for k, v in self.i32.items()})
+        left_out = (() if self.with_hosts else _HOSTS) + (() if self.with_keys else tuple(self.valid))
         for k, v in self.strs.items():
-            _var_column(cols, k, v)
+            if k not in left_out:
+                _var_column(cols, k, v)
         for k, v in self.valid.items():
-            cols[k + "_valid"] = np.array(v, dtype=np.bool_)
+            if k not in left_out:
+                cols[k + "_valid"] = np.array(v, dtype=np.bool_)
         if self.with_body:
             _var_column(cols, "body", self.bodies)
         if self.with_properties:
