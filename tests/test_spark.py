@@ -583,6 +583,23 @@ def test_stream_offsets_start_latest_and_follow_the_end(tmp_path):
 # --- storage every host shares -------------------------------------------------------------------
 
 
+def test_a_task_stages_less_than_the_records_it_becomes(mixed, tmp_path):
+    """A writer's task keeps only a message's columns (not a read's
+    offsets, sizes and ids) and compresses them: rows read from a store
+    stage in fewer bytes than that store's records."""
+    from rmqstore import arrow
+    from rmqstore.spark.source import RmqStoreWriter, spark_schema
+
+    table = arrow.read_table(str(mixed))
+    w = RmqStoreWriter({"path": str(tmp_path / "out")}, spark_schema(), overwrite=True)
+    staged = w.write(iter(table.to_batches(100)))
+    [(_store, path, rows, size)] = staged.files
+    assert rows == table.num_rows and os.path.getsize(path) == size
+    assert size < sum(table.column("store_size").to_pylist())
+    w.abort([staged])
+    assert not os.path.exists(w.staging)
+
+
 def test_relative_paths_are_made_absolute_on_the_driver(mixed, monkeypatch):
     """An executor resolves a relative path in its own working directory:
     the reader and the writer name stores absolutely before any task runs."""

@@ -686,7 +686,7 @@ class RmqStoreWriter(DataSourceArrowWriter):
                             os.makedirs(self.staging, exist_ok=True)
                             path = os.path.join(self.staging, name)
                             sink = pa.OSFile(path, "wb")
-                        w = writers[store] = (path, sink, pa.ipc.new_file(sink, rows.schema))
+                        w = writers[store] = (path, sink, pa.ipc.new_file(sink, rows.schema, options=_staging_ipc()))
                         counts[store] = 0
                     w[2].write_batch(rows)
                     counts[store] += rows.num_rows
@@ -841,12 +841,14 @@ def _safe_name(broker: str) -> str:
 
 
 def _normalise_batch(batch):
-    """Check and convert the columns a message needs (body as binary,
-    timestamps as int64 ms) so bad input fails in the task, before commit."""
+    """The columns a message is made of (others are dropped: a store's
+    offsets, sizes and ids are its own), checked and converted (body as
+    binary, timestamps as int64 ms) so bad input fails in the task, before
+    commit."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    names = batch.schema.names
+    names = [n for n in batch.schema.names if n in _STAGED_COLUMNS]
     cols = {}
     for name in names:
         col = batch.column(name)
@@ -860,6 +862,15 @@ def _normalise_batch(batch):
     if batch.column("topic").null_count:
         raise ValueError("a row has no topic")
     return pa.RecordBatch.from_arrays(list(cols.values()), names=list(cols))
+
+
+def _staging_ipc():
+    """Arrow IPC options of the staged rows: LZ4 frames where pyarrow has
+    the codec (the hosts, keys and names shrink, so the staging stays under
+    the CommitLog it becomes; about 0.15 s of a task per million rows)."""
+    import pyarrow as pa
+
+    return pa.ipc.IpcWriteOptions(compression="lz4" if pa.Codec.is_available("lz4") else None)
 
 
 def _check_visible(path: str, size: int, what: str) -> None:
@@ -894,6 +905,8 @@ _MESSAGE_FIELDS = (
     "reconsume_times", "sys_flag", "prepared_transaction_offset",
 )
 _INT_DEFAULTS = {"queue_id": 0, "flag": 0, "reconsume_times": 0, "sys_flag": 0, "prepared_transaction_offset": 0}
+#: what a writer's task stages of a row
+_STAGED_COLUMNS = frozenset(("topic", "body", "store_timestamp", "broker", *_MESSAGE_FIELDS))
 
 
 def _staged_names(path: str) -> list:
