@@ -239,16 +239,17 @@ def test_write_round_trip_is_byte_identical(spark, mixed, tmp_path):
 def test_rows_keep_their_store_time_and_the_others_get_the_clock(spark, tmp_path):
     """A row's store_timestamp is its record's store time; a null one (or
     no such column) takes the wall clock at the put, in the rows' order."""
-    rows = [("T", b"a", 1_600_000_000_000), ("T", b"b", None), ("T", b"c", 1_600_000_000_123), ("T", b"d", None)]
+    t0, t1 = 1_600_000_000_000, 1_600_000_000_123
+    rows = [("T", b"a", t0), ("T", b"b", None), ("T", b"c", t1), ("T", b"d", t1), ("T", b"e", t0), ("T", b"f", None)]
     mixed_times = spark.createDataFrame(rows, "topic string, body binary, store_timestamp long").coalesce(1)
     before = int(time.time() * 1000)
     mixed_times.write.format("rmqstore").mode("overwrite").save(str(tmp_path / "a"))
     mixed_times.drop("store_timestamp").write.format("rmqstore").mode("append").save(str(tmp_path / "a"))
     after = int(time.time() * 1000)
     got = [(m.body, m.store_timestamp) for m in plain_rows(tmp_path / "a")]
-    assert [b for b, _ in got] == [b"a", b"b", b"c", b"d"] * 2
-    assert got[0][1] == 1_600_000_000_000 and got[2][1] == 1_600_000_000_123
-    clocked = [t for i, (_, t) in enumerate(got) if i not in (0, 2)]
+    assert [b for b, _ in got] == [b"a", b"b", b"c", b"d", b"e", b"f"] * 2
+    assert [t for _, t in got[:6]][0::2] == [t0, t1, t0] and got[3][1] == t1
+    clocked = [t for i, (_, t) in enumerate(got) if i in (1, 5) or i >= 6]
     assert all(before <= t <= after for t in clocked) and clocked == sorted(clocked)
 
 

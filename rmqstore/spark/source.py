@@ -949,27 +949,24 @@ def _messages(batch) -> tuple:
 
 def _put_rows(st, msgs: list, stamps: list | None, clock_value: list, use_clock: list) -> None:
     """Put *msgs* into the open store *st*, in order; a message whose
-    entry in *stamps* is not None keeps that store time (ms)."""
+    entry in *stamps* is not None keeps that store time (ms). One
+    put_messages call per run of equal stamps (a broker stores many
+    records in one millisecond), the clock set to the run's."""
     if stamps is None:
         use_clock[0] = False
         st.put_messages(msgs)
         return
-    chunk: list = []
-    for msg, ts in zip(msgs, stamps):
+    i, n = 0, len(msgs)
+    while i < n:
+        ts = stamps[i]
+        j = i + 1
+        while j < n and stamps[j] == ts:
+            j += 1
+        use_clock[0] = ts is not None
         if ts is not None:
-            # the record keeps its own store time: one put with the clock set to it
-            if chunk:
-                use_clock[0] = False
-                st.put_messages(chunk)
-                chunk = []
             clock_value[0] = ts
-            use_clock[0] = True
-            st.put_message(msg)
-        else:
-            chunk.append(msg)
-    if chunk:
-        use_clock[0] = False
-        st.put_messages(chunk)
+        st.put_messages(msgs[i:j])
+        i = j
 
 
 class _held_lock:
