@@ -45,6 +45,8 @@ from .exceptions import CorruptedFileError
 from .format.layout import (
     BLANK_MAGIC_CODE,
     CQ_STORE_UNIT_SIZE,
+    HOST_COLUMNS,
+    KEY_COLUMNS,
     KEY_SEPARATOR,
     POS_PHYSICALOFFSET,
     PRE_BLANK_SIZE,
@@ -622,11 +624,6 @@ def _damage(file_offset: int, pos: int, stop: int) -> str:
     return f"damaged record at physical offset {file_offset + pos} ({why}; `rmqstore verify` lists every problem)"
 
 
-#: the columns decode_columns makes only when asked (with_hosts, with_keys)
-_HOST_COLUMNS = frozenset(("born_host", "store_host", "msg_id"))
-_KEY_COLUMNS = frozenset(("tags", "keys", "unique_key"))
-
-
 def read_split(
     split: Split,
     columns: Sequence[str] | None = None,
@@ -666,8 +663,8 @@ def read_split(
     with_body = "body" in cols_out
     with_props = "properties" in cols_out
     # (the decoder leaves out the string columns no one asked for)
-    with_hosts = not _HOST_COLUMNS.isdisjoint(cols_out)
-    with_keys = not _KEY_COLUMNS.isdisjoint(cols_out)
+    with_hosts = not set(HOST_COLUMNS).isdisjoint(cols_out)
+    with_keys = not set(KEY_COLUMNS).isdisjoint(cols_out)
     end = split.end
     if end_offset is not None:
         end = max(split.start, min(end, end_offset - split.file_offset))

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import struct
 
-from ..format.layout import REC_BAD_OFFSET, REC_BLANK, STOP_END, STOP_LIMIT
+from ..format.layout import HOST_COLUMNS, KEY_COLUMNS, REC_BAD_OFFSET, REC_BLANK, STOP_END, STOP_LIMIT
 from .codec import _I32, _I64, _SIZE_MAGIC, _fields, _stored_topic, check_record, decode_record, read_record
 
 # --- bulk decoding into columns --------------------------------------------
@@ -144,10 +144,6 @@ def decode_columns_at(
     return out.count, STOP_END, out.columns()
 
 
-#: the columns decode_columns leaves out without with_hosts
-_HOSTS = ("born_host", "store_host", "msg_id")
-
-
 class _Columns:
     """Rows of decoded records gathered into decode_columns' column arrays."""
 
@@ -157,8 +153,10 @@ class _Columns:
         self.count = 0
         self.i64: dict = {k: [] for k in _FIXED_I64}
         self.i32: dict = {k: [] for k in _FIXED_I32}
-        self.strs: dict = {k: [] for k in _STRINGS}
-        self.valid: dict = {k: [] for k in ("tags", "keys", "unique_key")}
+        # only the string columns asked for
+        left_out = (() if with_hosts else HOST_COLUMNS) + (() if with_keys else KEY_COLUMNS)
+        self.strs: dict = {k: [] for k in _STRINGS if k not in left_out}
+        self.valid: dict = {k: [] for k in KEY_COLUMNS if with_keys}
         self.bodies: list = []
         self.prop_counts: list = []
         self.prop_keys: list = []
@@ -171,17 +169,19 @@ class _Columns:
             self.i64[k].append(v)
         for k, v in zip(_FIXED_I32, (size, queue_id, flag, sys_flag, reconsume, body_crc)):
             self.i32[k].append(v)
-        pairs = _split_properties(props)
+        pairs = _split_properties(props) if self.with_keys or self.with_properties else {}
         strs = self.strs
         # the topic as stored, not decode_record's replaced text
         strs["topic"].append(_stored_topic(buf, pos))
-        strs["born_host"].append(_host_text(born_host))
-        strs["store_host"].append(_host_text(store_host))
-        strs["msg_id"].append((store_host + _I64.pack(phy)).hex().upper().encode())
-        for raw_name, col in _OPTIONAL.items():
-            v = pairs.get(raw_name)
-            self.valid[col].append(v is not None)
-            strs[col].append(v if v is not None else b"")
+        if self.with_hosts:
+            strs["born_host"].append(_host_text(born_host))
+            strs["store_host"].append(_host_text(store_host))
+            strs["msg_id"].append((store_host + _I64.pack(phy)).hex().upper().encode())
+        if self.with_keys:
+            for raw_name, col in _OPTIONAL.items():
+                v = pairs.get(raw_name)
+                self.valid[col].append(v is not None)
+                strs[col].append(v if v is not None else b"")
         if self.with_body:
             self.bodies.append(body)
         if self.with_properties:
@@ -195,13 +195,10 @@ class _Columns:
 
         cols: dict = {k: np.array(v, dtype=np.int64) for k, v in self.i64.items()}
         cols.update({k: np.array(v, dtype=np.int32) for k, v in self.i32.items()})
-        left_out = (() if self.with_hosts else _HOSTS) + (() if self.with_keys else tuple(self.valid))
         for k, v in self.strs.items():
-            if k not in left_out:
-                _var_column(cols, k, v)
+            _var_column(cols, k, v)
         for k, v in self.valid.items():
-            if k not in left_out:
-                cols[k + "_valid"] = np.array(v, dtype=np.bool_)
+            cols[k + "_valid"] = np.array(v, dtype=np.bool_)
         if self.with_body:
             _var_column(cols, "body", self.bodies)
         if self.with_properties:

@@ -122,3 +122,7 @@ def queue_id_of(name: str):
         return None
     qid = int(name)
     return qid if qid <= MAX_QUEUE_ID else None
+
+# decode_columns' string columns that its with_hosts and with_keys flags govern
+HOST_COLUMNS = ("born_host", "store_host", "msg_id")
+KEY_COLUMNS = ("tags", "keys", "unique_key")
