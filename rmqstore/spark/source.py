@@ -637,6 +637,8 @@ class RmqStoreWriter(DataSourceArrowWriter):
                 raise ValueError(f"writing to rmqstore needs a {need!r} column; the DataFrame has {sorted(names)}")
         if self.route and "broker" not in names:
             raise ValueError("brokerDirs=true needs a 'broker' column")
+        # rows may bring their store times: the commit then sets the store's clock
+        self.stamped = "store_timestamp" in names
         self.job = uuid.uuid4().hex[:12]
         self.remote = uri.is_uri(self.target)
         if self.remote:
@@ -759,15 +761,13 @@ class RmqStoreWriter(DataSourceArrowWriter):
         def clock() -> int:
             return clock_value[0] if use_clock[0] else wall()
 
-        # the store's own clock unless a row brings its store time (a Python
-        # clock is a call per message)
-        stamped = any("store_timestamp" in _staged_names(path) for path in paths)
         deadline = time.monotonic() + self.lock_timeout
         st = None
         while st is None:
             try:
+                # (the store's own clock unless rows bring store times: a Python clock is a call per message)
                 st = MessageStore.open(store, config=cfg, store_host=self.store_host,
-                                       clock=clock if stamped else None)
+                                       clock=clock if self.stamped else None)
             except StoreLockedError:
                 if time.monotonic() > deadline:
                     raise
@@ -907,14 +907,6 @@ _MESSAGE_FIELDS = (
 _INT_DEFAULTS = {"queue_id": 0, "flag": 0, "reconsume_times": 0, "sys_flag": 0, "prepared_transaction_offset": 0}
 #: what a writer's task stages of a row
 _STAGED_COLUMNS = frozenset(("topic", "body", "store_timestamp", "broker", *_MESSAGE_FIELDS))
-
-
-def _staged_names(path: str) -> list:
-    """The column names of the staged Arrow file at *path*."""
-    import pyarrow as pa
-
-    with (uri.open_input(path) if uri.is_uri(path) else pa.memory_map(path)) as source:
-        return pa.ipc.open_file(source).schema.names
 
 
 def _messages(batch) -> tuple:
