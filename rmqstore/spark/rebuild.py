@@ -50,6 +50,7 @@ from ..dispatch import consume_queue_mask, index_key_rows, index_mask, tags_code
 from ..exceptions import CorruptedFileError
 from ..format.layout import CQ_STORE_UNIT_SIZE, SCHEDULE_TOPIC
 from ..storage import uri
+from ..storage.index import new_file_names
 from .source import _check_visible, _exchange, _held_lock
 
 __all__ = ["rebuild_consume_queues", "rebuild_index"]
@@ -488,14 +489,6 @@ def _write_index_files(batches, staging: str, names: list, slots: int, entries: 
         )
 
 
-def _index_names(count: int) -> list:
-    """*count* ascending index file names from now (``yyyyMMddHHmmssSSS``,
-    local time, as ``IndexService`` names them; +1 per file)."""
-    now = time.time()
-    first = time.strftime("%Y%m%d%H%M%S", time.localtime(now)) + f"{int(now * 1000) % 1000:03d}"
-    return [str(int(first) + i) for i in range(count)]
-
-
 def rebuild_index(spark, store_dir, config=None, partitions: int | None = None, on_corrupt: str = "fail") -> dict:
     """Rebuild the IndexFiles of the store in *store_dir* from its CommitLog.
 
@@ -547,7 +540,7 @@ def rebuild_index(spark, store_dir, config=None, partitions: int | None = None, 
                         bases[i] = total
                         total += keyed_counts.get(i, 0)
                     files = -(-total // per_file) if total else int(any_record)
-                    names = _index_names(files)
+                    names = new_file_names(files)
                     if total:
                         numbered = found.where("seq >= 0").mapInArrow(
                             functools.partial(_number_entries, bases=bases, per_file=per_file),

@@ -29,7 +29,10 @@ from .index_checks import _ENTRY, _HEADER, header_problem, index_file_size, infe
 from .index_checks import _geometry_fits as _geometry_fits
 from .mapped_file import _NOFOLLOW, allocate_file, fsync_dir, open_no_follow
 
-__all__ = ["IndexFile", "IndexService", "header_problem", "index_file_size", "keys_of"]
+__all__ = [
+    "IndexFile", "IndexService", "build_index_file", "header_problem", "index_file_size", "keys_of",
+    "new_file_names",
+]
 
 log = logging.getLogger("rmqstore.index")
 
@@ -44,6 +47,72 @@ def _new_header(end_phy_offset: int, end_timestamp: int) -> bytes:
         struct.pack_into(">qq", head, 0, end_timestamp, end_timestamp)
     struct.pack_into(">i", head, 36, 1)
     return bytes(head)
+
+
+def new_file_names(count: int) -> list:
+    """*count* ascending index file names from now: ``yyyyMMddHHmmssSSS``
+    in local time, as ``IndexService`` names a new file, +1 for each next
+    one. For jobs that write many index files at once."""
+    now = time.time()
+    first = time.strftime("%Y%m%d%H%M%S", time.localtime(now)) + f"{int(now * 1000) % 1000:03d}"
+    return [str(int(first) + i) for i in range(count)]
+
+
+def build_index_file(hashes, phys, times, hash_slot_num: int, index_num: int,
+                     prev_end_phy: int = 0, prev_end_ts: int = 0) -> bytearray:
+    """The bytes of a whole new IndexFile holding the given entries, in one
+    go: what ``index_put`` of each entry, in order, would leave in a file
+    made with ``_new_header(prev_end_phy, prev_end_ts)``.
+
+    *hashes* (int, ``index_key_hash`` of ``topic#key``), *phys* (physical
+    offsets) and *times* (store timestamps, ms since epoch) are equal-length
+    sequences or numpy arrays, at most ``index_num - 1`` entries (a file's
+    entry 0 is never used). *prev_end_phy*/*prev_end_ts* are the previous
+    file's end values (0 for a store's first file). Raises ValueError when
+    the entries do not fit. The layout rules are docs/format.md#indexfile.
+    """
+    import numpy as np
+
+    h = np.asarray(hashes, dtype=np.int64)
+    p = np.asarray(phys, dtype=np.int64)
+    t = np.asarray(times, dtype=np.int64)
+    n = h.size
+    if not (n == p.size == t.size) or n > index_num - 1:
+        raise ValueError(f"{n} entries do not fit an index file of {index_num - 1}")
+    buf = bytearray(index_file_size(hash_slot_num, index_num))
+    buf[:INDEX_HEADER_SIZE] = _new_header(prev_end_phy, prev_end_ts)
+    if n == 0:
+        return buf
+    number = np.arange(1, n + 1, dtype=np.int64)  # entry numbers: a new file counts from 1
+    slot = h % hash_slot_num
+    order = np.argsort(slot, kind="stable")
+    ordered = slot[order]
+    # an entry chains to the entry before it in the same slot (0 ends a chain)
+    same = np.zeros(n, dtype=bool)
+    same[1:] = ordered[1:] == ordered[:-1]
+    prev = np.empty(n, dtype=np.int64)
+    prev[order] = np.where(same, np.concatenate(([0], number[order][:-1])), 0)
+    # time diffs in whole seconds from the file's begin timestamp (the first
+    # entry's; for the first entry itself the header's), Java's int division,
+    # 0 while the begin timestamp is not positive
+    begin = np.full(n, t[0])
+    begin[0] = prev_end_ts
+    diff = t - begin
+    secs = np.where(diff >= 0, diff // 1000, -((-diff) // 1000))
+    secs = np.where(begin <= 0, 0, np.clip(secs, 0, 2**31 - 1))
+    entries = np.zeros(n, dtype=[("h", ">i4"), ("p", ">i8"), ("t", ">i4"), ("v", ">i4")])
+    entries["h"], entries["p"], entries["t"], entries["v"] = h, p, secs, prev
+    first = INDEX_HEADER_SIZE + INDEX_HASH_SLOT_SIZE * hash_slot_num + INDEX_ENTRY_SIZE
+    buf[first:first + INDEX_ENTRY_SIZE * n] = entries.tobytes()
+    # each used slot holds the newest entry of its chain
+    newest = np.ones(n, dtype=bool)
+    newest[:-1] = ordered[1:] != ordered[:-1]
+    table = np.zeros(hash_slot_num, dtype=">i4")
+    table[ordered[newest]] = number[order][newest]
+    buf[INDEX_HEADER_SIZE:INDEX_HEADER_SIZE + INDEX_HASH_SLOT_SIZE * hash_slot_num] = table.tobytes()
+    struct.pack_into(">qqqqii", buf, 0, int(t[0]), int(t[-1]), int(p[0]), int(p[-1]),
+                     int(np.count_nonzero(prev == 0)), n + 1)
+    return buf
 
 
 class IndexFile(k.IndexRegion):
@@ -399,8 +468,7 @@ class IndexService(k.IndexServiceBase):
     # --- writing ----------------------------------------------------------------
 
     def _new_file_name(self) -> str:
-        now = time.time()
-        name = time.strftime("%Y%m%d%H%M%S", time.localtime(now)) + f"{int(now * 1000) % 1000:03d}"
+        name = new_file_names(1)[0]
         if name <= self._last_name:  # two files in one millisecond, or a clock step back
             name = str(int(self._last_name) + 1)
         self._last_name = name
