@@ -287,9 +287,9 @@ def test_failed_write_leaves_target_as_it_was_and_overwrite_replaces(spark, tmp_
         with pytest.raises(Exception, match="no topic"):
             bad.write.format("rmqstore").mode(mode).save(str(target))
         assert file_hashes(target) == before
-    # a row only the store refuses (a record larger than a 4 KiB CommitLog file)
-    # fails in commit: an append checks every row before it writes any, an
-    # overwrite fails while it fills the new directory, which it then drops
+    # a row only the store refuses (a record larger than a 4 KiB CommitLog file):
+    # an append checks every row in its commit before it writes any, an
+    # overwrite's task fails as it puts the row into its part store
     huge = spark.createDataFrame([("T", b"ok"), ("T", b"x" * 5000)], "topic string, body binary").coalesce(1)
     for mode in ("append", "overwrite"):
         with pytest.raises(Exception, match="cannot fit"):
@@ -585,18 +585,27 @@ def test_stream_offsets_start_latest_and_follow_the_end(tmp_path):
 
 
 def test_a_task_stages_less_than_the_records_it_becomes(mixed, tmp_path):
-    """A writer's task keeps only a message's columns (not a read's
+    """An append's task keeps only a message's columns (not a read's
     offsets, sizes and ids) and compresses them: rows read from a store
-    stage in fewer bytes than that store's records."""
+    stage in fewer bytes than that store's records. An overwrite's task
+    puts them into a part store instead, whose records are the output's."""
     from rmqstore import arrow
     from rmqstore.spark.source import RmqStoreWriter, spark_schema
 
     table = arrow.read_table(str(mixed))
-    w = RmqStoreWriter({"path": str(tmp_path / "out")}, spark_schema(), overwrite=True)
+    w = RmqStoreWriter({"path": str(tmp_path / "out")}, spark_schema(), overwrite=False)
     staged = w.write(iter(table.to_batches(100)))
-    [(_store, path, rows, size)] = staged.files
+    [(_store, path, rows, size, _cfg)] = staged.files
     assert rows == table.num_rows and os.path.getsize(path) == size
     assert size < sum(table.column("store_size").to_pylist())
+    w.abort([staged])
+    assert not os.path.exists(w.staging)
+
+    w = RmqStoreWriter({"path": str(tmp_path / "out")}, spark_schema(), overwrite=True)
+    staged = w.write(iter(table.to_batches(100)))
+    [(_store, path, rows, _size, cfg)] = staged.files
+    assert rows == table.num_rows and cfg is not None
+    assert [m.body for m in plain_rows(path)] == table.column("body").to_pylist()
     w.abort([staged])
     assert not os.path.exists(w.staging)
 
@@ -631,12 +640,15 @@ def test_a_write_whose_staged_rows_the_driver_cannot_see_fails_and_changes_nothi
     for seen in ("missing", "short"):
         w = RmqStoreWriter({"path": str(target)}, spark_schema(("topic", "body")), overwrite=overwrite)
         staged = w.write(iter([batch]))  # (outside Spark: partition 0)
-        (store, path, rows, size), = staged.files
-        assert (store, rows, os.path.getsize(path)) == (str(target), 2, size)
+        (store, path, rows, _size, cfg), = staged.files
+        assert (store, rows) == (str(target), 2)
+        # an append stages Arrow rows, an overwrite a part store
+        assert os.path.isdir(path) == overwrite and (cfg is not None) == overwrite
         if seen == "missing":
-            os.remove(path)  # written on another host's disk
+            shutil.rmtree(path) if overwrite else os.remove(path)  # written on another host's disk
         else:
-            os.truncate(path, size - 1)
+            victim = os.path.join(path, "commitlog", "0" * 20) if overwrite else path
+            os.truncate(victim, os.path.getsize(victim) - 1)
         with pytest.raises(OutputNotVisibleError, match="do not share this disk"):
             w.commit([staged])
         assert file_hashes(target) == before

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import functools
 import json
 import os
 import shutil
@@ -580,7 +581,7 @@ class RmqStoreStreamReader(DataSourceStreamReader):
 @dataclasses.dataclass
 class _Staged(WriterCommitMessage):
     partition: int
-    files: list  # [(store directory, staged Arrow file, rows, bytes)]
+    files: list  # [(store directory, staged Arrow file or part store, rows, bytes, part's StoreConfig or None)]
 
 
 class RmqStoreWriter(DataSourceArrowWriter):
@@ -595,21 +596,30 @@ class RmqStoreWriter(DataSourceArrowWriter):
     store time when given, else the clock), ``reconsume_times``,
     ``sys_flag``, ``prepared_transaction_offset``, ``broker``.
 
-    Tasks validate their rows and stage them as Arrow files beside the
-    target; nothing touches a store until ``commit``, which first checks
-    that it sees every staged file whole (else OutputNotVisibleError: the
-    executors do not share the driver's disk, and the target is left as
-    it was), then appends them in partition order under the store's writer
-    lock (queue and physical offsets are sequential per store, so one
-    writer per store).
-    A mode is required (Spark refuses its default, ``errorifexists``, for
-    Python sources): ``mode("append")`` appends to the store (created if missing);
-    ``mode("overwrite")`` builds a new store next to it and swaps the two
-    directories atomically (``renameat2(RENAME_EXCHANGE)`` where the OS has
-    it). ``abort`` deletes the staged data: the target stays as it was.
+    Nothing touches the target until ``commit``, which first checks that it
+    sees everything the tasks wrote, whole (else OutputNotVisibleError: the
+    executors do not share the driver's disk, and the target is left as it
+    was). A mode is required (Spark refuses its default,
+    ``errorifexists``, for Python sources):
+
+    * ``mode("overwrite")``: each task puts its rows into a part store of
+      its own beside the target, in parallel, through the store's put path
+      (a row the store refuses fails its task). The commit joins the parts
+      in partition order into a new store (:func:`rmqstore.tools.join.join_stores`:
+      records copied, their offsets rewritten, ConsumeQueues moved, IndexFiles
+      built; the same bytes a single writer would make) and swaps it with
+      the target atomically (``renameat2(RENAME_EXCHANGE)`` where the OS has
+      it). Rows without store times keep their task's clock, raised where
+      needed so that times never go back across parts.
+    * ``mode("append")`` (the store is created if missing): tasks stage
+      their rows as Arrow files; the commit checks every row, then puts
+      them in partition order under the store's writer lock (queue and
+      physical offsets go on from the store's, so one writer per store).
+
+    ``abort`` deletes what the tasks wrote: the target stays as it was.
 
     A target named by URI (``s3://bucket/stores/b1``, :mod:`rmqstore.storage.uri`)
-    is staged there too; the commit builds the store in a local temporary
+    is staged there as Arrow rows (either mode); the commit builds the store in a local temporary
     directory (an existing store is downloaded first to append to it) and
     uploads its files. Object storage has no lock and no rename: keep to
     one writer per store, and readers see the upload file by file.
@@ -654,16 +664,14 @@ class RmqStoreWriter(DataSourceArrowWriter):
         return uri.join(self.target, name) if self.remote else os.path.join(self.target, name)
 
     def write(self, iterator) -> _Staged:
-        import pyarrow as pa
         import pyarrow.compute as pc
         from pyspark import TaskContext
 
         ctx = TaskContext.get()
         part = ctx.partitionId() if ctx is not None else 0
         attempt = ctx.attemptNumber() if ctx is not None else 0
-        writers: dict = {}  # store -> (staged path, its sink, Arrow writer)
-        counts: dict = {}
-        sizes: dict = {}
+        sinks: dict = {}  # store -> _RowSink | _PartSink
+        done = False
         try:
             for batch in iterator:
                 if batch.num_rows == 0:
@@ -678,39 +686,49 @@ class RmqStoreWriter(DataSourceArrowWriter):
                     groups = [(None, batch)]
                 for broker, rows in groups:
                     store = self._store_of(broker)
-                    w = writers.get(store)
-                    if w is None:
-                        name = f"part-{part:05d}-{attempt}-{len(writers)}.arrow"
-                        if self.remote:
-                            path = uri.join(self.staging, name)
-                            sink = uri.open_output(path)
-                        else:
-                            os.makedirs(self.staging, exist_ok=True)
-                            path = os.path.join(self.staging, name)
-                            sink = pa.OSFile(path, "wb")
-                        w = writers[store] = (path, sink, pa.ipc.new_file(sink, rows.schema, options=_staging_ipc()))
-                        counts[store] = 0
-                    w[2].write_batch(rows)
-                    counts[store] += rows.num_rows
+                    sink = sinks.get(store)
+                    if sink is None:
+                        sink = sinks[store] = self._sink(store, f"part-{part:05d}-{attempt}-{len(sinks)}")
+                    sink.add(rows)
+            done = True
         finally:
-            for store, (_path, sink, w) in writers.items():
-                w.close()
-                sizes[store] = sink.tell()
-                sink.close()
-        return _Staged(part, [(store, path, counts[store], sizes[store]) for store, (path, _s, _w) in writers.items()])
+            files = [(store, *sink.close(done)) for store, sink in sinks.items()]
+        return _Staged(part, files)
+
+    def _sink(self, store: str, name: str):
+        """Where a task's rows for *store* go: on an overwrite of a local or
+        shared-mount store, a part store the commit joins (the rows are put
+        here, in parallel, by the store's own put path); else staged Arrow
+        rows the commit puts."""
+        if self.overwrite and not self.remote:
+            from ..tools.join import part_config
+
+            cfg = self._store_config(store)
+            if not cfg.enabled_append_prop_crc:  # (__CRC32# covers offsets a join rewrites)
+                os.makedirs(self.staging, exist_ok=True)
+                return _PartSink(os.path.join(self.staging, name), cfg, part_config(cfg), self.store_host,
+                                 self.stamped)
+        path = uri.join(self.staging, name + ".arrow") if self.remote else os.path.join(self.staging, name + ".arrow")
+        return _RowSink(path, self.remote)
 
     def commit(self, messages: list) -> None:
         try:
             staged: dict = {}
             for m in sorted((m for m in messages if m is not None), key=lambda m: m.partition):
-                for store, path, _rows, size in m.files:
-                    staged.setdefault(store, []).append(path)
+                for store, path, _rows, size, cfg in m.files:
+                    staged.setdefault(store, []).append((path, cfg))
                     _check_visible(path, size, f"task {m.partition}'s staged rows")
-            for store, paths in staged.items():
-                if self.remote:
+            for store, entries in staged.items():
+                paths = [path for path, _cfg in entries]
+                configs = [cfg for _path, cfg in entries]
+                if configs[0] is not None:
+                    if any(c != configs[0] for c in configs):
+                        raise RuntimeError(f"the store at {store} changed while the job wrote it; run it again")
+                    self._replace(store, functools.partial(self._join, paths, configs[0]))
+                elif self.remote:
                     self._publish(store, paths)
                 elif self.overwrite:
-                    self._replace(store, paths)
+                    self._replace(store, functools.partial(self._fill, paths, store))
                 else:
                     self._append(store, paths, store)
             if self.overwrite and not self.route and not staged:
@@ -718,7 +736,7 @@ class RmqStoreWriter(DataSourceArrowWriter):
                 if self.remote:
                     self._publish(self.target, [])
                 else:
-                    self._replace(self.target, [])
+                    self._replace(self.target, functools.partial(self._fill, [], self.target))
         finally:
             self._drop_staging()
 
@@ -795,14 +813,25 @@ class RmqStoreWriter(DataSourceArrowWriter):
                 uri.delete_dir(store)
             uri.upload(local, store)
 
-    def _replace(self, store: str, paths: list) -> None:
+    def _fill(self, paths: list, store: str, fresh: str) -> None:
+        # (no check pass: a row the store refuses fails the job with the
+        # fresh directory discarded, the target untouched)
+        self._append(fresh, paths, store if os.path.isdir(store) else fresh, check=False)
+
+    def _join(self, parts: list, cfg, fresh: str) -> None:
+        from ..tools.join import join_stores
+
+        # rows without store times got their task's clock: joined, they get a writer's order
+        join_stores(parts, fresh, cfg, keep_store_times=self.stamped)
+
+    def _replace(self, store: str, build) -> None:
+        """Make the store at *store* what ``build(fresh)`` writes into a
+        new directory beside it, swapped in under the store's lock."""
         parent, base = os.path.split(store)
         os.makedirs(parent, exist_ok=True)
         fresh = os.path.join(parent, f".{base}.rmqstore-new-{self.job}")
         try:
-            # (no check pass: a row the store refuses fails the job with the
-            # fresh directory discarded, the target untouched)
-            self._append(fresh, paths, store if os.path.isdir(store) else fresh, check=False)
+            build(fresh)
             with _held_lock(store):
                 if os.path.isdir(store):
                     _exchange(fresh, store)  # fresh now holds the old store
@@ -811,6 +840,78 @@ class RmqStoreWriter(DataSourceArrowWriter):
                     os.rename(fresh, store)
         finally:
             shutil.rmtree(fresh, ignore_errors=True)
+
+
+class _RowSink:
+    """A task's rows for one store, staged as an Arrow file the commit puts."""
+
+    def __init__(self, path: str, remote: bool):
+        import pyarrow as pa
+
+        self.path = path
+        self.sink = uri.open_output(path) if remote else _local_output(path)
+        self.writer: Any = None
+        self.rows = 0
+        self.pa = pa
+
+    def add(self, rows) -> None:
+        if self.writer is None:
+            self.writer = self.pa.ipc.new_file(self.sink, rows.schema, options=_staging_ipc())
+        self.writer.write_batch(rows)
+        self.rows += rows.num_rows
+
+    def close(self, _done: bool) -> tuple:
+        """``(path, rows, bytes, None)`` for the commit message."""
+        if self.writer is not None:
+            self.writer.close()
+        size = self.sink.tell()
+        self.sink.close()
+        return self.path, self.rows, size, None
+
+
+def _local_output(path: str):
+    import pyarrow as pa
+
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    return pa.OSFile(path, "wb")
+
+
+class _PartSink:
+    """A task's rows for one store, put into a part store (``tools.join``)
+    that the commit lays end to end with the other tasks' parts."""
+
+    def __init__(self, path: str, cfg, part_cfg, store_host: str, stamped: bool):
+        from ..store import MessageStore
+
+        self.path = path
+        self.cfg = cfg
+        self.rows = 0
+        self.clock_value = [0]
+        self.use_clock = [False]
+        self.st = MessageStore.open(path, config=part_cfg, store_host=store_host,
+                                    clock=self._clock if stamped else None)
+
+    def _clock(self) -> int:
+        return self.clock_value[0] if self.use_clock[0] else _wall_ms()
+
+    def add(self, rows) -> None:
+        msgs, stamps = _messages(rows)
+        _put_rows(self.st, msgs, stamps, self.clock_value, self.use_clock)
+        self.rows += len(msgs)
+
+    def close(self, done: bool) -> tuple:
+        """``(path, rows, bytes, config)`` for the commit message (bytes: all the part's files)."""
+        self.st.close()
+        return self.path, self.rows, _tree_size(self.path) if done else 0, self.cfg
+
+
+def _tree_size(path: str) -> int:
+    """Bytes of the files under *path* (a part store, as the commit checks it sees it whole)."""
+    total = 0
+    for d, _dirs, files in os.walk(path):
+        for name in files:
+            total += os.path.getsize(os.path.join(d, name))
+    return total
 
 
 def _config_names(options: dict) -> dict:
@@ -877,7 +978,10 @@ def _check_visible(path: str, size: int, what: str) -> None:
     """Raise OutputNotVisibleError unless the file a task wrote at *path*
     is there, *size* bytes, as this process sees it."""
     try:
-        seen = uri.file_size(path) if uri.is_uri(path) else os.stat(path).st_size
+        if uri.is_uri(path):
+            seen = uri.file_size(path)
+        else:
+            seen = _tree_size(path) if os.path.isdir(path) else os.stat(path).st_size
     except (FileNotFoundError, NotADirectoryError):
         seen = None
     if seen != size:
