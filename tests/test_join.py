@@ -211,3 +211,19 @@ def test_no_parts_make_an_empty_store(tmp_path):
     assert got["records"] == 0
     with MessageStore.open(str(tmp_path / "t"), config=CFG) as st:
         assert st.max_physical_offset == 0
+
+
+def test_a_full_disk_fails_the_join_with_nothing_left(tmp_path, monkeypatch):
+    import errno
+
+    from rmqstore.exceptions import DiskFullError
+
+    part = _one_part(tmp_path)
+
+    def no_space(fd, offset, length):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "posix_fallocate", no_space)
+    with pytest.raises(DiskFullError):
+        join_stores([part], str(tmp_path / "t"), CFG)
+    assert not os.path.exists(tmp_path / "t")

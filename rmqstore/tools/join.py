@@ -40,6 +40,7 @@ from ..format.layout import (
     is_offset_name,
 )
 from ..storage.index import build_index_file, new_file_names
+from ..storage.mapped_file import allocate_file
 
 __all__ = ["join_stores", "part_config"]
 
@@ -246,9 +247,10 @@ class _Join:
         if got is None:
             d = os.path.join(self.target, "commitlog")
             os.makedirs(d, exist_ok=True)
-            fd = os.open(os.path.join(d, f"{no * self.seg:020d}"), os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+            path = os.path.join(d, f"{no * self.seg:020d}")
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
             try:
-                os.ftruncate(fd, self.seg)
+                allocate_file(fd, self.seg, path)  # (reserved, as the store's own: no SIGBUS on a full disk later)
                 got = self.segments[no] = mmap.mmap(fd, self.seg)
             finally:
                 os.close(fd)  # (the mapping keeps the file)
@@ -311,11 +313,14 @@ class _Join:
             d = os.path.join(self.target, "consumequeue", topic, str(qid))
             os.makedirs(d, exist_ok=True)
             for i in range(0, units.size, per_file):
-                data = units[i:i + per_file].tobytes()
-                with open(os.path.join(d, f"{i * CQ_STORE_UNIT_SIZE:020d}"), "wb") as f:
-                    f.write(data)
-                    f.truncate(self.cfg.mapped_file_size_consume_queue)
-                    os.fsync(f.fileno())
+                path = os.path.join(d, f"{i * CQ_STORE_UNIT_SIZE:020d}")
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+                try:
+                    allocate_file(fd, self.cfg.mapped_file_size_consume_queue, path)
+                    os.pwrite(fd, units[i:i + per_file].tobytes(), 0)
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
 
     def _index(self, part: str, phy: np.ndarray, at: np.ndarray, new_ts: np.ndarray) -> None:
         d = os.path.join(part, "index")
