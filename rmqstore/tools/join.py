@@ -18,6 +18,7 @@ import mmap
 import os
 import shutil
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -121,7 +122,11 @@ class _Join:
         self.records = 0
         self.queues: dict = {}  # (topic, queue id) -> [unit arrays]
         self.bases: dict = {}  # (topic, queue id) -> units so far
-        self.segments: dict = {}  # segment number -> its mapping
+        self.segments: dict = {}  # segment number -> its descriptor
+        # full segments are synced and unmapped on a thread of their own (msync
+        # releases the GIL) while the next parts are copied: the disk is the bound
+        self.syncer = ThreadPoolExecutor(1, thread_name_prefix="rmqstore-join-sync")
+        self.syncing: list = []
         self.index = _IndexWriter(os.path.join(target, "index"), cfg) if cfg.message_index_enable else None
         part = part_config(cfg)
         self.part_slots, self.part_num = part.max_hash_slot_num, part.max_index_num
@@ -132,6 +137,7 @@ class _Join:
         try:
             for part in parts:
                 self._part(part)
+                self._retire(self.pos // self.seg)
         finally:
             self._close_segments()
         self._write_queues()
@@ -160,8 +166,7 @@ class _Join:
                 new_ts = np.maximum.accumulate(np.maximum(ts, self.last_ts))
                 self.last_ts = int(new_ts[-1])
             qo = self._queues(part, phy, at, new_ts - ts)
-            self._copy(sources, phy, size, at)
-            self._patch(at, qo, new_ts, ts, cols["sys_flag"])
+            self._write(sources, phy, size, at, qo, new_ts, ts, cols["sys_flag"])
             for start, length in blanks:
                 self._blank(start, length)
             if self.index is not None:
@@ -197,16 +202,18 @@ class _Join:
         END_OF_FILE blanks ``(offset, length)`` before the segments a
         record does not fit (one must leave 8 bytes in its segment)."""
         out = np.empty(sizes.size, dtype=np.int64)
+        ends = np.cumsum(sizes)  # each record's end, counted from the part's first record
         blanks = []
         i, pos, seg = 0, self.pos, self.seg
         while i < sizes.size:
             seg_end = (pos // seg + 1) * seg
-            ends = pos + np.cumsum(sizes[i:])
-            fit = int(np.searchsorted(ends + END_FILE_MIN_BLANK_LENGTH, seg_end, side="right"))
-            out[i:i + fit] = ends[:fit] - sizes[i:i + fit]
+            done = int(ends[i - 1]) if i else 0  # (ends[j] - done: record j's end from *pos*)
+            # the records from i on that end at least 8 bytes before the segment does
+            fit = int(np.searchsorted(ends[i:], seg_end - END_FILE_MIN_BLANK_LENGTH - pos + done, side="right"))
+            out[i:i + fit] = pos + ends[i:i + fit] - sizes[i:i + fit] - done
             i += fit
             if fit:
-                pos = int(ends[fit - 1])
+                pos += int(ends[i - 1]) - done
             if i < sizes.size:
                 if fit == 0 and pos % seg == 0:
                     raise ConfigError(f"a {int(sizes[i])}-byte record does not fit a {seg}-byte CommitLog segment")
@@ -242,67 +249,69 @@ class _Join:
 
     # --- the target's CommitLog
 
-    def _segment(self, no: int):
-        got = self.segments.get(no)
-        if got is None:
+    def _segment(self, no: int) -> int:
+        """The descriptor of target segment *no*, made (full size, reserved) on first use."""
+        fd = self.segments.get(no)
+        if fd is None:
             d = os.path.join(self.target, "commitlog")
             os.makedirs(d, exist_ok=True)
             path = os.path.join(d, f"{no * self.seg:020d}")
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
             try:
                 allocate_file(fd, self.seg, path)  # (reserved, as the store's own: no SIGBUS on a full disk later)
-                got = self.segments[no] = mmap.mmap(fd, self.seg)
-            finally:
-                os.close(fd)  # (the mapping keeps the file)
-        return got
+            except BaseException:
+                os.close(fd)
+                raise
+            self.segments[no] = fd
+        return fd
 
-    def _copy(self, sources: list, phy: np.ndarray, size: np.ndarray, at: np.ndarray) -> None:
-        # runs of records consecutive both in one part segment and in one target segment: one copy each
+    def _write(self, sources: list, phy: np.ndarray, size: np.ndarray, at: np.ndarray, qo: np.ndarray,
+               new_ts: np.ndarray, ts: np.ndarray, sys_flag: np.ndarray) -> None:
+        """Copy the records to their target offsets, rewriting each one's
+        PHYSICALOFFSET, its QUEUEOFFSET when it has a unit (the part's count
+        plus the queue's base), and its STORETIMESTAMP where that moved."""
+        # runs of records consecutive both in one part segment and in one target
+        # segment: each is copied out once, patched in memory, written once
         bases = np.array([b for b, _ in sources], dtype=np.int64)
         src = np.searchsorted(bases, phy, side="right") - 1
         dst = at // self.seg
         cut = np.flatnonzero((src[1:] != src[:-1]) | (dst[1:] != dst[:-1])) + 1
-        starts = np.concatenate(([0], cut))
-        stops = np.concatenate((cut, [phy.size]))
-        for i, j in zip(starts.tolist(), stops.tolist()):
+        for i, j in zip(np.concatenate(([0], cut)).tolist(), np.concatenate((cut, [phy.size])).tolist()):
             base, mm = sources[int(src[i])]
             lo = int(phy[i]) - base
             hi = int(phy[j - 1] + size[j - 1]) - base
-            out = int(at[i]) - int(dst[i]) * self.seg
-            self._segment(int(dst[i]))[out:out + hi - lo] = mm[lo:hi]
-
-    def _patch(self, at: np.ndarray, qo: np.ndarray, new_ts: np.ndarray, ts: np.ndarray, sys_flag: np.ndarray) -> None:
-        """Rewrite each copied record's PHYSICALOFFSET, its QUEUEOFFSET when it
-        has a unit (the part's count plus the queue's base), and its
-        STORETIMESTAMP where that moved."""
-        dst = at // self.seg
-        bounds = np.flatnonzero(dst[1:] != dst[:-1]) + 1
-        for lo, hi in zip(np.concatenate(([0], bounds)).tolist(), np.concatenate((bounds, [at.size])).tolist()):
-            no = int(dst[lo])
-            buf = np.frombuffer(self._segment(no), dtype=np.uint8)
-            try:
-                local = at[lo:hi] - no * self.seg
-                _put_longs(buf, local + POS_PHYSICALOFFSET, at[lo:hi])
-                has = qo[lo:hi] >= 0
-                _put_longs(buf, local[has] + POS_QUEUEOFFSET, qo[lo:hi][has])
-                moved = new_ts[lo:hi] != ts[lo:hi]
-                if moved.any():
-                    # the store timestamp follows the born host, 8 bytes (IPv4) or 20 (IPv6)
-                    v6 = (sys_flag[lo:hi][moved] & BORNHOST_V6_FLAG) != 0
-                    _put_longs(buf, local[moved] + POS_BORNHOST + np.where(v6, 20, 8), new_ts[lo:hi][moved])
-            finally:
-                del buf  # (a mapping with a live export cannot be closed)
+            run = np.frombuffer(mm, dtype=np.uint8, count=hi - lo, offset=lo).copy()
+            local = phy[i:j] - phy[i]
+            _put_longs(run, local + POS_PHYSICALOFFSET, at[i:j])
+            has = qo[i:j] >= 0
+            _put_longs(run, local[has] + POS_QUEUEOFFSET, qo[i:j][has])
+            moved = new_ts[i:j] != ts[i:j]
+            if moved.any():
+                # the store timestamp follows the born host, 8 bytes (IPv4) or 20 (IPv6)
+                v6 = (sys_flag[i:j][moved] & BORNHOST_V6_FLAG) != 0
+                _put_longs(run, local[moved] + POS_BORNHOST + np.where(v6, 20, 8), new_ts[i:j][moved])
+            no = int(dst[i])
+            _pwrite_all(self._segment(no), run, int(at[i]) - no * self.seg)
 
     def _blank(self, start: int, length: int) -> None:
         no = start // self.seg
-        pos = start - no * self.seg
-        self._segment(no)[pos:pos + 8] = length.to_bytes(4, "big") + BLANK_MAGIC_CODE.to_bytes(4, "big", signed=True)
+        blank = length.to_bytes(4, "big") + BLANK_MAGIC_CODE.to_bytes(4, "big", signed=True)
+        _pwrite_all(self._segment(no), blank, start - no * self.seg)
+
+    def _retire(self, below: int) -> None:
+        """Hand segments numbered below *below* (complete: the layout is past them) to the sync thread."""
+        for no in sorted(n for n in self.segments if n < below):
+            self.syncing.append(self.syncer.submit(_sync_and_close, self.segments.pop(no)))
 
     def _close_segments(self) -> None:
-        for mm in self.segments.values():
-            mm.flush()
-            mm.close()
-        self.segments.clear()
+        """Sync and close every segment; raise the first error a sync met."""
+        self._retire(1 << 62)
+        self.syncer.shutdown(wait=True)
+        errors = [f.exception() for f in self.syncing]
+        self.syncing.clear()
+        for e in errors:
+            if e is not None:
+                raise e
 
     # --- ConsumeQueues and the index
 
@@ -333,6 +342,21 @@ class _Join:
                 raise CorruptedFileError("an index entry points at no record", os.path.join(d, name), 0)
             assert self.index is not None
             self.index.add(entries["h"].astype(np.int64), at[r], new_ts[r])
+
+
+def _sync_and_close(fd: int) -> None:
+    try:
+        os.fdatasync(fd)
+    finally:
+        os.close(fd)
+
+
+def _pwrite_all(fd: int, data, offset: int) -> None:
+    view = memoryview(data).cast("B")
+    while view:
+        n = os.pwrite(fd, view, offset)
+        view = view[n:]
+        offset += n
 
 
 def _put_longs(buf: np.ndarray, positions: np.ndarray, values: np.ndarray) -> None:
