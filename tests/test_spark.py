@@ -610,6 +610,44 @@ def test_a_task_stages_less_than_the_records_it_becomes(mixed, tmp_path):
     assert not os.path.exists(w.staging)
 
 
+def test_an_overwrite_by_broker_joins_each_store_from_its_own_parts(tmp_path):
+    """brokerDirs=true with overwrite: a task puts each broker's rows into a
+    part store of that broker; the commit joins each broker's parts into its
+    store (here two tasks' worth, in partition order)."""
+    import pyarrow as pa
+
+    from rmqstore.spark.source import RmqStoreWriter, _Staged, spark_schema
+
+    small = {f"config.{k}": v for k, v in SMALL.items()}
+    w = RmqStoreWriter({"path": str(tmp_path / "out"), "brokerDirs": "true", **small},
+                       spark_schema(("broker", "topic", "body", "keys")), overwrite=True)
+
+    def task(rows):
+        batch = pa.RecordBatch.from_pylist(rows, schema=pa.schema(
+            [("broker", pa.string()), ("topic", pa.string()), ("body", pa.binary()), ("keys", pa.string())]))
+        return w.write(iter([batch]))
+
+    first = task([{"broker": b, "topic": "T", "body": f"{b}{i}".encode(), "keys": f"k{i}"}
+                  for i in range(50) for b in ("b1", "b2")])
+    # a second task (outside Spark every task is partition 0: rename its parts)
+    moved = []
+    for store, path, rows, size, cfg in first.files:
+        os.rename(path, path + "-first")
+        moved.append((store, path + "-first", rows, size, cfg))
+    first = _Staged(0, moved)
+    second = task([{"broker": "b2", "topic": "T", "body": f"late{i}".encode(), "keys": "late"} for i in range(30)])
+    second = _Staged(1, second.files)
+    w.commit([second, first])
+    assert sorted(os.listdir(tmp_path / "out")) == ["b1", "b2"]
+    assert [m.body for m in plain_rows(tmp_path / "out" / "b1")] == [f"b1{i}".encode() for i in range(50)]
+    b2 = plain_rows(tmp_path / "out" / "b2")
+    assert [m.body for m in b2] == [f"b2{i}".encode() for i in range(50)] + [f"late{i}".encode() for i in range(30)]
+    assert [m.queue_offset for m in b2] == list(range(80))
+    with MessageStore.open(tmp_path / "out" / "b2", config=StoreConfig(**SMALL)) as st:
+        assert len(st.query_messages("T", "late", 100, 0, 1 << 62)) == 30
+    assert not os.path.exists(w.staging)
+
+
 def test_relative_paths_are_made_absolute_on_the_driver(mixed, monkeypatch):
     """An executor resolves a relative path in its own working directory:
     the reader and the writer name stores absolutely before any task runs."""
