@@ -648,6 +648,26 @@ def test_an_overwrite_by_broker_joins_each_store_from_its_own_parts(tmp_path):
     assert not os.path.exists(w.staging)
 
 
+def test_an_overwrite_whose_parts_hold_fewer_records_than_put_fails(tmp_path):
+    """A shared file system that shows the driver a part with its files
+    whole but stale contents: the join counts fewer records than the tasks
+    put, and the commit fails with the target unchanged."""
+    import pyarrow as pa
+
+    from rmqstore.exceptions import OutputNotVisibleError
+    from rmqstore.spark.source import RmqStoreWriter, _Staged, spark_schema
+
+    target = copy_golden_store("tiny", tmp_path / "target")
+    before = file_hashes(target)
+    w = RmqStoreWriter({"path": str(target)}, spark_schema(("topic", "body")), overwrite=True)
+    staged = w.write(iter([pa.RecordBatch.from_pydict({"topic": ["T", "T"], "body": [b"a", b"b"]})]))
+    (store, path, rows, size, cfg), = staged.files
+    with pytest.raises(OutputNotVisibleError, match="put 3 rows"):
+        w.commit([_Staged(0, [(store, path, rows + 1, size, cfg)])])
+    assert file_hashes(target) == before
+    assert sorted(os.listdir(tmp_path)) == ["target"]
+
+
 def test_relative_paths_are_made_absolute_on_the_driver(mixed, monkeypatch):
     """An executor resolves a relative path in its own working directory:
     the reader and the writer name stores absolutely before any task runs."""

@@ -715,16 +715,17 @@ class RmqStoreWriter(DataSourceArrowWriter):
         try:
             staged: dict = {}
             for m in sorted((m for m in messages if m is not None), key=lambda m: m.partition):
-                for store, path, _rows, size, cfg in m.files:
-                    staged.setdefault(store, []).append((path, cfg))
+                for store, path, rows, size, cfg in m.files:
+                    staged.setdefault(store, []).append((path, rows, cfg))
                     _check_visible(path, size, f"task {m.partition}'s staged rows")
             for store, entries in staged.items():
-                paths = [path for path, _cfg in entries]
-                configs = [cfg for _path, cfg in entries]
+                paths = [path for path, _rows, _cfg in entries]
+                configs = [cfg for _path, _rows, cfg in entries]
+                if any(c != configs[0] for c in configs):  # (tasks read the target's settings when they began)
+                    raise RuntimeError(f"the store at {store} changed while the job wrote it; run it again")
                 if configs[0] is not None:
-                    if any(c != configs[0] for c in configs):
-                        raise RuntimeError(f"the store at {store} changed while the job wrote it; run it again")
-                    self._replace(store, functools.partial(self._join, paths, configs[0]))
+                    rows = sum(r for _path, r, _cfg in entries)
+                    self._replace(store, functools.partial(self._join, paths, configs[0], rows))
                 elif self.remote:
                     self._publish(store, paths)
                 elif self.overwrite:
@@ -818,11 +819,15 @@ class RmqStoreWriter(DataSourceArrowWriter):
         # fresh directory discarded, the target untouched)
         self._append(fresh, paths, store if os.path.isdir(store) else fresh, check=False)
 
-    def _join(self, parts: list, cfg, fresh: str) -> None:
+    def _join(self, parts: list, cfg, rows: int, fresh: str) -> None:
         from ..tools.join import join_stores
 
         # rows without store times got their task's clock: joined, they get a writer's order
-        join_stores(parts, fresh, cfg, keep_store_times=self.stamped)
+        got = join_stores(parts, fresh, cfg, keep_store_times=self.stamped)
+        if got["records"] != rows:  # (a file system that showed this host stale contents)
+            raise OutputNotVisibleError(
+                f"the tasks put {rows} rows, the parts seen here hold {got['records']} records; "
+                "the target was left unchanged")
 
     def _replace(self, store: str, build) -> None:
         """Make the store at *store* what ``build(fresh)`` writes into a
