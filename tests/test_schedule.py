@@ -141,11 +141,19 @@ def test_bad_delays_are_refused_and_nothing_is_stored(tmp_path):
         Message("T", b"x", delay_level=2**31)
 
 
-def test_a_batch_mixes_delayed_and_plain_messages(tmp_path):
+def test_a_batch_mixes_delayed_and_plain_messages(tmp_path, monkeypatch):
+    from rmqstore.service.schedule import ScheduleService
+
+    wakes = []
+    wake = ScheduleService.wake
+    monkeypatch.setattr(ScheduleService, "wake", lambda self: (wakes.append(1), wake(self))[1])
     with MessageStore.open(tmp_path, SMALL, clock=fixed_clock()) as s:
+        s.put_messages([Message("T", b"plain") for _ in range(3)])
+        assert wakes == []  # nothing delayed: the service is left to its round
         rs = s.put_messages([Message("T", b"a"), Message("T", b"b", delay_level=1), Message("T", b"c")])
-        assert [r.queue_offset for r in rs] == [0, 0, 1]
-        assert [m.body for m in delivered(s, "T", 0)] == [b"a", b"c"]
+        assert wakes  # a delayed message wakes the service at once
+        assert [r.queue_offset for r in rs] == [3, 0, 4]
+        assert [m.body for m in delivered(s, "T", 0)] == [b"plain"] * 3 + [b"a", b"c"]
         assert [m.body for m in delivered(s, SCHEDULE, 0)] == [b"b"]
 
 

@@ -501,7 +501,9 @@ class Put(Recovery):
                 raise
         if self._sync_flush and results:
             self._commit(results[-1].wrote_offset + results[-1].wrote_bytes)
-        if any(p is not None and p[10] is not m for p, m in zip(prepared, msgs)):
+        # (only a message the Appender refused can have been rewritten: most batches have none)
+        if prepared.count(None) < len(prepared) and any(
+                p is not None and p[10] is not m for p, m in zip(prepared, msgs)):
             self._scheduled()
         return results
 
