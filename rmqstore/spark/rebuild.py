@@ -447,44 +447,38 @@ def _number_entries(batches, bases: dict, per_file: int) -> Iterator:
 
 
 def _write_index_files(batches, staging: str, names: list, slots: int, entries: int, heads: list) -> Iterator:
-    """mapInArrow: numbered entries sorted by number in, index files out,
-    each built whole (``build_index_file``: the bytes of one put per entry)."""
-    import numpy as np
+    """mapInArrow: numbered entries sorted by number in, index files out."""
     import pyarrow as pa
 
-    from ..storage.index import build_index_file
+    from ..storage.index import IndexFile
 
     per_file = entries - 1
+    current = None
+    file_no = -1
     written: list = []
-    pending: list = []  # [(file number, hashes, phys, times)] of the file being gathered
 
     def finish(local: str, ship) -> None:
-        if not pending:
-            return
-        f = pending[0][0]
-        h, p, t = (np.concatenate(c) for c in zip(*(x[1:] for x in pending)))
-        pending.clear()
-        data = build_index_file(h, p, t, slots, entries, *heads[f])  # (ValueError: more than a file holds)
-        with open(os.path.join(local, names[f]), "wb") as out:
-            out.write(data)
-            os.fsync(out.fileno())
-        written.append((f, names[f], len(data)))
-        ship([names[f]])
+        if current is not None:
+            current.flush()
+            current.close()
+            written.append((file_no, names[file_no], os.path.getsize(os.path.join(local, names[file_no]))))
+            ship([names[file_no]])
 
     with _task_dir(staging) as (local, ship):
         for b in batches:
-            g = b.column("g").to_numpy()
-            if g.size == 0:
-                continue
-            hashes = np.fromiter((k.index_key_hash(x) for x in b.column("key").to_pylist()), np.int64, g.size)
-            phys = b.column("physical_offset").to_numpy()
-            times = b.column("store_timestamp").to_numpy()
-            files = g // per_file
-            cuts = np.flatnonzero(files[1:] != files[:-1]) + 1
-            for lo, hi in zip(np.concatenate(([0], cuts)).tolist(), np.concatenate((cuts, [g.size])).tolist()):
-                if pending and pending[0][0] != files[lo]:
+            d = b.to_pydict()
+            for g, phy, ts, key in zip(d["g"], d["physical_offset"], d["store_timestamp"], d["key"]):
+                f = g // per_file
+                if f != file_no:
                     finish(local, ship)
-                pending.append((int(files[lo]), hashes[lo:hi], phys[lo:hi], times[lo:hi]))
+                    file_no = f
+                    end_phy, end_ts = heads[f]
+                    current = IndexFile(
+                        os.path.join(local, names[f]), slots, entries, create=True,
+                        end_phy_offset=end_phy, end_timestamp=end_ts,
+                    )
+                if current is None or not current.put_key(key, phy, ts):
+                    raise RuntimeError(f"index file {names[f]} is full before its last entry")
         finish(local, ship)
     if written:
         no, name, size = zip(*written)
