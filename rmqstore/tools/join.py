@@ -123,7 +123,7 @@ class _Join:
         self.queues: dict = {}  # (topic, queue id) -> [unit arrays]
         self.bases: dict = {}  # (topic, queue id) -> units so far
         self.segments: dict = {}  # segment number -> its descriptor
-        # full segments are synced and unmapped on a thread of their own (msync
+        # full segments are synced and closed on a thread of their own (fdatasync
         # releases the GIL) while the next parts are copied: the disk is the bound
         self.syncer = ThreadPoolExecutor(1, thread_name_prefix="rmqstore-join-sync")
         self.syncing: list = []
