@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from . import _kernels as k
 from .cli import _show  # (paths shown as the command line shows them)
 from .exceptions import CorruptedFileError
-from .format.layout import CQ_STORE_UNIT_SIZE, PRE_BLANK_SIZE
+from .format.layout import CQ_STORE_UNIT_SIZE, CQ_UNIT_FIELDS, PRE_BLANK_SIZE
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -83,8 +83,7 @@ class _Scan:
 def _unit_dtype():
     import numpy as np
 
-    # a ConsumeQueue unit: physical offset (i64), size (i32), tags code (i64), big-endian, packed
-    dt = np.dtype([("phy", ">i8"), ("size", ">i4"), ("tags", ">i8")])
+    dt = np.dtype(CQ_UNIT_FIELDS)
     assert dt.itemsize == CQ_STORE_UNIT_SIZE
     return dt
 

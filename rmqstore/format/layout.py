@@ -126,3 +126,10 @@ def queue_id_of(name: str):
 # decode_columns' string columns that its with_hosts and with_keys flags govern
 HOST_COLUMNS = ("born_host", "store_host", "msg_id")
 KEY_COLUMNS = ("tags", "keys", "unique_key")
+
+#: numpy record fields of a ConsumeQueue unit, big-endian and packed
+#: (docs/format.md#consumequeue-unit): physical offset, size, tags code
+CQ_UNIT_FIELDS = [("phy", ">i8"), ("size", ">i4"), ("tags", ">i8")]
+#: numpy record fields of an IndexFile entry (docs/format.md#index-entries): key
+#: hash, physical offset, seconds after the file's begin timestamp, previous entry number
+INDEX_ENTRY_FIELDS = [("hash", ">i4"), ("phy", ">i8"), ("time_diff", ">i4"), ("prev", ">i4")]

@@ -20,6 +20,7 @@ from .. import _kernels as k
 from ..dispatch import gets_index_entries, index_keys
 from ..exceptions import ConfigError, CorruptedFileError
 from ..format.layout import (
+    INDEX_ENTRY_FIELDS,
     INDEX_ENTRY_SIZE,
     INDEX_HASH_SLOT_SIZE,
     INDEX_HEADER_SIZE,
@@ -100,8 +101,8 @@ def build_index_file(hashes, phys, times, hash_slot_num: int, index_num: int,
     diff = t - begin
     secs = np.where(diff >= 0, diff // 1000, -((-diff) // 1000))
     secs = np.where(begin <= 0, 0, np.clip(secs, 0, 2**31 - 1))
-    entries = np.zeros(n, dtype=[("h", ">i4"), ("p", ">i8"), ("t", ">i4"), ("v", ">i4")])
-    entries["h"], entries["p"], entries["t"], entries["v"] = h, p, secs, prev
+    entries = np.zeros(n, dtype=INDEX_ENTRY_FIELDS)
+    entries["hash"], entries["phy"], entries["time_diff"], entries["prev"] = h, p, secs, prev
     first = INDEX_HEADER_SIZE + INDEX_HASH_SLOT_SIZE * hash_slot_num + INDEX_ENTRY_SIZE
     buf[first:first + INDEX_ENTRY_SIZE * n] = entries.tobytes()
     # each used slot holds the newest entry of its chain

@@ -8,7 +8,7 @@ from typing import Any
 
 from .. import _kernels as k
 from ..exceptions import ArgumentError, CorruptedFileError, MessageTypeError, StoreClosedError
-from ..format.layout import PRE_BLANK_SIZE, REC_STATUS_TEXT
+from ..format.layout import CQ_UNIT_FIELDS, PRE_BLANK_SIZE, REC_STATUS_TEXT
 from ..message import (
     GetColumnsResult,
     GetMessageResult,
@@ -60,7 +60,6 @@ def _load_numpy() -> None:
 
 _VIEW_DTYPE: Any = None
 _frombuffer: Any = None
-_UNIT_DTYPE = [("phy", ">i8"), ("size", ">i4"), ("tags", ">i8")]  # docs/format.md#consumequeue-unit
 
 
 def _tag_filter(tags):
@@ -437,7 +436,7 @@ class Pull(Put):
                     break
                 buf, start, end = where
                 # the units as arrays (a copy, never a view of the mapping)
-                u = np.frombuffer(buf[start:end], dtype=_UNIT_DTYPE)
+                u = np.frombuffer(buf[start:end], dtype=CQ_UNIT_FIELDS)
                 placeholder = (u["size"] == PRE_BLANK_SIZE) & (u["phy"] == 0) & (u["tags"] == 0)
                 cleaned = ~placeholder & (u["phy"] < cl_min)
                 if cleaned.any():

@@ -28,7 +28,9 @@ from ..format.layout import (
     BLANK_MAGIC_CODE,
     BORNHOST_V6_FLAG,
     CQ_STORE_UNIT_SIZE,
+    CQ_UNIT_FIELDS,
     END_FILE_MIN_BLANK_LENGTH,
+    INDEX_ENTRY_FIELDS,
     INDEX_ENTRY_SIZE,
     INDEX_HASH_SLOT_SIZE,
     INDEX_HEADER_SIZE,
@@ -45,8 +47,8 @@ from ..storage.mapped_file import allocate_file
 
 __all__ = ["join_stores", "part_config"]
 
-_UNIT = np.dtype([("p", ">i8"), ("s", ">i4"), ("t", ">i8")])
-_ENTRY = np.dtype([("h", ">i4"), ("p", ">i8"), ("t", ">i4"), ("v", ">i4")])
+_UNIT = np.dtype(CQ_UNIT_FIELDS)
+_ENTRY = np.dtype(INDEX_ENTRY_FIELDS)
 _BYTE8 = np.arange(8, dtype=np.int64)
 #: a part's CommitLog segments need not be the target's: big enough for any record, small enough not to
 #: reserve a target-sized file per task
@@ -232,17 +234,17 @@ class _Join:
                 units = _read_units(os.path.join(root, topic, qid))
                 if units.size == 0:
                     continue
-                r = np.searchsorted(phy, units["p"])
-                if (r >= phy.size).any() or (phy[np.minimum(r, phy.size - 1)] != units["p"]).any():
+                r = np.searchsorted(phy, units["phy"])
+                if (r >= phy.size).any() or (phy[np.minimum(r, phy.size - 1)] != units["phy"]).any():
                     raise CorruptedFileError(f"a unit of {topic}/{qid} points at no record",
                                              os.path.join(root, topic, qid), 0)
                 key = (topic, int(qid))
                 base = self.bases.get(key, 0)
                 qo[r] = base + np.arange(units.size, dtype=np.int64)
                 moved_units = units.copy()
-                moved_units["p"] = at[r]
+                moved_units["phy"] = at[r]
                 if topic == SCHEDULE_TOPIC:  # a delayed unit's tags code is its delivery time
-                    moved_units["t"] = units["t"] + moved[r]
+                    moved_units["tags"] = units["tags"] + moved[r]
                 self.queues.setdefault(key, []).append(moved_units)
                 self.bases[key] = base + units.size
         return qo
@@ -337,11 +339,11 @@ class _Join:
             entries = _read_entries(os.path.join(d, name), self.part_slots, self.part_num)
             if entries.size == 0:
                 continue
-            r = np.searchsorted(phy, entries["p"])
-            if (r >= phy.size).any() or (phy[np.minimum(r, phy.size - 1)] != entries["p"]).any():
+            r = np.searchsorted(phy, entries["phy"])
+            if (r >= phy.size).any() or (phy[np.minimum(r, phy.size - 1)] != entries["phy"]).any():
                 raise CorruptedFileError("an index entry points at no record", os.path.join(d, name), 0)
             assert self.index is not None
-            self.index.add(entries["h"].astype(np.int64), at[r], new_ts[r])
+            self.index.add(entries["hash"].astype(np.int64), at[r], new_ts[r])
 
 
 def _sync_and_close(fd: int) -> None:
@@ -372,7 +374,7 @@ def _read_units(d: str) -> np.ndarray:
     for name in names:
         with open(os.path.join(d, name), "rb") as f:
             units = np.frombuffer(f.read(), dtype=_UNIT)
-        empty = np.flatnonzero(units["s"] == 0)
+        empty = np.flatnonzero(units["size"] == 0)
         if empty.size:
             chunks.append(units[:empty[0]])
             break
