@@ -50,12 +50,14 @@ def _new_header(end_phy_offset: int, end_timestamp: int) -> bytes:
     return bytes(head)
 
 
-def new_file_names(count: int) -> list:
+def new_file_names(count: int, after: str = "") -> list:
     """*count* ascending index file names from now: ``yyyyMMddHHmmssSSS``
-    in local time, as ``IndexService`` names a new file, +1 for each next
-    one. For jobs that write many index files at once."""
+    in local time, +1 for each next one; all after the name *after* (two
+    files in one millisecond, or a clock step back, go on from it)."""
     now = time.time()
     first = time.strftime("%Y%m%d%H%M%S", time.localtime(now)) + f"{int(now * 1000) % 1000:03d}"
+    if first <= after:
+        first = str(int(after) + 1)
     return [str(int(first) + i) for i in range(count)]
 
 
@@ -469,10 +471,7 @@ class IndexService(k.IndexServiceBase):
     # --- writing ----------------------------------------------------------------
 
     def _new_file_name(self) -> str:
-        name = new_file_names(1)[0]
-        if name <= self._last_name:  # two files in one millisecond, or a clock step back
-            name = str(int(self._last_name) + 1)
-        self._last_name = name
+        name = self._last_name = new_file_names(1, self._last_name)[0]
         return name
 
     def writable_file(self):

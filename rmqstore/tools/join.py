@@ -410,7 +410,7 @@ class _IndexWriter:
         self.pending: list = []  # [(hashes, phys, times)]
         self.pending_n = 0
         self.files = 0
-        self.last_name = 0
+        self.last_name = ""
         self.prev = (0, 0)
 
     def add(self, hashes: np.ndarray, phys: np.ndarray, times: np.ndarray) -> None:
@@ -429,10 +429,9 @@ class _IndexWriter:
         data = build_index_file(h, p, t, self.slots, self.num, *self.prev)
         if h.size:
             self.prev = (int(p[-1]), int(t[-1]))
-        name = max(int(new_file_names(1)[0]), self.last_name + 1)
-        self.last_name = name
+        name = self.last_name = new_file_names(1, self.last_name)[0]
         os.makedirs(self.directory, exist_ok=True)
-        with open(os.path.join(self.directory, str(name)), "wb") as f:
+        with open(os.path.join(self.directory, name), "wb") as f:
             f.write(data)
             os.fsync(f.fileno())
         self.files += 1
