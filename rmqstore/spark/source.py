@@ -773,13 +773,7 @@ class RmqStoreWriter(DataSourceArrowWriter):
         from ..store import MessageStore
 
         cfg = self._store_config(config_from)
-        clock_value = [0]
-        use_clock = [False]
-        wall = _wall_ms
-
-        def clock() -> int:
-            return clock_value[0] if use_clock[0] else wall()
-
+        clock = _RowClock()
         deadline = time.monotonic() + self.lock_timeout
         st = None
         while st is None:
@@ -798,7 +792,7 @@ class RmqStoreWriter(DataSourceArrowWriter):
             for path in paths:
                 for batch in _read_staged(path):
                     msgs, stamps = _messages(batch)
-                    _put_rows(st, msgs, stamps, clock_value, use_clock)
+                    _put_rows(st, msgs, stamps, clock)
         finally:
             st.close()
 
@@ -891,17 +885,13 @@ class _PartSink:
         self.path = path
         self.cfg = cfg
         self.rows = 0
-        self.clock_value = [0]
-        self.use_clock = [False]
+        self.clock = _RowClock()
         self.st = MessageStore.open(path, config=part_cfg, store_host=store_host,
-                                    clock=self._clock if stamped else None)
-
-    def _clock(self) -> int:
-        return self.clock_value[0] if self.use_clock[0] else _wall_ms()
+                                    clock=self.clock if stamped else None)
 
     def add(self, rows) -> None:
         msgs, stamps = _messages(rows)
-        _put_rows(self.st, msgs, stamps, self.clock_value, self.use_clock)
+        _put_rows(self.st, msgs, stamps, self.clock)
         self.rows += len(msgs)
 
     def close(self, done: bool) -> tuple:
@@ -936,8 +926,15 @@ def _config_names(options: dict) -> dict:
     return out
 
 
-def _wall_ms() -> int:
-    return time.time_ns() // 1_000_000
+class _RowClock:
+    """A store's clock while rows are put: the store time of the rows being
+    put (``stamp``, ms), or the wall clock for rows without one."""
+
+    def __init__(self):
+        self.stamp: int | None = None
+
+    def __call__(self) -> int:
+        return self.stamp if self.stamp is not None else time.time_ns() // 1_000_000
 
 
 def _safe_name(broker: str) -> str:
@@ -1048,13 +1045,14 @@ def _messages(batch) -> tuple:
     return msgs, batch.column("store_timestamp").to_pylist()
 
 
-def _put_rows(st, msgs: list, stamps: list | None, clock_value: list, use_clock: list) -> None:
+def _put_rows(st, msgs: list, stamps: list | None, clock: _RowClock) -> None:
     """Put *msgs* into the open store *st*, in order; a message whose
     entry in *stamps* is not None keeps that store time (ms). One
     put_messages call per run of equal stamps (a broker stores many
-    records in one millisecond), the clock set to the run's."""
+    records in one millisecond), *clock* (the store's, when rows bring
+    store times) set to the run's."""
     if stamps is None:
-        use_clock[0] = False
+        clock.stamp = None
         st.put_messages(msgs)
         return
     i, n = 0, len(msgs)
@@ -1063,9 +1061,7 @@ def _put_rows(st, msgs: list, stamps: list | None, clock_value: list, use_clock:
         j = i + 1
         while j < n and stamps[j] == ts:
             j += 1
-        use_clock[0] = ts is not None
-        if ts is not None:
-            clock_value[0] = ts
+        clock.stamp = ts
         st.put_messages(msgs[i:j])
         i = j
 
