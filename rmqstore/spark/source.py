@@ -845,17 +845,16 @@ class _RowSink:
     """A task's rows for one store, staged as an Arrow file the commit puts."""
 
     def __init__(self, path: str, remote: bool):
-        import pyarrow as pa
-
         self.path = path
         self.sink = uri.open_output(path) if remote else _local_output(path)
         self.writer: Any = None
         self.rows = 0
-        self.pa = pa
 
     def add(self, rows) -> None:
         if self.writer is None:
-            self.writer = self.pa.ipc.new_file(self.sink, rows.schema, options=_staging_ipc())
+            import pyarrow as pa
+
+            self.writer = pa.ipc.new_file(self.sink, rows.schema, options=_staging_ipc())
         self.writer.write_batch(rows)
         self.rows += rows.num_rows
 
@@ -977,8 +976,9 @@ def _staging_ipc():
 
 
 def _check_visible(path: str, size: int, what: str) -> None:
-    """Raise OutputNotVisibleError unless the file a task wrote at *path*
-    is there, *size* bytes, as this process sees it."""
+    """Raise OutputNotVisibleError unless what a task wrote at *path* (a
+    file, or a part store's directory: all its files) is there, *size*
+    bytes, as this process sees it."""
     try:
         if uri.is_uri(path):
             seen = uri.file_size(path)
