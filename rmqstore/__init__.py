@@ -6,7 +6,7 @@ pure-Python twin (``rmqstore.IMPLEMENTATION`` says which one is live).
 """
 
 from ._kernels import IMPLEMENTATION
-from .config import ASYNC_FLUSH, SYNC_FLUSH, StoreConfig
+from .config import ASYNC_FLUSH, NO_FLUSH, SYNC_FLUSH, StoreConfig
 from .exceptions import (
     ArgumentError,
     ConfigError,
@@ -47,6 +47,7 @@ __all__ = [
     "ConsumerOffsetStore",
     "StoreConfig",
     "ASYNC_FLUSH",
+    "NO_FLUSH",
     "SYNC_FLUSH",
     "Message",
     "MessageExt",

@@ -23,10 +23,14 @@ from .format.layout import (
     MIN_RECORD_SIZE,
 )
 
-__all__ = ["StoreConfig", "ASYNC_FLUSH", "SYNC_FLUSH"]
+__all__ = ["StoreConfig", "ASYNC_FLUSH", "SYNC_FLUSH", "NO_FLUSH"]
 
 ASYNC_FLUSH = "ASYNC_FLUSH"
 SYNC_FLUSH = "SYNC_FLUSH"
+#: not one of RocketMQ's modes: the store syncs nothing but its files'
+#: creation, for stores that can be written again (staging, caches, tests);
+#: a killed process loses nothing, a power loss anything (docs/recovery.md#no_flush)
+NO_FLUSH = "NO_FLUSH"
 
 #: the default CommitLog segment: RocketMQ's largest record (a 4 MiB body
 #: and 64 KiB of the rest) plus its end-of-file blank, in whole 64 KiB
@@ -149,8 +153,9 @@ class StoreConfig:
                 f"max_hash_slot_num and max_index_num make a {size}-byte index file; the format's int32 "
                 f"positions allow 40 + 4 * max_hash_slot_num + 20 * max_index_num <= {INT32_MAX}"
             )
-        if self.flush_disk_type not in (ASYNC_FLUSH, SYNC_FLUSH):
-            raise ConfigError(f"flush_disk_type must be ASYNC_FLUSH or SYNC_FLUSH, got {self.flush_disk_type!r}")
+        if self.flush_disk_type not in (ASYNC_FLUSH, SYNC_FLUSH, NO_FLUSH):
+            raise ConfigError(
+                f"flush_disk_type must be ASYNC_FLUSH, SYNC_FLUSH or NO_FLUSH, got {self.flush_disk_type!r}")
         _parse_hours(self.delete_when)
         object.__setattr__(self, "_delay_table", _parse_delay_levels(self.message_delay_level))
 

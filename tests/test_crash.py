@@ -491,6 +491,15 @@ def test_kill9_sync_flush(tmp_path, config_name):
     crash_rounds(tmp_path, "SYNC_FLUSH", config_name, _rounds_for(config_name), f"SYNC_FLUSH/{config_name}")
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("config_name", sorted(CONFIGS))
+def test_kill9_no_flush(tmp_path, config_name):
+    """NO_FLUSH syncs nothing, and a killed process still loses nothing
+    acknowledged (the page cache holds it): a quarter of the rounds."""
+    rounds = max(1, _rounds_for(config_name) // 4)
+    crash_rounds(tmp_path, "NO_FLUSH", config_name, rounds, f"NO_FLUSH/{config_name}")
+
+
 def test_crash_harness_round_trip(tmp_path):
     """The ack protocol itself: a child that is not killed early acks messages
     that are then all found, and acks are whole lines."""

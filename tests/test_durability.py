@@ -11,7 +11,7 @@ import time
 import pytest
 
 import rmqstore.storage.mapped_file as mapped_file
-from rmqstore import FlushError, Message, MessageStore, StoreConfig, StoreLockedError
+from rmqstore import ConfigError, FlushError, Message, MessageStore, StoreConfig, StoreLockedError
 
 SMALL = dict(
     mapped_file_size_commit_log=64 * 1024,
@@ -157,6 +157,100 @@ def test_async_flusher_flushes_without_being_asked(tmp_path):
         assert s._flushed_where >= end
         physic, logics, *_ = checkpoint_fields(root)
         assert physic == logics == rs[-1].store_timestamp
+
+
+@pytest.fixture
+def synced_files(monkeypatch):
+    """The regular files fsync'd or fdatasync'd, and the index files
+    flushed, while the test runs (directories are left out: a file's
+    creation syncs its directory in every mode)."""
+    import rmqstore.storage.index as index_mod
+
+    synced = []
+    for name in ("fsync", "fdatasync"):
+        real = getattr(os, name)
+
+        def sync(fd, real=real):
+            path = os.readlink(f"/proc/self/fd/{fd}")
+            if not os.path.isdir(path):
+                synced.append(path)
+            return real(fd)
+
+        monkeypatch.setattr(os, name, sync)
+    real_flush = index_mod.IndexFile.flush
+
+    def index_flush(f):
+        synced.append(f.path)
+        real_flush(f)
+
+    monkeypatch.setattr(index_mod.IndexFile, "flush", index_flush)
+    return synced
+
+
+def _kind(path):
+    """The store file *path* holds data of, None for a file being created
+    (an index file's temporary name, ``abort``)."""
+    parts = path.split(os.sep)
+    if "consumequeue" in parts:
+        return "consumequeue"
+    if parts[-2] in ("commitlog", "index") and parts[-1].isdigit():
+        return parts[-2]
+    return "checkpoint" if parts[-1] == "checkpoint" else None
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="names descriptors through /proc")
+@pytest.mark.parametrize("mode", ["ASYNC_FLUSH", "NO_FLUSH"])
+def test_no_flush_syncs_nothing_but_file_creation(tmp_path, impl, mode, counted_sync, synced_files):
+    """NO_FLUSH: no CommitLog, ConsumeQueue, index or checkpoint sync, from
+    the open to the close, with every kind of file rolling and the flush
+    intervals at 10 ms; the closed store reopens whole and clean.
+    ASYNC_FLUSH beside it, with the same settings, syncs each kind."""
+    calls, _ = counted_sync
+    fast = dict(flush_interval_commit_log=10, flush_commit_log_thorough_interval=10,
+                flush_interval_consume_queue=10, flush_consume_queue_thorough_interval=10)
+    cfg = StoreConfig(flush_disk_type=mode, make_files_ahead=False, **fast, **SMALL)
+    root = tmp_path / "s"
+    s = MessageStore.open(root, config=cfg, clock=iter(range(1000, 10**6)).__next__)
+    rs = []
+    for i in range(0, 2000, 100):
+        rs += s.put_messages([msg(j) for j in range(i, i + 100)])
+        time.sleep(0.02)  # the flush thread's turns
+    s.close()
+    synced = {_kind(p) for p in calls + synced_files} - {None}
+    assert synced == (set() if mode == "NO_FLUSH" else {"commitlog", "consumequeue", "index", "checkpoint"})
+    assert len(os.listdir(root / "commitlog")) > 5 and len(os.listdir(root / "index")) > 5
+    assert checkpoint_fields(root)[:2] == (rs[-1].store_timestamp,) * 2
+    with MessageStore.open(root, config=cfg) as s2:
+        assert s2.last_exit_ok
+        for j in (0, 999, 1999):
+            got = s2.get_messages("T", j % 4, rs[j].queue_offset, 1).messages[0]
+            assert (got.physical_offset, got.body) == (rs[j].wrote_offset, msg(j).body)
+            assert rs[j].wrote_offset in [m.physical_offset for m in s2.query_messages("T", f"k{j}")]
+
+
+def test_no_flush_flushes_when_asked_and_loses_nothing_to_a_killed_process(tmp_path, counted_sync):
+    """``flush()`` syncs under NO_FLUSH too; a store dropped as ``kill -9``
+    drops it (nothing synced) reopens with every record, its abort file
+    making the open recover."""
+    calls, _ = counted_sync
+    cfg = StoreConfig(flush_disk_type="NO_FLUSH", **SMALL)
+    root = tmp_path / "s"
+    s = MessageStore.open(root, config=cfg)
+    rs = s.put_messages([msg(i) for i in range(300)])
+    assert calls == []
+    s.flush()
+    assert any("commitlog" in c for c in calls)
+    rs += s.put_messages([msg(i) for i in range(300, 600)])
+    s._crash()
+    with MessageStore.open(root, config=cfg) as s2:
+        assert not s2.last_exit_ok
+        assert s2.max_physical_offset == rs[-1].wrote_offset + rs[-1].wrote_bytes
+        assert [s2.get_message(r.wrote_offset).body for r in rs[::97]] == [msg(i).body for i in range(0, 600, 97)]
+
+
+def test_an_unknown_flush_disk_type_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match="ASYNC_FLUSH, SYNC_FLUSH or NO_FLUSH"):
+        StoreConfig(flush_disk_type="NEVER")
 
 
 def test_checkpoint_publishes_only_flushed_times(tmp_path):

@@ -35,7 +35,7 @@ from collections.abc import Callable, Coroutine
 from concurrent.futures import Executor
 from typing import Any
 
-from ..config import ASYNC_FLUSH
+from ..config import SYNC_FLUSH
 from ..message import GetMessageResult, Message, PutMessageResult
 from ..store import MessageStore
 from .consumer import Consumer
@@ -195,7 +195,7 @@ class AsyncMessageStore:
     async def put_message(self, msg: Message) -> PutMessageResult:
         """``MessageStore.put_message``; on the loop's thread with ASYNC_FLUSH
         (*inline*), in the executor with SYNC_FLUSH (it waits for the disk)."""
-        if self.inline and self.store.config.flush_disk_type == ASYNC_FLUSH:
+        if self.inline and self.store.config.flush_disk_type != SYNC_FLUSH:
             return self.store.put_message(msg)
         return await self._run(self.store.put_message, msg)
 

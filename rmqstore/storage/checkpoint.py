@@ -122,10 +122,11 @@ class StoreCheckpoint:
             self.master_flushed_offset, self.confirm_phy_offset,
         ) + bytes(CHECKPOINT_FILE_SIZE - _FIELDS.size)
 
-    def flush(self) -> None:
+    def flush(self, sync: bool = True) -> None:
         """Write all 4096 bytes in place and fsync (the file keeps its inode, as
-        RocketMQ's mapped checkpoint does); nothing to do when the values are
-        the ones this object last wrote (the store flushes it every second)."""
+        RocketMQ's mapped checkpoint does; *sync* False: no fsync, NO_FLUSH);
+        nothing to do when the values are the ones this object last wrote
+        (the store flushes it every second)."""
         data = self.to_bytes()
         if data == self._written:
             return
@@ -133,7 +134,8 @@ class StoreCheckpoint:
         fd = open_no_follow(self.path, flags, 0o644)  # never written through a symbolic link
         try:
             os.pwrite(fd, data, 0)
-            os.fsync(fd)
+            if sync:
+                os.fsync(fd)
         finally:
             os.close(fd)
         self._written = data

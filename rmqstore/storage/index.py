@@ -353,7 +353,7 @@ class IndexService(k.IndexServiceBase):
 
     __slots__ = (
         "_last_name", "directory", "hash_slot_num", "index_num", "keys_added", "last_full_end_timestamp",
-        "junk", "read_only", "rolled", "spares",  # (files, max_msgs_num_batch: IndexServiceBase's)
+        "junk", "read_only", "rolled", "spares", "sync_rolls",  # (files, max_msgs_num_batch: IndexServiceBase's)
     )
 
     def __init__(self, directory, hash_slot_num, index_num, read_only=False, max_msgs_num_batch=64):
@@ -371,6 +371,8 @@ class IndexService(k.IndexServiceBase):
         #: files a roll left for a service thread to flush (:meth:`flush_rolled`),
         #: with their end timestamps; None: a roll flushes the file itself
         self.rolled: list | None = None
+        #: whether a file a roll left full is synced (False: NO_FLUSH)
+        self.sync_rolls = True
         #: files made ahead (:meth:`reserve`), under temporary names until a roll takes them
         self.spares: list = []
         #: files :meth:`load` found to be leftovers, removed by :meth:`remove_junk`
@@ -498,7 +500,8 @@ class IndexService(k.IndexServiceBase):
             if self.rolled is not None:
                 self.rolled.append((last, end_ts))  # flushed by the service thread, off the put
             else:
-                last.flush()
+                if self.sync_rolls:
+                    last.flush()
                 self.last_full_end_timestamp = end_ts
         self.files.append(f)
         return f
@@ -513,7 +516,8 @@ class IndexService(k.IndexServiceBase):
         while rolled:
             f, end_ts = rolled[0]
             try:
-                f.flush_released()
+                if self.sync_rolls:
+                    f.flush_released()
             except FileNotFoundError:
                 pass  # deleted by clean-up: nothing left to flush
             rolled.pop(0)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import _kernels as k
 from ..commitlog import CommitLog
-from ..config import SYNC_FLUSH, StoreConfig
+from ..config import NO_FLUSH, SYNC_FLUSH, StoreConfig
 from ..exceptions import StoreClosedError, StoreReadOnlyError
 
 if TYPE_CHECKING:
@@ -77,6 +77,7 @@ class StoreBase(k.StoreCore):
         self._kernel_clock: Any = None  # the store clock as kernels take it (None: their own wall clock)
         self._append_crc = config.enabled_append_prop_crc
         self._sync_flush = config.flush_disk_type == SYNC_FLUSH
+        self._no_flush = config.flush_disk_type == NO_FLUSH  # nothing synced but files' creation
         # records appended but not yet dispatched, in CommitLog order: (topic, queue_id,
         # queue_offset, physical_offset, size, sys_flag, store_timestamp, tags_code,
         # unique_key, keys); their index keys are counted in _pending_keys
@@ -129,6 +130,7 @@ class StoreBase(k.StoreCore):
             read_only=ro,
             max_msgs_num_batch=config.max_msgs_num_batch,
         )
+        self.index.sync_rolls = not self._no_flush
 
     @property
     def closed(self) -> bool:

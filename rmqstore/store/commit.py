@@ -70,7 +70,23 @@ class Commit(Space):
         if least_pages == 0:
             self.checkpoint.logics_msg_timestamp = ts
 
-    def _flush_all(self) -> None:
+    def _flush_all(self, sync: bool = True) -> None:
+        """Flush every file and write the checkpoint. With *sync* False
+        (NO_FLUSH's open and close) nothing is synced: the checkpoint is
+        written with what was appended, and the kernel writes it all back
+        in its own time (docs/recovery.md#no_flush)."""
+        if not sync:
+            with self._lock:
+                self._flushed_where = self._written_end
+                self.checkpoint.physic_msg_timestamp = self._last_store_ts
+                self.checkpoint.confirm_phy_offset = self._written_end
+            self.checkpoint.logics_msg_timestamp = self._last_logics_ts
+            self.checkpoint.index_msg_timestamp = self.index.last_full_end_timestamp
+            try:
+                self.checkpoint.flush(sync=False)
+            except OSError as e:
+                raise self._fail_write(e) from e
+            return
         self._flush_commit_log(0)
         self._flush_consume_queues(0)
         try:
@@ -85,8 +101,10 @@ class Commit(Space):
         ``flush_interval_commit_log`` ms (ASYNC_FLUSH; least-pages rule, a
         complete flush every ``flush_commit_log_thorough_interval``), the
         ConsumeQueues every ``flush_interval_consume_queue`` ms (complete every
-        ``flush_consume_queue_thorough_interval``), the checkpoint every second."""
+        ``flush_consume_queue_thorough_interval``), the checkpoint every second.
+        Under NO_FLUSH only the disk-space probe."""
         cfg = self.config
+        syncs = not self._no_flush
         now = time.monotonic()
         next_cl = next_cq = next_cp = now
         thorough_cl = thorough_cq = now
@@ -96,18 +114,18 @@ class Commit(Space):
                 return
             now = time.monotonic()
             try:
-                if not self._sync_flush and now >= next_cl:
+                if syncs and not self._sync_flush and now >= next_cl:
                     complete = now - thorough_cl >= cfg.flush_commit_log_thorough_interval / 1000
                     self._flush_commit_log(0 if complete else cfg.flush_commit_log_least_pages)
                     thorough_cl = now if complete else thorough_cl
                     next_cl = now + cfg.flush_interval_commit_log / 1000
-                if now >= next_cq:
+                if syncs and now >= next_cq:
                     complete = now - thorough_cq >= cfg.flush_consume_queue_thorough_interval / 1000
                     with self._dispatch_lock:
                         self._flush_consume_queues(0 if complete else cfg.flush_consume_queue_least_pages)
                     thorough_cq = now if complete else thorough_cq
                     next_cq = now + cfg.flush_interval_consume_queue / 1000
-                if now >= next_cp:
+                if syncs and now >= next_cp:
                     self.checkpoint.index_msg_timestamp = self.index.last_full_end_timestamp
                     self.checkpoint.flush()
                     next_cp = now + 1.0

@@ -146,7 +146,8 @@ class MessageStore(Pull):
         self._last_store_ts = self.checkpoint.physic_msg_timestamp
         self._last_logics_ts = self.checkpoint.logics_msg_timestamp
         if not self.read_only:
-            self._flush_all()  # what recovery wrote or re-dispatched is durable before new writes
+            # what recovery wrote or re-dispatched is durable before new writes
+            self._flush_all(sync=not self._no_flush)
             self._flusher = threading.Thread(
                 target=self._flush_loop, name=f"rmqstore-flush:{os.path.basename(self.root_dir)}", daemon=True
             )
@@ -215,7 +216,7 @@ class MessageStore(Pull):
                     with self._dispatch_lock:
                         self._closing = True  # a SYNC_FLUSH put waiting to dispatch finds it done
                         if self._write_error is None:
-                            self._flush_all()
+                            self._flush_all(sync=not self._no_flush)
                             # everything is on disk: dispatch what SYNC_FLUSH puts appended
                             self._dispatch_locked(MAX_OFFSET)
                     if self._write_error is None and not self._pending:
