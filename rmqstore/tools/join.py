@@ -23,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from .. import _kernels as k
+from ..config import NO_FLUSH
 from ..exceptions import ConfigError, CorruptedFileError
 from ..format.layout import (
     BLANK_MAGIC_CODE,
@@ -58,7 +59,9 @@ _PART_SEGMENT = 64 * 1024 * 1024
 def part_config(config):
     """The StoreConfig a part store for *config*'s target is written with:
     the target's rules, with small files (no 1 GiB segment or 420 MB index
-    file reserved per part) and nothing made ahead or warmed."""
+    file reserved per part), nothing made ahead or warmed, and nothing
+    synced (NO_FLUSH: a part is written again if lost; the join syncs the
+    target)."""
     seg = config.mapped_file_size_commit_log
     if seg > _PART_SEGMENT and config.max_message_size + 65536 + END_FILE_MIN_BLANK_LENGTH < _PART_SEGMENT:
         seg = _PART_SEGMENT
@@ -68,6 +71,7 @@ def part_config(config):
         max_index_num=min(config.max_index_num, 1 << 18),
         make_files_ahead=False,
         warm_maped_file_enable=False,
+        flush_disk_type=NO_FLUSH,
     )
 
 
