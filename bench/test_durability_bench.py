@@ -1,5 +1,6 @@
 """Durability benchmarks: SYNC_FLUSH throughput with 1, 4 and 16 producer
-threads (group commit), ASYNC_FLUSH throughput, and recovery speed.
+threads (group commit), ASYNC_FLUSH and NO_FLUSH throughput, and recovery
+speed.
 
 Recovery size knob: RMQSTORE_BENCH_RECOVERY_MB (CommitLog megabytes scanned,
 default 256; the issue's figure is for 1024).
@@ -22,7 +23,7 @@ INDEX = dict(max_hash_slot_num=500_000, max_index_num=2_000_000)
 
 
 @pytest.mark.parametrize("threads", [1, 4, 16])
-@pytest.mark.parametrize("mode", ["SYNC_FLUSH", "ASYNC_FLUSH"])
+@pytest.mark.parametrize("mode", ["SYNC_FLUSH", "ASYNC_FLUSH", "NO_FLUSH"])
 def test_put_threads(benchmark, impl, tmp_path, mode, threads):
     benchmark.group = f"put-{mode}-{threads}t"
     benchmark.extra_info["ops"] = SYNC_N
