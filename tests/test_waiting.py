@@ -150,15 +150,18 @@ def test_asyncio_front_runs_on_the_loop_what_does_not_wait(tmp_path, inline):
         ex.shutdown()
 
 
-def test_asyncio_front_sync_flush_puts_wait_in_the_executor(tmp_path):
+@pytest.mark.parametrize("mode", ["SYNC_FLUSH", "ASYNC_FLUSH", "NO_FLUSH"])
+def test_asyncio_front_sync_flush_puts_wait_in_the_executor(tmp_path, mode):
+    """Only a SYNC_FLUSH put waits for the disk: it goes to the executor,
+    the others run on the loop."""
     ex = CountingExecutor()
 
     async def main():
-        cfg = SMALL.replace(flush_disk_type="SYNC_FLUSH")
+        cfg = SMALL.replace(flush_disk_type=mode)
         async with await AsyncMessageStore.open(tmp_path / "s", config=cfg, executor=ex) as store:
             r = await store.put_message(Message("T", b"a"))
             assert (await store.get_message(r.wrote_offset)).body == b"a"
-        assert ex.calls == ["open", "put_message", "close"]
+        assert ex.calls == ["open"] + (["put_message"] if mode == "SYNC_FLUSH" else []) + ["close"]
 
     try:
         asyncio.run(main())

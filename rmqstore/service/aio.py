@@ -194,7 +194,8 @@ class AsyncMessageStore:
 
     async def put_message(self, msg: Message) -> PutMessageResult:
         """``MessageStore.put_message``; on the loop's thread with ASYNC_FLUSH
-        (*inline*), in the executor with SYNC_FLUSH (it waits for the disk)."""
+        or NO_FLUSH (*inline*), in the executor with SYNC_FLUSH (it waits for
+        the disk)."""
         if self.inline and self.store.config.flush_disk_type != SYNC_FLUSH:
             return self.store.put_message(msg)
         return await self._run(self.store.put_message, msg)
