@@ -55,10 +55,16 @@ class Commit(Space):
                 raise self._fail_write(e) from e
             if least_pages == 0:
                 # the sync also covered what was appended while it ran
-                self._flushed_where = max(target, self.commitlog.flushed_offset())
-                self.checkpoint.physic_msg_timestamp = ts
-                # and where: recovery tells disk damage from a torn end by it
-                self.checkpoint.confirm_phy_offset = self._flushed_where
+                self._publish_commit_log(max(target, self.commitlog.flushed_offset()), ts)
+
+    def _publish_commit_log(self, end: int, ts: int) -> None:
+        """The CommitLog counts as flushed up to offset *end*, its last record
+        there stored at *ts* (ms): for the checkpoint, and for the puts and
+        syncs that wait on ``_flushed_where``."""
+        self._flushed_where = end
+        self.checkpoint.physic_msg_timestamp = ts
+        # and where: recovery tells disk damage from a torn end by it
+        self.checkpoint.confirm_phy_offset = end
 
     def _flush_consume_queues(self, least_pages: int) -> None:
         ts = self._last_logics_ts  # captured before: only what the flush covers is published
@@ -75,24 +81,18 @@ class Commit(Space):
         (NO_FLUSH's open and close) nothing is synced: the checkpoint is
         written with what was appended, and the kernel writes it all back
         in its own time (docs/recovery.md#no_flush)."""
-        if not sync:
+        if sync:
+            self._flush_commit_log(0)
+            self._flush_consume_queues(0)
+        else:
             with self._lock:
-                self._flushed_where = self._written_end
-                self.checkpoint.physic_msg_timestamp = self._last_store_ts
-                self.checkpoint.confirm_phy_offset = self._written_end
+                self._publish_commit_log(self._written_end, self._last_store_ts)
             self.checkpoint.logics_msg_timestamp = self._last_logics_ts
-            self.checkpoint.index_msg_timestamp = self.index.last_full_end_timestamp
-            try:
-                self.checkpoint.flush(sync=False)
-            except OSError as e:
-                raise self._fail_write(e) from e
-            return
-        self._flush_commit_log(0)
-        self._flush_consume_queues(0)
         try:
-            self.index.flush()
+            if sync:
+                self.index.flush()
             self.checkpoint.index_msg_timestamp = self.index.last_full_end_timestamp
-            self.checkpoint.flush()
+            self.checkpoint.flush(sync=sync)
         except OSError as e:
             raise self._fail_write(e) from e
 
