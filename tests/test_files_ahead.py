@@ -383,6 +383,77 @@ def test_a_flush_leaves_the_pages_warmed_ahead_writable(impl, tmp_path):
     assert after_flush < 16
 
 
+def _read_around(root) -> dict:
+    """How this process maps the files under *root*: name (relative) ->
+    False when a fault there reads around (the default), True when the
+    mapping is advised random (``rr`` in /proc/self/smaps' VmFlags)."""
+    root = os.path.realpath(root) + os.sep
+    out, name = {}, None
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split()
+            if head[0].endswith(":"):
+                if head[0] == "VmFlags:" and name is not None:
+                    out[name] = "rr" in head[1:]
+            else:  # a mapping: address range, mode, offset, device, inode[, path]
+                name = head[5][len(root):] if len(head) > 5 and head[5].startswith(root) else None
+    return out
+
+
+_SMAPS = pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="reads Linux's /proc/self/smaps")
+
+
+@_SMAPS
+def test_a_file_made_here_faults_in_a_page_at_a_time_until_its_writer_leaves_it(impl, tmp_path):
+    """A new file is all zeros: read-around on its first fault would fill a
+    whole read-ahead window of them on the put's time. Without warm-up a
+    file made here keeps read-around off while it is written, and gets it
+    back when the writer rolls past it; files a reopen maps have it."""
+    root = str(tmp_path / "s")
+    cq0 = os.path.join("consumequeue", "Ahead", "0", f"{0:020d}")
+    first, second = os.path.join("commitlog", f"{0:020d}"), os.path.join("commitlog", f"{SEG:020d}")
+    with MessageStore.open(root, _config(warm_maped_file_enable=False)) as store:
+        _put(store, 1)
+        _wait_for(lambda: second in _read_around(root))  # the spare, made ahead
+        maps = _read_around(root)
+        index = [n for n in maps if n.startswith("index")]
+        assert maps[first] and maps[second] and maps[cq0] and index and all(maps[n] for n in index)
+        results = _put(store, 100)
+        while results[-1].wrote_offset < SEG:
+            results += _put(store, 100, len(results))
+        maps = _read_around(root)
+        assert maps[first] is False  # left behind: read-around again (its readers, once it is evicted)
+        assert maps[second] is True  # written now
+    with MessageStore.open(root, _config(warm_maped_file_enable=False)) as store:
+        maps = _read_around(root)
+        assert maps[first] is False and maps[cq0] is False  # files with data: as the kernel maps them
+
+
+@_SMAPS
+def test_warm_up_gives_read_around_back_to_the_files_it_made_and_to_a_new_queues_first_file(impl, tmp_path):
+    """With warm-up (the default) the service warms what it made, and also
+    the file a put made for a new queue, from the write position on; each
+    then reads around again."""
+    root = str(tmp_path / "s")
+    cq3 = os.path.join("consumequeue", "Ahead", "3", f"{0:020d}")
+    with MessageStore.open(root, _config()) as store:
+        store.put_message(Message("Ahead", BODY, queue_id=3, keys="k"))  # a new queue: its file made by the put
+        assert cq3 in _read_around(root)
+        _wait_for(lambda: not any(_read_around(root).values()))
+        assert store.get_messages("Ahead", 3, 0, 1).messages[0].keys == "k"
+
+
+def test_settle_is_idempotent_and_quiet_on_a_closed_file(tmp_path):
+    from rmqstore.storage.mapped_file import MappedFile, settle
+
+    mf = MappedFile(tmp_path / f"{0:020d}", 16 * mmap.PAGESIZE, create=True)
+    assert mf.fresh is hasattr(mmap, "MADV_RANDOM")
+    mf.close()
+    settle(mf)  # (clean-up or an undo closed it before the service got to it)
+    settle(mf)
+    assert mf.fresh is False
+
+
 def test_clean_up_deletes_old_segments_never_the_current_one_or_the_one_made_ahead(tmp_path):
     root = str(tmp_path / "s")
     with MessageStore.open(root, _config(clean_service_enable=False)) as store:

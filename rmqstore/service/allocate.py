@@ -37,7 +37,7 @@ import threading
 
 from .. import _kernels as k
 from ..exceptions import StoreClosedError
-from ..storage.mapped_file import PAGE
+from ..storage.mapped_file import PAGE, settle
 
 __all__ = ["AllocateService"]
 
@@ -92,7 +92,7 @@ class AllocateService:
         self._thread: threading.Thread | None = None
         self.failures = 0
         self.made = 0
-        self._to_warm: list = []  # (file, mapping, size, sync) made, not warmed yet
+        self._to_warm: list = []  # (file, mapping, from, to, sync, made here) not warmed yet
         # directories are made by the open only: the thread never makes one
         # again under a path the store may have left (renamed while open)
         self._make_dirs = True
@@ -157,10 +157,12 @@ class AllocateService:
         # round that warms or flushes a large index file first would be late
         while self._ahead(self._cl, True) and warm:
             self._warm_made()
+        self._adopt(self._cl.last)
         for cq in list(self._cqs.values()):  # (a snapshot: puts add queues meanwhile)
             if self._stop.is_set():
                 return
             self._ahead(cq.queue, False)
+            self._adopt(cq.queue.last)
         index = self._index
         if index is not None:
             self._ahead_index(index)
@@ -193,7 +195,7 @@ class AllocateService:
                 mf = q.end_ahead(m)
         self.made += 1
         if mf is not None:
-            self._to_warm.append((mf, mf.mm, mf.file_size, mf.sync))
+            self._to_warm.append((mf, mf.mm, 0, mf.file_size, mf.sync, True))
         return True
 
     @staticmethod
@@ -225,7 +227,7 @@ class AllocateService:
             kept = index.add_spare(f)
         self.made += 1
         if kept:
-            self._to_warm.append((f, f.mm, len(f.mm), f.flush_released))
+            self._to_warm.append((f, f.mm, 0, len(f.mm), f.flush_released, True))
 
     @staticmethod
     def _index_wanted(index) -> bool:
@@ -234,12 +236,26 @@ class AllocateService:
         last = index.files[-1] if index.files else None
         return last is None or last.index_count >= index.index_num // 2
 
-    def _warm_file(self, f, mm, size: int, sync) -> None:
-        """Warm *f* a step at a time (see the module's doc); stops when the
-        store stops or the file is closed (a roll's undo, clean-up)."""
+    def _adopt(self, f) -> None:
+        """Warm *f* too if a put made it itself and writes it now (a new
+        queue's first file, or one made while this thread was late): from
+        its write position on, its read-around left off until then, as the
+        puts that write it meanwhile fault in a page at a time."""
+        if f is None or not f.fresh or not self._warm or any(w[0] is f for w in self._to_warm):
+            return
+        start = f.wrote_position // PAGE * PAGE
+        self._to_warm.append((f, f.mm, start, f.file_size, f.sync, False))
+
+    def _warm_file(self, f, mm, pos: int, size: int, sync, made: bool) -> None:
+        """Warm bytes [*pos*, *size*) of *f* (mapped as *mm*) a step at a
+        time (see the module's doc); stops when the store stops or the file
+        is closed (a roll's undo, clean-up). A file this thread *made* gets
+        its read-around back first (faulted in twice as fast; no put writes
+        it yet), one it adopted once warm."""
         if not self._warm:
             return
-        pos = 0
+        if made:
+            settle(f)
         while pos < size and not self._stop.is_set():
             end = min(size, pos + self._step)
             try:
@@ -249,3 +265,5 @@ class AllocateService:
             except (ValueError, BufferError, OSError, StoreClosedError):
                 return  # closed or deleted meanwhile: nothing left to warm
             pos = end
+        if not made and pos >= size:
+            settle(f)

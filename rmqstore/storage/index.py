@@ -28,7 +28,7 @@ from ..format.layout import (
 )
 from .index_checks import _ENTRY, _HEADER, header_problem, index_file_size, infer_index_geometry
 from .index_checks import _geometry_fits as _geometry_fits
-from .mapped_file import _NOFOLLOW, allocate_file, fsync_dir, open_no_follow
+from .mapped_file import _NOFOLLOW, advise_fresh, allocate_file, fsync_dir, open_no_follow, settle
 
 __all__ = [
     "IndexFile", "IndexService", "build_index_file", "header_problem", "index_file_size", "keys_of",
@@ -129,7 +129,7 @@ class IndexFile(k.IndexRegion):
             the previous file's *end_phy_offset* / *end_timestamp* (docs/format.md#index-put).
     """
 
-    __slots__ = ("damaged", "name", "path", "read_only")  # (mm and the geometry: IndexRegion's)
+    __slots__ = ("damaged", "fresh", "name", "path", "read_only")  # (mm and the geometry: IndexRegion's)
 
     def __init__(self, path, hash_slot_num, index_num, read_only=False, create=False, end_phy_offset=0, end_timestamp=0,
                  spare=False):
@@ -155,6 +155,8 @@ class IndexFile(k.IndexRegion):
                     self.path, actual,
                 )
             self.mm = mmap.mmap(fd, size, access=mmap.ACCESS_READ if read_only else mmap.ACCESS_WRITE)
+            #: made here: mapped without read-around until warmed or rolled (mapped_file.settle)
+            self.fresh = create and not read_only and advise_fresh(self.mm)
         finally:
             os.close(fd)  # the mapping keeps the file
 
@@ -497,6 +499,7 @@ class IndexService(k.IndexServiceBase):
                           end_timestamp=end_ts)
         fsync_dir(self.directory)
         if last is not None:
+            settle(last)  # (one made here, never warmed: left now)
             if self.rolled is not None:
                 self.rolled.append((last, end_ts))  # flushed by the service thread, off the put
             else:

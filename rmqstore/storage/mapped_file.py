@@ -36,6 +36,41 @@ def offset_to_file_name(offset: int) -> str:
     return f"{offset:020d}"
 
 
+# A file the store has just made holds nothing but zeros, and the kernel's
+# read-around on a page fault through its mapping would fill a whole
+# read-ahead window with them (read_ahead_kb: 8 MiB, 1-2 ms, on a virtual
+# disk) on the time of the put that writes there first. Until a warm-up
+# faults the file in or the writer leaves it, its mapping is advised random
+# (a fault maps the page it needs), then normal again: readers of the file,
+# once the kernel has evicted it, get their read-ahead back.
+_MADV_RANDOM = getattr(mmap, "MADV_RANDOM", None)
+_MADV_NORMAL = getattr(mmap, "MADV_NORMAL", None)
+
+
+def advise_fresh(mm) -> bool:
+    """Advise the mapping *mm* of a file just made random (no read-around);
+    returns whether it was (:func:`settle` undoes it)."""
+    if _MADV_RANDOM is None or _MADV_NORMAL is None:
+        return False
+    try:
+        mm.madvise(_MADV_RANDOM)
+    except OSError:
+        return False  # (a hint: a kernel that refuses it reads around as before)
+    return True
+
+
+def settle(f) -> None:
+    """Give *f* (a MappedFile or an IndexFile whose ``fresh`` says
+    :func:`advise_fresh` advised it) the kernel's normal read-ahead back:
+    it is warmed, or its writer has left it. Idempotent."""
+    if f.fresh:
+        f.fresh = False
+        try:
+            f.mm.madvise(_MADV_NORMAL)
+        except (OSError, ValueError):
+            pass  # closed meanwhile (clean-up, an undo), or refused: a hint either way
+
+
 def fsync_dir(path) -> None:
     """fsync a directory so a created/removed entry survives a crash."""
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
@@ -58,11 +93,13 @@ class MappedFile(MappedRegion):
         wrote_position (int): bytes appended (relative to the file).
         flushed_position (int): bytes known to be forced to disk.
         first_created_in_queue (bool): created while its queue was empty (docs/format.md#pre-blank-unit).
+        fresh (bool): made here and mapped without read-around, until
+            :func:`settle` (docs/format.md#files-made-ahead).
     """
 
     __slots__ = (
         "path", "read_only", "_fd", "flushed_position", "first_created_in_queue",
-        "available", "first_shutdown_ms", "_rewinds",
+        "available", "first_shutdown_ms", "_rewinds", "fresh",
     )
 
     def __init__(self, path, file_size: int, read_only: bool = False, create: bool = False):
@@ -90,6 +127,7 @@ class MappedFile(MappedRegion):
                     )
             access = mmap.ACCESS_READ if read_only else mmap.ACCESS_WRITE
             self.mm = mmap.mmap(self._fd, file_size, access=access, **_NO_FD_COPY)
+            self.fresh = create and not read_only and advise_fresh(self.mm)
         except BaseException:
             os.close(self._fd)
             if create:
@@ -515,6 +553,8 @@ class MappedFileQueue(MappedQueue):
         ``files``: the first spare, or one made now (``start_offset``
         rounded down for an empty queue). Raises what making a file raises
         (OSError, DiskFullError), with the queue unchanged."""
+        if self.last is not None:
+            settle(self.last)  # (one made here and never warmed: its writer leaves it now)
         if self.spares:
             mf = self.spares.pop(0)
             if self.on_take is not None:
