@@ -32,24 +32,9 @@ import time
 
 import pytest
 
+from spark_support import require_spark
 
-def _why_no_spark():
-    try:
-        import pandas  # noqa: F401
-        import pyarrow  # noqa: F401
-        import pyspark  # noqa: F401
-    except ImportError as e:
-        return f"pyspark[sql] is not installed ({e})"
-    if not (shutil.which("java") or os.environ.get("JAVA_HOME")):
-        return "no Java runtime"
-    return None
-
-
-_WHY = _why_no_spark()
-if _WHY is not None:
-    if os.environ.get("RMQSTORE_REQUIRE_SPARK") == "1":
-        raise RuntimeError(f"RMQSTORE_REQUIRE_SPARK=1 but {_WHY}")
-    pytest.skip(_WHY, allow_module_level=True)
+require_spark()
 
 import rmqstore  # noqa: E402
 from rmqstore import Message, MessageStore, StoreConfig  # noqa: E402

@@ -313,21 +313,3 @@ def s3_server():
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-
-
-def require_spark() -> None:
-    """Skip the calling test module (at import) when pyspark[sql] or Java is
-    missing; under ``RMQSTORE_REQUIRE_SPARK=1`` (CI) that is an error."""
-    why = None
-    try:
-        import pandas  # noqa: F401
-        import pyarrow  # noqa: F401
-        import pyspark  # noqa: F401
-    except ImportError as e:
-        why = f"pyspark[sql] is not installed ({e}); pip install -e '.[spark,test]'"
-    if why is None and not (shutil.which("java") or os.environ.get("JAVA_HOME")):
-        why = "no Java runtime (java is not on PATH and JAVA_HOME is unset)"
-    if why is not None:
-        if os.environ.get("RMQSTORE_REQUIRE_SPARK") == "1":
-            raise RuntimeError(f"RMQSTORE_REQUIRE_SPARK=1 but {why}")
-        pytest.skip(why, allow_module_level=True)

@@ -23,7 +23,7 @@ import time
 
 import pytest
 
-from conftest import require_spark
+from spark_support import require_spark
 
 require_spark()
 

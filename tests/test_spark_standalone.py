@@ -35,7 +35,7 @@ if os.environ.get("RMQSTORE_SPARK_CLUSTER", "1").strip().lower() in ("0", "false
     pytest.skip("RMQSTORE_SPARK_CLUSTER=0", allow_module_level=True)
 
 
-from conftest import require_spark
+from spark_support import require_spark
 
 require_spark()
 
