@@ -25,10 +25,11 @@ import shutil
 import statistics
 import sys
 import tempfile
-import time
 
 import numpy as np
 import pyarrow as pa
+
+from spark_queries import SPARK_CONF, by_hour, timed
 
 BODY = 256
 BATCH = 65536
@@ -80,16 +81,6 @@ def _source():
     return FloorSource
 
 
-def _median(run, rounds: int) -> float:
-    run()  # warm-up: Python workers, JIT, page cache
-    times = []
-    for _ in range(rounds):
-        t0 = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -110,9 +101,7 @@ def main(argv=None) -> int:
 
     from rmqstore.spark.cli import session
 
-    conf = {"spark.sql.shuffle.partitions": "2", "spark.driver.memory": "4g", "spark.ui.enabled": "false",
-            "spark.ui.showConsoleProgress": "false"}  # (as bench/test_spark_bench.py)
-    spark = session("local[2]", "rmqstore-floor", conf)
+    spark = session("local[2]", "rmqstore-floor", SPARK_CONF)
     spark.dataSource.register(_source())
     tmp = tempfile.mkdtemp(prefix="rmqstore-floor-", dir=args.dir)
     try:
@@ -122,10 +111,6 @@ def main(argv=None) -> int:
 
         pq = os.path.join(tmp, "parquet")
         toy("group").withColumn("physical_offset", F.monotonically_increasing_id()).write.parquet(pq)
-
-        def by_hour(df):
-            return df.groupBy("topic", F.date_trunc("hour", "store_timestamp").alias("hour")) \
-                .agg(F.count("*").alias("n"), F.sum(F.length("body")).alias("body_bytes")).orderBy("hour").collect()
 
         def parquet(*columns):
             return spark.read.parquet(pq).select(*columns)
@@ -140,7 +125,7 @@ def main(argv=None) -> int:
         for name, (a, b) in cases.items():
             if a() != b():  # the same answer, outside the timing
                 raise AssertionError(f"{name}: the toy source and Parquet disagree")
-            ta, tb = _median(a, args.rounds), _median(b, args.rounds)
+            ta, tb = statistics.median(timed(a, args.rounds)), statistics.median(timed(b, args.rounds))
             print(f"  {name:<22} toy source {ta:6.2f} s  parquet {tb:6.2f} s  toy / parquet {ta / tb:.2f}x")
     finally:
         spark.stop()

@@ -39,6 +39,7 @@ require_spark()
 import rmqstore  # noqa: E402
 from rmqstore import Message, MessageStore, StoreConfig  # noqa: E402
 from rmqstore.spark.cli import session  # noqa: E402
+from spark_queries import SPARK_CONF, by_hour, timed  # noqa: E402
 
 N = int(os.environ.get("RMQSTORE_BENCH_SPARK_N", "2000000"))
 ROUNDS = int(os.environ.get("RMQSTORE_BENCH_SPARK_ROUNDS", "3"))
@@ -51,8 +52,7 @@ NARROW = "physical_offset, topic, queue_id, queue_offset, store_timestamp, born_
 @pytest.fixture(scope="module")
 def spark():
     os.environ["PYSPARK_PYTHON"] = sys.executable  # workers: this interpreter
-    s = session("local[2]", "rmqstore-bench", {"spark.sql.shuffle.partitions": "2", "spark.driver.memory": "4g",
-                                               "spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false"})
+    s = session("local[2]", "rmqstore-bench", SPARK_CONF)
     yield s
     s.stop()
 
@@ -79,16 +79,6 @@ def stores(tmp_path_factory, spark):
     return root, pq
 
 
-def _time(run) -> list:
-    run()  # warm-up: page cache, Python workers, JIT
-    out = []
-    for _ in range(ROUNDS):
-        t0 = time.perf_counter()
-        run()
-        out.append(time.perf_counter() - t0)
-    return out
-
-
 def test_read_throughput_vs_parquet(spark, stores, capsys):
     root, pq = stores
     ours = spark.read.format("rmqstore").load(str(root))
@@ -105,7 +95,7 @@ def test_read_throughput_vs_parquet(spark, stores, capsys):
     results = {}
     for name, df in (("rmqstore", ours), ("parquet", theirs), ("rmqstore narrow", ours_narrow),
                      ("parquet narrow", theirs_narrow)):
-        results[name] = statistics.median(_time(lambda df=df: df.write.format("noop").mode("overwrite").save()))
+        results[name] = statistics.median(timed(lambda df=df: df.write.format("noop").mode("overwrite").save(), ROUNDS))
 
     pq_mb = sum(f.stat().st_size for f in pq.rglob("*.parquet")) / 1e6
     lines = [
@@ -189,10 +179,6 @@ def test_queries_vs_parquet(spark, stores, capsys):
     def theirs(columns):
         return spark.read.parquet(str(pq)).select(*columns.split(","))
 
-    def by_hour(df):
-        return df.groupBy("topic", F.date_trunc("hour", "store_timestamp").alias("hour")) \
-            .agg(F.count("*").alias("n"), F.sum(F.length("body")).alias("body_bytes")).orderBy("hour").collect()
-
     window = f"topic = 'BenchTopic' AND store_timestamp >= timestamp_millis({lo}) " \
              f"AND store_timestamp <= timestamp_millis({hi})"
     cases = {
@@ -207,7 +193,7 @@ def test_queries_vs_parquet(spark, stores, capsys):
     lines = [f"Spark queries over {N:,} messages, local[2], median of {ROUNDS}, kernels {rmqstore.IMPLEMENTATION}:"]
     for name, (a, b) in cases.items():
         assert a() == b()  # the same answer (outside the timing)
-        ta, tb = statistics.median(_time(a)), statistics.median(_time(b))
+        ta, tb = statistics.median(timed(a, ROUNDS)), statistics.median(timed(b, ROUNDS))
         lines.append(f"  {name:<22} rmqstore {ta:6.2f} s  parquet {tb:6.2f} s  rmqstore / parquet {ta / tb:.2f}x")
     with capsys.disabled():
         print("\n" + "\n".join(lines))
@@ -232,7 +218,7 @@ def test_write_vs_parquet(spark, stores, tmp_path, capsys):
             shutil.rmtree(tmp_path / f"{fmt}{runs[fmt] - 1}", ignore_errors=True)  # (two on disk at most)
         return run
 
-    ta, tb = statistics.median(_time(write("rmqstore"))), statistics.median(_time(write("parquet")))
+    ta, tb = statistics.median(timed(write("rmqstore"), ROUNDS)), statistics.median(timed(write("parquet"), ROUNDS))
     last = tmp_path / f"rmqstore{runs['rmqstore']}"
     check = ["count(*) AS n", "sum(length(body)) AS b", "sum(hash(keys, unique_key)) AS h"]
     assert spark.read.format("rmqstore").load(str(last)).selectExpr(*check).first() == \
