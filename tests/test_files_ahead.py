@@ -138,10 +138,10 @@ def test_the_index_file_a_roll_leaves_is_flushed_by_the_service_then_counted_ful
 def test_a_put_makes_the_file_itself_when_the_service_cannot(tmp_path, monkeypatch, caplog):
     real = MappedFileQueue.create_segment
 
-    def failing_in_the_service(self, start):
+    def failing_in_the_service(self, start, *args, **kw):
         if threading.current_thread().name.startswith("rmqstore-allocate"):
             raise OSError(28, "No space left on device (test)")
-        return real(self, start)
+        return real(self, start, *args, **kw)
 
     monkeypatch.setattr(MappedFileQueue, "create_segment", failing_in_the_service)
     root = str(tmp_path / "s")
@@ -149,6 +149,7 @@ def test_a_put_makes_the_file_itself_when_the_service_cannot(tmp_path, monkeypat
         results = _put(store, 2600)  # rolls: every segment made by the put that needs it
         assert results[-1].wrote_offset >= SEG
         _wait_for(lambda: "could not make a file ahead" in caplog.text)
+        assert "No space left on device (test)" in caplog.text
     with MessageStore.open(root, _config(), read_only=True) as ro:
         assert sum(ro.get_max_offset_in_queue("Ahead", q) for q in (0, 1)) == 2600
 
@@ -487,3 +488,44 @@ def test_a_store_renamed_while_open_is_not_made_again_under_its_old_path(tmp_pat
         finally:
             os.rename(new, old)  # (the open files work by their paths)
         assert store.get_max_offset_in_queue("Ahead", 0) == 550
+
+
+# --- the disk turn ---------------------------------------------------------------------
+
+
+def test_warm_up_and_the_flush_threads_syncs_never_run_at_once(tmp_path, monkeypatch):
+    # each warm-up step and each sync of the flush thread holds the store's
+    # disk turn; while another holder has it, the warm-up waits
+    from rmqstore.service import allocate
+
+    seen = []
+    real_warm = allocate.k.warm_pages
+
+    def warm(mm, start, end):
+        seen.append(("warm", store._disk_turn.locked()))
+        return real_warm(mm, start, end)
+
+    monkeypatch.setattr(allocate.k, "warm_pages", warm)
+    real_flush = MappedFileQueue.flush
+
+    def flush(q, least_pages=0):
+        if threading.current_thread().name.startswith("rmqstore-flush"):
+            seen.append(("flush", store._disk_turn.locked()))
+        return real_flush(q, least_pages)
+
+    monkeypatch.setattr(MappedFileQueue, "flush", flush)
+    root = str(tmp_path / "s")
+    cfg = _config(flush_interval_commit_log=10, flush_interval_consume_queue=10, flush_commit_log_least_pages=0)
+    with MessageStore.open(root, cfg) as store:
+        _put(store, 1)
+        _wait_for(lambda: {"warm", "flush"} <= {what for what, _ in seen})
+        with store._disk_turn:  # (as if the flush thread were syncing)
+            before = sum(what == "warm" for what, _ in seen)
+            results = _put(store, 1500)  # past half a segment: the one after the next is made
+            _wait_for(lambda: len(_segments(root)) == 3)
+            time.sleep(0.3)
+            assert sum(what == "warm" for what, _ in seen) == before  # made, not warmed: it waits its turn
+        _wait_for(lambda: sum(what == "warm" for what, _ in seen) > before)
+        assert results[-1].status.name == "PUT_OK"
+    assert all(held for _, held in seen)
+

@@ -19,7 +19,12 @@ a switch to a file that exists, not a file creation on the put's path:
   ``flush_least_pages_when_warm_maped_file`` pages at a time, each step
   synced as RocketMQ does (a group commit never has a warmed file to write
   back whole), under ASYNC_FLUSH in steps of up to 256 MiB (each step ends
-  with a hand-over of the GIL, which the putting thread pays for).
+  with a hand-over of the GIL, which the putting thread pays for);
+- a warm-up step and the index sync a roll leaves here take the store's
+  disk turn, which the flush thread holds while it syncs: the two never
+  run at once, so that with the putting thread there are at most two busy
+  threads of the store (on a 2-core machine a third preempted the putter
+  for milliseconds).
 
 Files are made with their final names (index files under temporary names
 until a roll publishes them, as before) and reserved whole, so a file made
@@ -68,6 +73,8 @@ class AllocateService:
             (``flush_least_pages_when_warm_maped_file``).
         sync_warm (bool): sync each warmed step (SYNC_FLUSH).
         name (str): for the thread's name.
+        turn (threading.Lock): the store's disk turn (see the module's doc),
+            held around each warm-up step and index sync.
 
     Attributes:
         failures (int): files it failed to make so far (each logged).
@@ -75,8 +82,9 @@ class AllocateService:
     """
 
     def __init__(self, lock, commit_log_queue, index, consume_queues, warm: bool, warm_pages: int, sync_warm: bool,
-                 name: str) -> None:
+                 name: str, turn) -> None:
         self._lock = lock
+        self._turn = turn
         self._cl = commit_log_queue
         self._index = index
         self._cqs = consume_queues
@@ -166,7 +174,9 @@ class AllocateService:
         index = self._index
         if index is not None:
             self._ahead_index(index)
-            index.flush_rolled()
+            if index.rolled:
+                with self._turn:
+                    index.flush_rolled()
         if warm:
             self._warm_made()
 
@@ -259,9 +269,10 @@ class AllocateService:
         while pos < size and not self._stop.is_set():
             end = min(size, pos + self._step)
             try:
-                k.warm_pages(mm, pos, end)
-                if self._sync_warm:
-                    sync()
+                with self._turn:
+                    k.warm_pages(mm, pos, end)
+                    if self._sync_warm:
+                        sync()
             except (ValueError, BufferError, OSError, StoreClosedError):
                 return  # closed or deleted meanwhile: nothing left to warm
             pos = end

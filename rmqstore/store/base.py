@@ -86,6 +86,10 @@ class StoreBase(k.StoreCore):
         self._dispatch_lock = threading.Lock()
         # one CommitLog sync at a time; re-entrant: close() holds it around its own flush
         self._flush_lock = threading.RLock()
+        # the service threads' long kernel work (the flush thread's syncs, the
+        # warm-up) one at a time: with both at once as well as the putting
+        # thread, a 2-core machine preempts the putter for milliseconds
+        self._disk_turn = threading.Lock()
         self._commit_cond = threading.Condition()  # SYNC_FLUSH producers wait here
         self._committing = False  # a group-commit leader is syncing
         self._written_end = 0  # physical offset past the last appended record

@@ -102,7 +102,9 @@ class Commit(Space):
         complete flush every ``flush_commit_log_thorough_interval``), the
         ConsumeQueues every ``flush_interval_consume_queue`` ms (complete every
         ``flush_consume_queue_thorough_interval``), the checkpoint every second.
-        Under NO_FLUSH only the disk-space probe."""
+        Under NO_FLUSH only the disk-space probe. The CommitLog and
+        ConsumeQueue syncs take the disk turn, which the warm-up takes too
+        (rmqstore/service/allocate.py)."""
         cfg = self.config
         syncs = not self._no_flush
         now = time.monotonic()
@@ -116,12 +118,13 @@ class Commit(Space):
             try:
                 if syncs and not self._sync_flush and now >= next_cl:
                     complete = now - thorough_cl >= cfg.flush_commit_log_thorough_interval / 1000
-                    self._flush_commit_log(0 if complete else cfg.flush_commit_log_least_pages)
+                    with self._disk_turn:
+                        self._flush_commit_log(0 if complete else cfg.flush_commit_log_least_pages)
                     thorough_cl = now if complete else thorough_cl
                     next_cl = now + cfg.flush_interval_commit_log / 1000
                 if syncs and now >= next_cq:
                     complete = now - thorough_cq >= cfg.flush_consume_queue_thorough_interval / 1000
-                    with self._dispatch_lock:
+                    with self._disk_turn, self._dispatch_lock:
                         self._flush_consume_queues(0 if complete else cfg.flush_consume_queue_least_pages)
                     thorough_cq = now if complete else thorough_cq
                     next_cq = now + cfg.flush_interval_consume_queue / 1000

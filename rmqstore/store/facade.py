@@ -170,6 +170,7 @@ class MessageStore(Pull):
                     self._lock, self.commitlog.queue, self.index if cfg.message_index_enable else None,
                     self._cqs, cfg.warm_maped_file_enable,
                     cfg.flush_least_pages_when_warm_maped_file, self._sync_flush, os.path.basename(self.root_dir),
+                    self._disk_turn,
                 )
                 self.commitlog.queue.on_take = self._allocator.wake
                 self._allocator.start()
