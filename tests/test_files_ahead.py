@@ -490,7 +490,7 @@ def test_a_store_renamed_while_open_is_not_made_again_under_its_old_path(tmp_pat
         assert store.get_max_offset_in_queue("Ahead", 0) == 550
 
 
-# --- the disk turn ---------------------------------------------------------------------
+# --- the disk turn and the directory entries a put leaves to the flush -------------------
 
 
 def test_warm_up_and_the_flush_threads_syncs_never_run_at_once(tmp_path, monkeypatch):
@@ -529,3 +529,152 @@ def test_warm_up_and_the_flush_threads_syncs_never_run_at_once(tmp_path, monkeyp
         assert results[-1].status.name == "PUT_OK"
     assert all(held for _, held in seen)
 
+
+def test_a_queues_new_file_has_its_directory_synced_by_the_next_flush_not_by_the_put(tmp_path, monkeypatch):
+    from rmqstore.storage import mapped_file
+
+    synced = []
+    real = mapped_file.fsync_dir
+    monkeypatch.setattr(mapped_file, "fsync_dir", lambda path: (synced.append(os.path.basename(path)), real(path)))
+    root = str(tmp_path / "s")
+    with MessageStore.open(root, _config(make_files_ahead=False, flush_interval_consume_queue=60_000)) as store:
+        synced.clear()
+        store.put_message(Message("Ahead", BODY, queue_id=7))
+        # the CommitLog's first segment, made by the put, is synced at once
+        assert synced == ["commitlog"]
+        cq = store._cqs[("Ahead", 7)]
+        assert cq.queue.dir_unsynced and os.path.isdir(cq.queue.directory)
+        store.flush()
+        assert synced == ["commitlog", "7"] and not cq.queue.dir_unsynced
+        store.flush()
+        assert synced == ["commitlog", "7"]  # once
+
+
+def test_a_failed_directory_sync_is_raised_and_tried_again_by_the_next_flush(tmp_path, monkeypatch):
+    from rmqstore.storage import mapped_file
+
+    q = MappedFileQueue(str(tmp_path / "q"), 4096, sync_creation=False)
+    q.last_for_append(0)
+    assert q.dir_unsynced
+
+    def fails(path):
+        raise OSError(errno.EIO, "injected")
+
+    monkeypatch.setattr(mapped_file, "fsync_dir", fails)
+    with pytest.raises(OSError):
+        q.flush()
+    assert q.dir_unsynced
+    made_meanwhile = []
+
+    def a_put_makes_a_file_during_the_sync(path):
+        made_meanwhile.append(path)
+        q.dir_unsynced = True  # (what create_segment does)
+
+    monkeypatch.setattr(mapped_file, "fsync_dir", a_put_makes_a_file_during_the_sync)
+    q.flush()
+    assert made_meanwhile and q.dir_unsynced  # that file's entry waits for the next flush
+    monkeypatch.setattr(mapped_file, "fsync_dir", lambda path: None)
+    q.flush()
+    assert not q.dir_unsynced
+    q.close()
+
+
+def _index_dir_syncs(monkeypatch) -> list:
+    """Record (thread name) of each sync of an index directory."""
+    from rmqstore.storage import index as index_module
+
+    calls = []
+    real = index_module.fsync_dir
+
+    def recording(path):
+        calls.append(threading.current_thread().name)
+        return real(path)
+
+    monkeypatch.setattr(index_module, "fsync_dir", recording)
+    return calls
+
+
+def _index_names(root) -> list:
+    return sorted(os.listdir(os.path.join(root, "index")))
+
+
+def test_an_index_roll_publishes_its_spare_and_the_service_syncs_it(tmp_path, monkeypatch):
+    calls = _index_dir_syncs(monkeypatch)
+    root = str(tmp_path / "s")
+    with MessageStore.open(root, _config()) as store:
+        index = store.index
+        results = _put(store, 1200)  # 400-entry files: rolls
+        assert len([n for n in _index_names(root) if not n.endswith(".tmp")]) >= 3  # renamed on the put
+        assert not any(name == "MainThread" for name in calls)  # no sync on the put
+        _wait_for(lambda: not index.published and not index.rolled)
+        assert calls and all(name.startswith("rmqstore-allocate") for name in calls)
+        keys = [f"k{i}" for i in range(0, 1200, 97)]
+        for key, i in zip(keys, range(0, 1200, 97)):
+            assert [m.physical_offset for m in store.query_messages("Ahead", key)] == [results[i].wrote_offset]
+
+
+def test_without_the_service_an_index_roll_syncs_on_the_put(tmp_path, monkeypatch):
+    calls = _index_dir_syncs(monkeypatch)
+    with MessageStore.open(str(tmp_path / "s"), _config(make_files_ahead=False)) as store:
+        _put(store, 1200)
+        assert calls.count("MainThread") >= 3 and not store.index.published
+
+
+def test_no_flush_close_syncs_what_rolls_published(tmp_path, monkeypatch):
+    calls = _index_dir_syncs(monkeypatch)
+    with MessageStore.open(str(tmp_path / "s"), _config(flush_disk_type="NO_FLUSH")) as store:
+        with store._disk_turn:  # (the service cannot sync them meanwhile)
+            _put(store, 1200)
+            index = store.index
+            assert index.published
+            n = len(calls)
+        # (the service may sync them before the close does: either way, synced)
+    assert not index.published and len(calls) > n
+
+
+def test_sync_published_keeps_the_files_listed_when_a_sync_fails(tmp_path, monkeypatch):
+    from rmqstore.storage import index as index_module
+
+    with MessageStore.open(str(tmp_path / "s"), _config()) as store:
+        index = store.index
+        with store._disk_turn:
+            _put(store, 1200)
+            published = list(index.published)
+            assert published
+
+            def fails(path):
+                raise OSError(errno.EIO, "injected")
+
+            monkeypatch.setattr(index_module, "fsync_dir", fails)
+            with pytest.raises(OSError):
+                index.sync_published()
+            assert index.published == published
+            monkeypatch.undo()
+            index.sync_published()
+            index.sync_published()  # (nothing left: a no-op)
+            assert not index.published
+
+
+@pytest.mark.parametrize("lost", ["rename", "header"])
+def test_a_crash_before_the_service_syncs_a_published_index_file_loses_no_key(tmp_path, lost):
+    # a power loss can undo the rename or the header of a file a roll
+    # published (its syncs not done yet); recovery indexes its records again
+    from rmqstore.storage.index import IndexService, _new_header
+
+    root = str(tmp_path / "s")
+    cfg = _config(message_index_safe=True)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(IndexService, "sync_published", lambda self: None)  # the service never syncs it
+        store = MessageStore.open(root, cfg)
+        results = _put(store, 700)
+        newest = store.index.published[-1].path
+        store._crash()
+    assert os.path.exists(newest)
+    if lost == "rename":
+        os.rename(newest, newest + ".tmp")
+    else:
+        with open(newest, "r+b") as f:
+            f.write(_new_header(0, 0))
+    with MessageStore.open(root, cfg) as store:
+        for i in range(0, 700, 7):
+            assert [m.physical_offset for m in store.query_messages("Ahead", f"k{i}")] == [results[i].wrote_offset]

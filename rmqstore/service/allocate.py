@@ -174,7 +174,7 @@ class AllocateService:
         index = self._index
         if index is not None:
             self._ahead_index(index)
-            if index.rolled:
+            if index.rolled or index.published:
                 with self._turn:
                     index.flush_rolled()
         if warm:

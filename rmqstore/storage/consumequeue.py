@@ -129,7 +129,11 @@ class ConsumeQueue(k.ConsumeQueueBase):
     def __init__(self, root, topic: str, queue_id: int, file_size, read_only: bool = False):
         self.topic = topic
         self.queue_id = queue_id
-        self.queue = MappedFileQueue(os.path.join(root, topic, str(queue_id)), file_size, read_only)
+        # a file a put makes has its directory entry synced by the next
+        # flush, not on the put (1 ms and more): the queue is rebuilt from
+        # the CommitLog, and the checkpoint counts it only once flushed
+        self.queue = MappedFileQueue(os.path.join(root, topic, str(queue_id)), file_size, read_only,
+                                     sync_creation=False)
         self.max_physic_offset = -1
         self.min_logic_offset = 0
 

@@ -183,14 +183,25 @@ class IndexFile(k.IndexRegion):
         if not spare:
             os.rename(tmp, self.path)
 
-    def publish(self, path, end_phy_offset: int, end_timestamp: int) -> None:
+    def publish(self, path, end_phy_offset: int, end_timestamp: int, sync: bool = True) -> None:
         """A spare file made ahead becomes index file *path*: its header set
-        as a file made now would have it, then renamed into place."""
+        as a file made now would have it (synced unless *sync* is False:
+        :meth:`sync_header` later), then renamed into place."""
         self.mm[:INDEX_HEADER_SIZE] = _new_header(end_phy_offset, end_timestamp)
-        self.mm.flush(0, min(mmap.PAGESIZE, len(self.mm)))
+        if sync:
+            self.mm.flush(0, min(mmap.PAGESIZE, len(self.mm)))
         os.rename(self.path, path)
         self.path = str(path)
         self.name = os.path.basename(self.path)
+
+    def sync_header(self) -> None:
+        """Force the page holding the header to disk (the GIL released where
+        the implementation can: ``sync_pages``); a closed file (deleted by
+        clean-up meanwhile) is skipped. Raises OSError."""
+        if self.mm.closed or self.read_only:
+            return
+        if not k.sync_pages(self.mm, 0, INDEX_HEADER_SIZE):
+            self.mm.flush(0, min(mmap.PAGESIZE, len(self.mm)))
 
     def header(self) -> dict:
         """The header fields (docs/format.md#index-header); ``index_count`` as stored (entries + 1)."""
@@ -355,7 +366,8 @@ class IndexService(k.IndexServiceBase):
 
     __slots__ = (
         "_last_name", "directory", "hash_slot_num", "index_num", "keys_added", "last_full_end_timestamp",
-        "junk", "read_only", "rolled", "spares", "sync_rolls",  # (files, max_msgs_num_batch: IndexServiceBase's)
+        "junk", "published", "read_only", "rolled", "spares", "sync_rolls",
+        # (files, max_msgs_num_batch: IndexServiceBase's)
     )
 
     def __init__(self, directory, hash_slot_num, index_num, read_only=False, max_msgs_num_batch=64):
@@ -375,6 +387,10 @@ class IndexService(k.IndexServiceBase):
         self.rolled: list | None = None
         #: whether a file a roll left full is synced (False: NO_FLUSH)
         self.sync_rolls = True
+        #: spares a roll published while a service thread runs (``rolled`` a
+        #: list), whose header page and directory entry that thread syncs
+        #: (:meth:`sync_published`), not the put
+        self.published: list = []
         #: files made ahead (:meth:`reserve`), under temporary names until a roll takes them
         self.spares: list = []
         #: files :meth:`load` found to be leftovers, removed by :meth:`remove_junk`
@@ -489,15 +505,23 @@ class IndexService(k.IndexServiceBase):
         end_phy = last.end_phy_offset if last else 0
         end_ts = last.end_timestamp if last else 0
         path = os.path.join(self.directory, self._new_file_name())
+        # with a service thread, a spare's syncs are its work, not the put's:
+        # a crash that beats them leaves the file under its temporary name
+        # (junk) or its header as made (an empty file), and recovery indexes
+        # its records again, as after losing any unsynced index page
+        deferred = bool(self.spares) and self.rolled is not None
         if self.spares:
             f = self.spares[0]
-            f.publish(path, end_phy, end_ts)
+            f.publish(path, end_phy, end_ts, sync=not deferred)
             del self.spares[0]
         else:
             os.makedirs(self.directory, exist_ok=True)
             f = IndexFile(path, self.hash_slot_num, self.index_num, create=True, end_phy_offset=end_phy,
                           end_timestamp=end_ts)
-        fsync_dir(self.directory)
+        if deferred:
+            self.published.append(f)
+        else:
+            fsync_dir(self.directory)
         if last is not None:
             settle(last)  # (one made here, never warmed: left now)
             if self.rolled is not None:
@@ -514,7 +538,9 @@ class IndexService(k.IndexServiceBase):
         and only then count each as full (``last_full_end_timestamp``, which
         the checkpoint records): a service thread's work, without the append
         lock. A file clean-up deleted meanwhile is skipped. Raises OSError
-        from a sync; the file stays listed for the next call."""
+        from a sync; the file stays listed for the next call. The files
+        rolls published are synced first (:meth:`sync_published`)."""
+        self.sync_published()
         rolled = self.rolled
         while rolled:
             f, end_ts = rolled[0]
@@ -753,9 +779,27 @@ class IndexService(k.IndexServiceBase):
             vanished += 1
         return added, vanished
 
+    def sync_published(self) -> None:
+        """Sync the header page of each file in ``published``, then the
+        directory (their names), and take them off the list; safe to run
+        in two threads at once. Raises OSError; the files stay listed."""
+        published = self.published
+        if not published:
+            return
+        files = published[:]
+        for f in files:
+            f.sync_header()
+        fsync_dir(self.directory)
+        for f in files:
+            try:
+                published.remove(f)
+            except ValueError:  # (the other caller took it)
+                pass
+
     def flush(self) -> None:
         for f in self.files:
             f.flush()
+        self.sync_published()
         if self.rolled:  # (every file is flushed now: the rolls' too)
             self.last_full_end_timestamp = max(self.last_full_end_timestamp, *(ts for _f, ts in self.rolled))
             self.rolled.clear()

@@ -350,14 +350,26 @@ class MappedFileQueue(MappedQueue):
         file_size (int | None): bytes per segment; None (read-only only) takes
             the size of the files found.
         read_only (bool): map read-only and never create, delete or truncate.
+        sync_creation (bool): a segment a put makes has its directory entry
+            synced at once; False leaves that to the next :meth:`flush`
+            (a queue that can be rebuilt, whose flush comes before anything
+            that says its data is on disk: a ConsumeQueue). A service thread's
+            segment is synced as it is made either way.
+
+    Attributes:
+        dir_unsynced (bool): a segment was made since the directory was last
+            synced (*sync_creation* False); the next :meth:`flush` syncs it.
     """
 
-    __slots__ = ("directory", "junk", "making", "on_take", "read_only", "spares")  # (files, file_size: MappedQueue's)
+    __slots__ = ("directory", "dir_unsynced", "junk", "making", "on_take", "read_only", "spares",
+                 "sync_creation")  # (files, file_size: MappedQueue's)
 
-    def __init__(self, directory, file_size, read_only: bool = False):
+    def __init__(self, directory, file_size, read_only: bool = False, sync_creation: bool = True):
         self.directory = str(directory)
         self.file_size = file_size
         self.read_only = read_only
+        self.sync_creation = sync_creation
+        self.dir_unsynced = False
         self.files: list = []
         #: segments made ahead (:meth:`reserve`), in order after the last
         #: file, not yet part of the queue: the next rolls take them
@@ -500,19 +512,23 @@ class MappedFileQueue(MappedQueue):
             if m.mf is not None:
                 m.taken = True  # (the service leaves it to us: end_ahead)
                 return m.mf
-        return self.create_segment(start)
+        return self.create_segment(start, sync_dir=self.sync_creation)
 
-    def create_segment(self, start: int, make_dirs: bool = True):
+    def create_segment(self, start: int, make_dirs: bool = True, sync_dir: bool = True):
         """Create, reserve and map segment *start* and sync the directory
-        entry. Touches no list of the queue (a service thread calls it
-        without the append lock, and with *make_dirs* False: a directory
-        gone meanwhile, a store renamed while open, is not made again
-        under the old path). Raises OSError (FileNotFoundError for a
+        entry (with *sync_dir* False, the next :meth:`flush` does:
+        ``dir_unsynced``). Touches no list of the queue (a service thread
+        calls it without the append lock, and with *make_dirs* False: a
+        directory gone meanwhile, a store renamed while open, is not made
+        again under the old path). Raises OSError (FileNotFoundError for a
         missing directory), DiskFullError, CorruptedFileError; a failure
         leaves no file."""
         if make_dirs:
             os.makedirs(self.directory, exist_ok=True)
         mf = MappedFile(os.path.join(self.directory, offset_to_file_name(start)), self.file_size, create=True)
+        if not sync_dir:
+            self.dir_unsynced = True
+            return mf
         try:
             fsync_dir(self.directory)
         except BaseException:
@@ -733,7 +749,17 @@ class MappedFileQueue(MappedQueue):
         return added
 
     def flush(self, least_pages: int = 0) -> None:
-        """Flush every segment with unflushed bytes (see ``MappedFile.flush``)."""
+        """Sync the directory if a segment was made without (``dir_unsynced``),
+        then flush every segment with unflushed bytes (see
+        ``MappedFile.flush``). Raises OSError."""
+        if self.dir_unsynced:
+            # cleared first: a segment a put makes during the sync sets it again
+            self.dir_unsynced = False
+            try:
+                fsync_dir(self.directory)
+            except BaseException:
+                self.dir_unsynced = True
+                raise
         for mf in self.files:
             if mf.flushed_position < mf.wrote_position:
                 mf.flush(least_pages)

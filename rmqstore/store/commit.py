@@ -91,6 +91,8 @@ class Commit(Space):
         try:
             if sync:
                 self.index.flush()
+            else:
+                self.index.sync_published()  # (a file's creation is synced in every mode)
             self.checkpoint.index_msg_timestamp = self.index.last_full_end_timestamp
             self.checkpoint.flush(sync=sync)
         except OSError as e:
