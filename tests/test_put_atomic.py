@@ -305,15 +305,27 @@ def records(root):
 """
 
 
-def test_out_of_descriptors_while_a_queue_file_is_made(tmp_path):
-    out = run_child(CHILD_PRELUDE + """
+@pytest.mark.parametrize("free", [0, 1])
+def test_out_of_descriptors_while_a_queue_file_is_made(tmp_path, free):
+    # free 0: the queue file cannot be opened; 1: it can, but not mapped
+    # (the mapping takes a descriptor of its own), and is removed again
+    out = run_child(CHILD_PRELUDE + f"FREE = {free}" + """
 root = sys.argv[1] if len(sys.argv) > 1 else "s"
 s = MessageStore.open(root, cfg)
 s.put_message(Message("T", b"a", queue_id=0))
 end = s.max_physical_offset
 soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
 top = max(int(n) for n in os.listdir("/proc/self/fd"))
-resource.setrlimit(resource.RLIMIT_NOFILE, (top + 1, hard))  # not one descriptor more
+fillers = []  # every descriptor number up to top taken
+while True:
+    fd = os.open(os.devnull, os.O_RDONLY)
+    if fd > top:
+        os.close(fd)
+        break
+    fillers.append(fd)
+for fd in fillers[len(fillers) - FREE:] if FREE else []:
+    os.close(fd)
+resource.setrlimit(resource.RLIMIT_NOFILE, (top + 1, hard))  # FREE descriptors left
 try:
     s.put_messages([Message("T", b"b", queue_id=0), Message("T", b"c", queue_id=1)])
     err = None
@@ -322,12 +334,15 @@ except OSError as e:
 unchanged = s.max_physical_offset == end and s.get_max_offset_in_queue("T", 1) == 0
 same_queue = s.put_message(Message("T", b"d", queue_id=0)).queue_offset  # needs no new file
 resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+queue_dir = os.path.join(root, "consumequeue", "T", "1")
+left = os.listdir(queue_dir) if os.path.isdir(queue_dir) else []
 s.put_messages([Message("T", b"b", queue_id=0), Message("T", b"c", queue_id=1)])
 s.close()
-print(json.dumps({"errno": err, "unchanged": unchanged, "same_queue": same_queue, "records": records(root)}))
+print(json.dumps({"errno": err, "unchanged": unchanged, "same_queue": same_queue, "records": records(root),
+                  "left": left}))
 """, tmp_path)
     assert out["errno"] == errno.EMFILE
-    assert out["unchanged"] and out["same_queue"] == 1
+    assert out["unchanged"] and out["same_queue"] == 1 and out["left"] == []
     assert out["records"] == [["T", 0, 0, "a"], ["T", 0, 1, "d"], ["T", 0, 2, "b"], ["T", 1, 0, "c"]]
 
 
