@@ -622,13 +622,13 @@ def test_without_the_service_an_index_roll_syncs_on_the_put(tmp_path, monkeypatc
 
 def test_no_flush_close_syncs_what_rolls_published(tmp_path, monkeypatch):
     calls = _index_dir_syncs(monkeypatch)
-    with MessageStore.open(str(tmp_path / "s"), _config(flush_disk_type="NO_FLUSH")) as store:
-        with store._disk_turn:  # (the service cannot sync them meanwhile)
-            _put(store, 1200)
-            index = store.index
-            assert index.published
-            n = len(calls)
-        # (the service may sync them before the close does: either way, synced)
+    # (the turn held: the service cannot sync them; released, it may before
+    # the close does: either way, synced)
+    with MessageStore.open(str(tmp_path / "s"), _config(flush_disk_type="NO_FLUSH")) as store, store._disk_turn:
+        _put(store, 1200)
+        index = store.index
+        assert index.published
+        n = len(calls)
     assert not index.published and len(calls) > n
 
 
