@@ -311,6 +311,10 @@ def test_out_of_descriptors_while_a_queue_file_is_made(tmp_path, free):
     # (the mapping takes a descriptor of its own), and is removed again
     out = run_child(CHILD_PRELUDE + f"FREE = {free}" + """
 root = sys.argv[1] if len(sys.argv) > 1 else "s"
+# no thread of the store opens a descriptor meanwhile (a transient one
+# closed between the count and the put would leave one more free): no
+# files made ahead, no flush (so no checkpoint write) for a minute
+cfg = cfg.replace(make_files_ahead=False, flush_interval_commit_log=60_000, flush_interval_consume_queue=60_000)
 s = MessageStore.open(root, cfg)
 s.put_message(Message("T", b"a", queue_id=0))
 end = s.max_physical_offset
