@@ -189,7 +189,7 @@ class IndexFile(k.IndexRegion):
         :meth:`sync_header` later), then renamed into place."""
         self.mm[:INDEX_HEADER_SIZE] = _new_header(end_phy_offset, end_timestamp)
         if sync:
-            self.mm.flush(0, min(mmap.PAGESIZE, len(self.mm)))
+            self.sync_header()
         os.rename(self.path, path)
         self.path = str(path)
         self.name = os.path.basename(self.path)
