@@ -12,6 +12,7 @@ Buffers: every kernel takes any object with the buffer protocol (``mmap``,
 at run time, so they add no dependency.
 """
 
+import mmap
 from collections.abc import Callable, Iterable
 from typing import Any, final
 
@@ -34,6 +35,7 @@ __all__ = [
     "StoreState",
     "StoreCore",
     "warm_pages",
+    "release_pages",
     "sync_pages",
     "java_hash",
     "index_key_hash",
@@ -376,6 +378,7 @@ def cq_put(buf: WriteableBuffer, pos: int, physical_offset: int, size: int, tags
 def cq_get(buf: ReadableBuffer, pos: int) -> tuple[int, int, int]: ...
 def cq_units(buf: ReadableBuffer, start: int, end: int) -> list[tuple[int, int, int]]: ...
 def warm_pages(buf: WriteableBuffer, start: int, end: int) -> bool: ...
+def release_pages(buf: mmap.mmap, start: int, end: int) -> bool: ...
 def sync_pages(buf: ReadableBuffer, start: int, end: int) -> bool: ...
 def cq_scan(buf: ReadableBuffer, start: int, end: int, phy_limit: int | None = ...) -> tuple[int, int]: ...
 def cq_search_time(

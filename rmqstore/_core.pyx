@@ -36,6 +36,7 @@ from cpython.unicode cimport PyUnicode_AsUTF8AndSize, PyUnicode_CheckExact
 from cpython.set cimport PyAnySet_CheckExact, PySet_Contains
 from cpython.object cimport PyObject_Hash
 
+import mmap as _mmap
 import os
 import threading
 import time
@@ -58,6 +59,7 @@ __all__ = [
     "StoreState",
     "StoreCore",
     "warm_pages",
+    "release_pages",
     "sync_pages",
     "java_hash",
     "index_key_hash",

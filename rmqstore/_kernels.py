@@ -95,6 +95,7 @@ if TYPE_CHECKING:
         read_store_timestamp,
         read_store_timestamps,
         record_size,
+        release_pages,
         scan_records,
         sync_pages,
         tags_hash,

@@ -33,6 +33,9 @@ def _config(**kw) -> StoreConfig:
     return StoreConfig(**{**base, **kw})
 
 
+_SMAPS = pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="reads Linux's /proc/self/smaps")
+
+
 def _segments(root) -> list:
     d = os.path.join(root, "commitlog")
     return sorted(os.listdir(d)) if os.path.isdir(d) else []
@@ -133,6 +136,11 @@ def test_the_index_file_a_roll_leaves_is_flushed_by_the_service_then_counted_ful
         first_end = store.index.files[0].end_timestamp
         _wait_for(lambda: not store.index.rolled)
         assert store.index.last_full_end_timestamp == first_end
+        if k.IMPLEMENTATION == "cython" and os.path.exists("/proc/self/smaps"):
+            # it takes no more entries: unmapped before its sync (a read of
+            # its header since maps that page back)
+            assert _rss_pages(store.index.files[0].path) <= 1
+        assert [m.keys for m in store.query_messages("Ahead", "k7")] == ["k7"]  # (k7 is in the first file)
 
 
 def test_a_put_makes_the_file_itself_when_the_service_cannot(tmp_path, monkeypatch, caplog):
@@ -288,6 +296,56 @@ def test_sync_pages_changes_no_byte_and_says_whether_it_synced(impl, mapped):
         k.sync_pages(mapped, 0.5, 1)
 
 
+def _rss_pages(path) -> int:
+    """Pages of *path* this process maps now (Rss in /proc/self/smaps)."""
+    path, kb, inside = os.path.realpath(path), 0, False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split()
+            if not head[0].endswith(":"):  # a mapping: address range, mode, offset, device, inode[, path]
+                inside = len(head) > 5 and head[5] == path
+            elif inside and head[0] == "Rss:":
+                kb += int(head[1])
+    return kb * 1024 // mmap.PAGESIZE
+
+
+@_SMAPS
+def test_release_pages_unmaps_the_whole_pages_and_keeps_every_byte(impl, tmp_path):
+    path = tmp_path / "f"
+    with open(path, "wb") as f:
+        f.truncate(64 * mmap.PAGESIZE)
+    fd = os.open(path, os.O_RDWR)
+    mm = mmap.mmap(fd, 64 * mmap.PAGESIZE)
+    try:
+        data = os.urandom(32 * mmap.PAGESIZE)
+        mm[: len(data)] = data
+        mapped = _rss_pages(path)
+        assert mapped >= 32
+        released = k.IMPLEMENTATION == "cython"  # (the twin's madvise would hold the GIL)
+        # pages 1..19: the page holding byte 10 and the one holding the end are partly outside
+        assert k.release_pages(mm, 10, 20 * mmap.PAGESIZE + 5) is released
+        assert _rss_pages(path) == (mapped - 19 if released else mapped)
+        assert k.release_pages(mm, 10, 20) is True  # no whole page: nothing to do
+        assert k.release_pages(mm, -10, 10**12) is released  # clipped to the buffer
+        assert bytes(mm[: len(data)]) == data  # mapped again, from the page cache
+        mm[5 * mmap.PAGESIZE:5 * mmap.PAGESIZE + 3] = b"new"  # and written again
+        os.fsync(fd)
+        with open(path, "rb") as f:
+            assert f.read(len(data)) == data[: 5 * mmap.PAGESIZE] + b"new" + data[5 * mmap.PAGESIZE + 3:]
+    finally:
+        mm.close()
+        os.close(fd)
+
+
+def test_release_pages_takes_only_a_files_mapping(impl):
+    # (the advice would zero the bytes of a private or heap buffer)
+    for buf in (bytearray(3 * mmap.PAGESIZE), b"abc", memoryview(bytearray(10))):
+        with pytest.raises(TypeError):
+            k.release_pages(buf, 0, len(buf))
+    with pytest.raises(TypeError):
+        k.release_pages(mmap.mmap(-1, mmap.PAGESIZE), 0.5, 1)
+
+
 @pytest.fixture
 def segment(tmp_path, monkeypatch):
     """A 64-page MappedFile, and the ``(start, end)`` spans its syncs ask for
@@ -384,6 +442,33 @@ def test_a_flush_leaves_the_pages_warmed_ahead_writable(impl, tmp_path):
     assert after_flush < 16
 
 
+@_SMAPS
+def test_a_flush_unmaps_the_whole_pages_it_syncs_and_no_page_warmed_ahead(impl, tmp_path):
+    """The pages a flush syncs are written for good: unmapped before the
+    sync (``release_pages``), they need no TLB shootdown on a putting
+    thread's CPU as they are cleaned; the page being written and the pages
+    warmed ahead stay mapped."""
+    from rmqstore.storage.mapped_file import MappedFile
+
+    if k.IMPLEMENTATION != "cython":
+        pytest.skip("the twin neither syncs a range nor releases one")
+    mf = MappedFile(tmp_path / f"{0:020d}", 64 * mmap.PAGESIZE, create=True)
+    try:
+        k.warm_pages(mf.mm, 0, mf.file_size)
+        mapped = _rss_pages(mf.path)
+        assert mapped == 64
+        data = os.urandom(10 * mmap.PAGESIZE + 100)
+        mf.mm[: len(data)] = data
+        mf.wrote_position = len(data)
+        assert mf.flush(1)  # pages 0..9
+        assert _rss_pages(mf.path) == 54
+        assert mf.flush(0)  # the page being written: synced, kept
+        assert _rss_pages(mf.path) == 54
+        assert bytes(mf.mm[: len(data)]) == data
+    finally:
+        mf.close()
+
+
 def _read_around(root) -> dict:
     """How this process maps the files under *root*: name (relative) ->
     False when a fault there reads around (the default), True when the
@@ -399,9 +484,6 @@ def _read_around(root) -> dict:
             else:  # a mapping: address range, mode, offset, device, inode[, path]
                 name = head[5][len(root):] if len(head) > 5 and head[5].startswith(root) else None
     return out
-
-
-_SMAPS = pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="reads Linux's /proc/self/smaps")
 
 
 @_SMAPS

@@ -68,6 +68,7 @@ cdef extern from "_core_units/rmq_refs.h":
 
 cdef extern from "_core_units/rmq_pages.h":
     int rmq_warm_pages(unsigned char *p, size_t length) noexcept nogil
+    int rmq_release_pages(unsigned char *p, size_t length) noexcept nogil
     int rmq_sync_pages(unsigned char *p, size_t length) noexcept nogil
 
 

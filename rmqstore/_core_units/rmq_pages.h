@@ -1,6 +1,7 @@
 /*
  * rmq_pages.h - faulting a mapped file's pages in ahead of its writer
- * (warm_pages, state.pxi), and forcing a range of them to disk (sync_pages).
+ * (warm_pages, state.pxi), dropping this process's page-table entries for
+ * pages written (release_pages), and forcing a range to disk (sync_pages).
  *
  * Included by the generated rmqstore/_core.c through c_support.pxi, which
  * holds the declarations Cython sees.
@@ -53,6 +54,31 @@ static int rmq_warm_pages(unsigned char *p, size_t len) {
         }
     }
     return 0;
+}
+
+/* Drop this process's page-table entries for the whole pages inside
+   [p, p + len) of a shared mapping of a file: the bytes stay in the page
+   cache (a dirty page stays to be written back) and the next access maps
+   the page again. A sync of pages that stay mapped write-protects each one
+   as it cleans it, and each write-protect interrupts every CPU that runs a
+   thread of this process (a TLB shootdown, one per page); dropped first,
+   the pages need none, and the drop costs one for the whole range.
+   Returns 1 when done, 0 when not (not Linux, where only this advice is
+   known to keep a shared mapping's bytes; or the kernel refused: a locked
+   range). On a private mapping it would discard the bytes written: the
+   caller vouches for a shared one. */
+static int rmq_release_pages(unsigned char *p, size_t len) {
+#if defined(__linux__) && defined(MADV_DONTNEED)
+    size_t step = rmq_page_size();
+    uintptr_t a = (uintptr_t)p, lo = (a + step - 1) / step * step, hi = (a + len) / step * step;
+    if (hi <= lo)
+        return 1;
+    return madvise((void *)lo, hi - lo, MADV_DONTNEED) == 0;
+#else
+    (void)p;
+    (void)len;
+    return 0;
+#endif
 }
 
 /* Force the pages of [p, p + len) to disk and wait (msync MS_SYNC: on

@@ -50,6 +50,45 @@ def warm_pages(buf, start, end):
     return rc == 1
 
 
+def release_pages(buf, start, end):
+    """Drop this process's page-table entries for the whole pages inside
+    ``buf[start:end]``, bytes that are written and will not be written
+    again, before a sync of them: a sync write-protects each page it cleans
+    that is still mapped, which interrupts every CPU running a thread of
+    this process once per page (a TLB shootdown), a putting thread
+    included; released first, the sync cleans pages no table maps, and the
+    release costs one interruption for the whole range. The bytes stay in
+    the page cache, a dirty page stays to be written back, and the next
+    read maps the page again (a minor fault). Releases the GIL.
+
+    *buf*: an ``mmap.mmap`` shared mapping of a file (a private mapping
+    would lose the bytes written to it: the caller vouches for a shared
+    one, as ``MappedFile`` maps); *start*, *end*: byte positions, clipped
+    to it. Returns True when released, False when not (a platform other
+    than Linux, a range the kernel refused, such as a locked one; the pure
+    twin, whose ``madvise`` holds the GIL, never releases). Raises
+    TypeError for a buffer that is not an ``mmap.mmap``.
+    """
+    if not isinstance(buf, _mmap.mmap):
+        raise TypeError(f"release_pages needs a file's mmap.mmap, not {type(buf).__name__}")
+    cdef Py_ssize_t s = _idx(start), e = _idx(end)
+    cdef Py_buffer v
+    cdef int rc
+    PyObject_GetBuffer(buf, &v, PyBUF_SIMPLE)  # (held: the mapping outlives the call)
+    try:
+        if s < 0:
+            s = 0
+        if e > v.len:
+            e = v.len
+        if e <= s:
+            return True
+        with nogil:
+            rc = rmq_release_pages(<unsigned char *>v.buf + s, <size_t>(e - s))
+    finally:
+        PyBuffer_Release(&v)
+    return rc == 1
+
+
 def sync_pages(buf, start, end):
     """Force the pages holding ``buf[start:end]`` to disk and wait, releasing
     the GIL (``msync(MS_SYNC)``; on Linux the file system's sync of that

@@ -48,7 +48,7 @@ _HOMES = {
               "pull_views", "query_keyed", "read_ext", "read_keyed", "time_lookup"),
     "state": ("CommitLogBase", "ConsumeQueueBase", "IndexRegion", "IndexServiceBase", "MappedQueue",
               "MappedRegion", "ReferenceResource", "StoreCore", "StoreState", "warm_pages",
-              "sync_pages"),
+              "release_pages", "sync_pages"),
 }
 _HOME = {name: module for module, names in _HOMES.items() for name in names}
 
@@ -80,6 +80,7 @@ __all__ = [
     "StoreState",
     "StoreCore",
     "warm_pages",
+    "release_pages",
     "sync_pages",
     "java_hash",
     "index_key_hash",

@@ -69,6 +69,32 @@ def warm_pages(buf, start, end) -> bool:
     return True
 
 
+def release_pages(buf, start, end) -> bool:
+    """Drop this process's page-table entries for the whole pages inside
+    ``buf[start:end]``, bytes that are written and will not be written
+    again, before a sync of them: a sync write-protects each page it cleans
+    that is still mapped, which interrupts every CPU running a thread of
+    this process once per page (a TLB shootdown), a putting thread
+    included; released first, the sync cleans pages no table maps, and the
+    release costs one interruption for the whole range. The bytes stay in
+    the page cache, a dirty page stays to be written back, and the next
+    read maps the page again (a minor fault). Releases the GIL.
+
+    *buf*: an ``mmap.mmap`` shared mapping of a file (a private mapping
+    would lose the bytes written to it: the caller vouches for a shared
+    one, as ``MappedFile`` maps); *start*, *end*: byte positions, clipped
+    to it. Returns True when released, False when not (a platform other
+    than Linux, a range the kernel refused, such as a locked one; the pure
+    twin, whose ``madvise`` holds the GIL, never releases). Raises
+    TypeError for a buffer that is not an ``mmap.mmap``.
+    """
+    if not isinstance(buf, mmap.mmap):
+        raise TypeError(f"release_pages needs a file's mmap.mmap, not {type(buf).__name__}")
+    s, e = max(operator.index(start), 0), min(operator.index(end), len(buf))
+    page = mmap.PAGESIZE
+    return e // page * page <= -(-s // page) * page  # (no whole page inside: nothing to release)
+
+
 def sync_pages(buf, start, end) -> bool:
     """Force the pages holding ``buf[start:end]`` to disk and wait, releasing
     the GIL (``msync(MS_SYNC)``; on Linux the file system's sync of that

@@ -322,16 +322,21 @@ class IndexFile(k.IndexRegion):
         if not self.mm.closed and not self.read_only:
             self.mm.flush()
 
-    def flush_released(self) -> None:
+    def flush_released(self, full: bool = False) -> None:
         """:meth:`flush` for a service thread: on Linux through the file's
         own descriptor, whose sync releases the GIL (``mmap.flush`` holds it
         for the whole write-back, stalling every put meanwhile; Linux has
-        one page cache, so the sync covers what the mapping wrote)."""
+        one page cache, so the sync covers what the mapping wrote). *full*:
+        the file takes no more entries (a roll left it), so its pages are
+        unmapped first (``release_pages``) and the sync need not interrupt
+        a putting thread's CPU for each of them; a read maps them back."""
         if self.mm.closed or self.read_only:
             return
         if not sys.platform.startswith("linux"):
             self.mm.flush()
             return
+        if full:
+            k.release_pages(self.mm, 0, len(self.mm))
         fd = open_no_follow(self.path, os.O_RDONLY | _NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
         try:
             os.fdatasync(fd)
@@ -546,7 +551,7 @@ class IndexService(k.IndexServiceBase):
             f, end_ts = rolled[0]
             try:
                 if self.sync_rolls:
-                    f.flush_released()
+                    f.flush_released(full=True)
             except FileNotFoundError:
                 pass  # deleted by clean-up: nothing left to flush
             rolled.pop(0)

@@ -158,6 +158,8 @@ class MappedFile(MappedRegion):
         ahead stay writable, so the next puts take no page fault (a page
         written back is write-protected until written again); a complete
         flush (*least_pages* 0) or a full file syncs every appended byte.
+        The whole pages synced are unmapped first (``release_pages``): no
+        one writes them again, and a read maps them back.
         Raises OSError from the sync: the caller decides what a failure means."""
         if self._fd < 0:
             raise StoreClosedError(f"{self.path} is closed")
@@ -172,6 +174,9 @@ class MappedFile(MappedRegion):
             wrote = wrote // _OS_PAGE * _OS_PAGE
             if wrote <= flushed:  # (pages larger than 4 KiB: none whole yet)
                 return False
+        # the pages below *wrote* are written for good: unmapped first, the
+        # sync need not interrupt a putting thread's CPU for each of them
+        k.release_pages(self.mm, flushed, wrote)
         _sync(self, flushed, wrote)
         if self._rewinds == rewinds:  # else bytes below *wrote* were rewritten during the sync
             self.flushed_position = wrote
