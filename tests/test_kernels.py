@@ -436,6 +436,27 @@ def test_append_dispatch_refusals_and_errors_write_nothing(k):
     assert call(*bufs, ks=["a", "b", "c", "d"]) == 204
 
 
+def test_append_dispatch_takes_the_first_record_of_a_store_into_an_empty_index_file(k):
+    """A new store's first record (physical offset 0) and its first index
+    file (end offset 0, no entry): one call, the bytes of the three steps;
+    a file holding an entry at 0, or one whose end offset is past 0 (what
+    the file before it indexed), refuses it."""
+    args = R1_ARGS[:3] + (0,) + R1_ARGS[4:]
+    keys = ["uniq", "key1"]
+    (cl1, cq1, ix1), (cl2, cq2, ix2) = [[bytearray(2048), bytearray(200), bytearray(192)] for _ in range(2)]
+    expected = k.write_record(cl1, 300, *args)
+    k.cq_put(cq1, 0, 0, expected, 7)
+    for key in keys:  # (index_put_keys leaves a record at the end offset to the careful path)
+        assert k.index_put(ix1, 8, 6, "TopicTest#" + key, 0, args[7])
+    assert k.append_dispatch(cl2, 300, *args, cq2, 0, 7, ix2, 8, 6, "TopicTest#", keys) == expected > 0
+    assert (cl2, cq2, ix2) == (cl1, cq1, ix1)
+    assert k.append_dispatch(bytearray(2048), 300, *args, bytearray(200), 0, 7, ix2, 8, 6, "TopicTest#",
+                             keys) == 0  # its keys are there already
+    ix = bytearray(192)
+    ix[24:32] = (5).to_bytes(8, "big")  # a rolled file's header: the end offset of the file before
+    assert k.append_dispatch(bytearray(2048), 300, *args, bytearray(200), 0, 7, ix, 8, 6, "T#", keys) == 0
+
+
 
 def test_read_record(k):
     """check_record + the PHYSICALOFFSET check + decode_record, in one call."""

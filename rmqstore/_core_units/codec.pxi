@@ -486,8 +486,10 @@ def append_dispatch(
 
     Returns the record size, or 0 with nothing written when the index file
     cannot take every key or its end physical offset is at or past
-    *physical_offset* (the caller then takes the step-by-step path). Every
-    check comes first: errors (as the three kernels raise them) write nothing.
+    *physical_offset* (the caller then takes the step-by-step path), unless
+    both are 0 and the file holds no entry (a new store's first record into
+    its first index file). Every check comes first: errors (as the three
+    kernels raise them) write nothing.
     """
     cdef Rec r
     cdef Py_buffer views[4]
@@ -517,7 +519,7 @@ def append_dispatch(
             count = ld32(u + 36)
             if count <= 0:
                 count = 1
-            if r.physical_offset <= ld64(u + 24) or count + n > idx:
+            if not _index_takes_new(u, r.physical_offset) or count + n > idx:
                 return 0  # indexed already (or partly), or the file fills up: the caller's steps
         if not _get_rw(cq_buf, &cqv):
             _not_writable(cq_buf)

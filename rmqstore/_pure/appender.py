@@ -21,7 +21,7 @@ from ..format.layout import (
 )
 from .codec import _I64, _encoded_props_len, _fields, record_size, tags_hash, write_record
 from .consumequeue import _check_unit_pos, cq_put
-from .index import _check_index_buf, _check_keys, _index_count, _index_keys, index_put_keys
+from .index import _check_index_buf, _check_keys, _index_count, _index_keys, index_put
 from .message import MESSAGE_FIELDS
 from .put_path import delay_level, gets_consume_queue_unit, gets_index_entries
 from .state import StoreState
@@ -30,15 +30,29 @@ from .state import StoreState
 def _index_takes(index_buf, hash_slot_num: int, index_num: int, physical_offset: int, n_keys: int,
                  key_prefix=None, keys=None) -> bool:
     """Whether the index file in *index_buf* takes *n_keys* more entries
-    for a record at *physical_offset* (past the file's end physical
-    offset); with *keys*, first the checks a write of them needs (their
-    types, a writable buffer), which raise as ``index_put_keys`` does."""
+    for a record being appended at *physical_offset*: one past the file's
+    end physical offset (what it indexed last, or what the file before it
+    did), or the store's first record at 0 into a file with no entry yet
+    (a new store's first index file, whose end is 0 too). With *keys*,
+    first the checks a write of them needs (their types, a writable
+    buffer), which raise as ``index_put_keys`` does."""
     if keys is not None:
         _check_keys(key_prefix, keys)
         if memoryview(index_buf).readonly:
             raise TypeError(f"argument must be read-write bytes-like object, not {type(index_buf).__name__}")
     _check_index_buf(index_buf, hash_slot_num, index_num)
-    return physical_offset > _I64.unpack_from(index_buf, 24)[0] and _index_count(index_buf) + n_keys <= index_num
+    end, count = _I64.unpack_from(index_buf, 24)[0], _index_count(index_buf)
+    fresh = physical_offset == 0 and end == 0 and count <= 1
+    return (physical_offset > end or fresh) and count + n_keys <= index_num
+
+
+def _put_keys(index_buf, hash_slot_num: int, index_num: int, prefix: str, keys: list, physical_offset: int,
+              store_timestamp: int) -> None:
+    """Put ``prefix + key`` for each of *keys*, a record's, which
+    :func:`_index_takes` found the file takes (all of them fit, and none is
+    there yet: no end offset check, unlike ``index_put_keys``)."""
+    for key in keys:
+        index_put(index_buf, hash_slot_num, index_num, prefix + key, physical_offset, store_timestamp)
 
 
 def append_dispatch(
@@ -56,8 +70,10 @@ def append_dispatch(
 
     Returns the record size, or 0 with nothing written when the index file
     cannot take every key or its end physical offset is at or past
-    *physical_offset* (the caller then takes the step-by-step path). Every
-    check comes first: errors (as the three kernels raise them) write nothing.
+    *physical_offset* (the caller then takes the step-by-step path), unless
+    both are 0 and the file holds no entry (a new store's first record into
+    its first index file). Every check comes first: errors (as the three
+    kernels raise them) write nothing.
     """
     _fields(
         (queue_id, 32), (flag, 32), (queue_offset, 64), (physical_offset, 64), (sys_flag, 32),
@@ -77,7 +93,7 @@ def append_dispatch(
     )
     cq_put(cq_buf, cq_pos, physical_offset, size, tags_code)
     if index_buf is not None:
-        index_put_keys(index_buf, hash_slot_num, index_num, key_prefix, keys, physical_offset, store_timestamp)
+        _put_keys(index_buf, hash_slot_num, index_num, key_prefix, keys, physical_offset, store_timestamp)
     return size
 
 
@@ -644,8 +660,7 @@ class Appender:
             write_record(mf.mm, pos, queue_id, flag, qo, phy, sys_flag, born_ts, born_host, store_ts, store_host,
                          reconsume, prepared, body, topic_b, blob, self._append_crc)
             if index is not None:
-                index_put_keys(index.mm, index.hash_slot_num, index.index_num, key[0] + "#", index_keys, phy,
-                               store_ts)
+                _put_keys(index.mm, index.hash_slot_num, index.index_num, key[0] + "#", index_keys, phy, store_ts)
             mf.wrote_position = pos + size
         else:
             # the next queue offset is the next unit's index, as the last file's

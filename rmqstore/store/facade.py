@@ -137,6 +137,10 @@ class MessageStore(Pull):
             # whose recovery does the same again (and never cuts records
             # that validate)
             self._write_abort(abort_path)
+            # made now, as RocketMQ's store does at start, and the file system's
+            # name limits asked now: not on the time of the first put
+            os.makedirs(os.path.join(root, "consumequeue"), exist_ok=True)
+            self._name_limits()
             self.commitlog.queue.remove_junk()
             for cq in self._cqs.values():
                 cq.queue.remove_junk()
