@@ -204,6 +204,21 @@ def test_failures_before_the_first_write_change_nothing(tmp_path):
         child.wait(30)
 
 
+def test_a_file_where_the_queues_directory_goes_is_refused_before_any_write(tmp_path):
+    """The open makes ``consumequeue/`` (after its first write): a file in
+    its place is refused while the open still only reads."""
+    root = tmp_path / "s"
+    root.mkdir()
+    (root / "consumequeue").write_bytes(b"not a directory")
+    with pytest.raises(CorruptedFileError, match="ConsumeQueue directory"):
+        MessageStore.open(root, CFG)
+    assert not (root / "abort").exists() and not (root / "commitlog").exists()
+    assert (root / "consumequeue").read_bytes() == b"not a directory"
+    (root / "consumequeue").unlink()
+    with MessageStore.open(root, CFG):
+        assert (root / "consumequeue").is_dir()  # (made at open, before any put)
+
+
 def test_out_of_descriptors_while_mapping_changes_nothing(tmp_path):
     root = tmp_path / "s"
     build(root, n=60)

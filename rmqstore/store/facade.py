@@ -119,6 +119,9 @@ class MessageStore(Pull):
                 if os.path.islink(os.path.join(root, name)):  # a writer never writes through one
                     raise CorruptedFileError("a symbolic link where the store keeps a file or directory of its "
                                              "own; the store never writes through one", os.path.join(root, name))
+            queues = os.path.join(root, "consumequeue")
+            if os.path.lexists(queues) and not os.path.isdir(queues):  # (the open makes it below)
+                raise CorruptedFileError("a file where the store keeps its ConsumeQueue directory", queues)
         abort_path = os.path.join(root, "abort")
         self.last_exit_ok = not os.path.exists(abort_path)
         # read every file and decide what recovery does, writing nothing: an
