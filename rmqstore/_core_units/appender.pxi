@@ -905,7 +905,7 @@ cdef class Appender:
                 count = ld32(u + 36)
                 if count <= 0:
                     count = 1
-                if not _index_takes_new(u, phy):
+                if not _index_takes_new(u, phy, count):
                     return -1
                 used = count if now else count + self.state.pending_keys
                 if used + n_keys > self.inum:

@@ -519,7 +519,7 @@ def append_dispatch(
             count = ld32(u + 36)
             if count <= 0:
                 count = 1
-            if not _index_takes_new(u, r.physical_offset) or count + n > idx:
+            if not _index_takes_new(u, r.physical_offset, count) or count + n > idx:
                 return 0  # indexed already (or partly), or the file fills up: the caller's steps
         if not _get_rw(cq_buf, &cqv):
             _not_writable(cq_buf)

@@ -71,14 +71,15 @@ cdef inline bint _index_full(const unsigned char *b, Py_ssize_t idx) noexcept:
     return (count if count > 0 else 1) >= idx
 
 
-cdef inline bint _index_takes_new(const unsigned char *b, long long phy) noexcept:
-    """Whether the index file whose header is at *b* takes the keys of a
-    record being appended at CommitLog offset *phy*: one past the file's
-    end physical offset (what it indexed last, or what the file before it
+cdef inline bint _index_takes_new(const unsigned char *b, long long phy, int32_t count) noexcept:
+    """Whether the index file whose header is at *b* (holding *count*
+    entries plus one, as the callers read it) takes the keys of a record
+    being appended at CommitLog offset *phy*: one past the file's end
+    physical offset (what it indexed last, or what the file before it
     did), or the store's first record at 0 into a file with no entry yet
     (a new store's first index file, whose end is 0 too)."""
     cdef long long end = ld64(b + 24)
-    return phy > end or (phy == 0 and end == 0 and ld32(b + 36) <= 1)
+    return phy > end or (phy == 0 and end == 0 and count == 1)
 
 
 def index_put(buf, hash_slot_num, index_num, key, physical_offset, store_timestamp):
