@@ -86,6 +86,30 @@ def test_the_next_segment_is_made_before_the_roll_and_the_roll_takes_it(tmp_path
         assert ro.max_physical_offset == results[-1].wrote_offset + results[-1].wrote_bytes
 
 
+@pytest.mark.parametrize("warm", [True, False])
+def test_an_empty_store_has_its_first_segment_and_the_next_made_before_the_first_put(tmp_path, warm):
+    # the first put writes the first one: made at the open, it has no spare
+    # yet, and the thread would make and warm one beside the first puts
+    root = str(tmp_path / "s")
+    with MessageStore.open(root, _config(warm_maped_file_enable=warm)) as store:
+        _wait_for(lambda: len(_segments(root)) == 2)
+        made = [os.stat(os.path.join(root, "commitlog", n)).st_ino for n in _segments(root)]
+        first = _put(store, 1)[0]
+        assert first.wrote_offset == 0
+        time.sleep(0.2)
+        assert [os.stat(os.path.join(root, "commitlog", n)).st_ino for n in _segments(root)] == made
+    assert _segments(root) == [f"{0:020d}"]  # (the close deleted the spare)
+
+
+def test_a_store_closed_before_its_first_put_leaves_no_segment(tmp_path):
+    root = str(tmp_path / "s")
+    with MessageStore.open(root, _config()):
+        _wait_for(lambda: len(_segments(root)) == 2)
+    assert _segments(root) == []
+    with MessageStore.open(root, _config()) as store:
+        assert _put(store, 1)[0].wrote_offset == 0
+
+
 def test_sync_flush_with_warm_up_rolls_into_the_files_made_ahead(tmp_path):
     root = str(tmp_path / "s")
     cfg = _config(flush_disk_type="SYNC_FLUSH")
@@ -162,15 +186,15 @@ def test_a_put_makes_the_file_itself_when_the_service_cannot(tmp_path, monkeypat
         assert sum(ro.get_max_offset_in_queue("Ahead", q) for q in (0, 1)) == 2600
 
 
-def _child_puts_then_dies(root: str, n: int, w: int) -> None:
+def _child_puts_then_dies(root: str, n: int, w: int, segments: int = 3) -> None:
     try:
         store = MessageStore.open(root, _config())
         _put(store, n)
         deadline = time.monotonic() + 10
-        while len(_segments(root)) < 3 and time.monotonic() < deadline:
+        while len(_segments(root)) < segments and time.monotonic() < deadline:
             time.sleep(0.01)
         store.flush()
-        os.write(w, b"ok" if len(_segments(root)) >= 3 else b"no")
+        os.write(w, b"ok" if len(_segments(root)) >= segments else b"no")
         os.kill(os.getpid(), signal.SIGKILL)
     finally:
         os._exit(1)
@@ -203,6 +227,29 @@ def test_a_kill_with_a_file_made_ahead_but_unused_loses_nothing(tmp_path):
         end = store.max_physical_offset
         r2 = _put(store, 1, n)[0]
         assert r2.wrote_offset == end
+
+
+def test_a_kill_before_the_first_put_leaves_an_empty_store(tmp_path):
+    root = str(tmp_path / "s")
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        _child_puts_then_dies(root, 0, w, segments=2)
+    os.close(w)
+    with no_hang(60):
+        said = os.read(r, 2)
+        os.close(r)
+        _, status = os.waitpid(pid, 0)
+    assert said == b"ok" and os.WIFSIGNALED(status)
+    assert len(_segments(root)) == 2  # both made ahead, all zero
+    with MessageStore.open(root, _config(), read_only=True) as ro:
+        assert ro.max_physical_offset == 0 and ro.get_max_offset_in_queue("Ahead", 0) == 0
+    with MessageStore.open(root, _config(make_files_ahead=False)) as store:
+        assert _segments(root) == [f"{0:020d}"]  # recovery deleted the segment past the end
+        assert _put(store, 1)[0].wrote_offset == 0
+    with MessageStore.open(root, _config(), read_only=True) as ro:
+        assert _message(ro, 0, 0).keys == "k0"
 
 
 def test_a_follower_opened_before_the_first_file_reads_the_writers_records(tmp_path):

@@ -9,7 +9,9 @@ a switch to a file that exists, not a file creation on the put's path:
   keeps it, and the one after once the last is half full (RocketMQ asks for
   the next file and the one after at a roll; made half a segment early, a
   round that comes late at a roll still finds one ready, and a small store
-  keeps one spare, not two);
+  keeps one spare, not two); an empty CommitLog has two, the file the first
+  put writes and its spare, so that the first puts do not share the machine
+  with a spare being made and warmed;
 - each ConsumeQueue whose last file is half full has its next one made;
 - the index has its next file made once its last one is half full, and
   the file a roll leaves behind is flushed here, not on the put;
@@ -187,10 +189,10 @@ class AllocateService:
 
     def _ahead(self, q, always: bool) -> bool:
         """Make the next segment of *q* unless enough are made: for the
-        CommitLog (*always*, its first one included) the next, and the one
-        after once the last is half full, so that a round that comes late
-        at a roll still finds one ready; for a queue one, once its last file
-        is half full. Returns whether it made one."""
+        CommitLog (*always*) the next, and the one after once the last is
+        half full, so that a round that comes late at a roll still finds one
+        ready (an empty one: its first two); for a queue one, once its last
+        file is half full. Returns whether it made one."""
         if not self._wanted(q, always):  # (a look without the lock first: most rounds stop here)
             return False
         with self._lock:
@@ -212,8 +214,9 @@ class AllocateService:
     def _spares(q, always: bool) -> int:
         """How many spares *q* is to have now (see :meth:`_ahead`)."""
         last = q.last
-        half = last is not None and last.wrote_position >= last.file_size // 2
-        return 2 if always and half else 1
+        if last is None:  # (an empty CommitLog: its first spare is the file the first put writes)
+            return 2 if always else 1
+        return 2 if always and last.wrote_position >= last.file_size // 2 else 1
 
     @classmethod
     def _wanted(cls, q, always: bool) -> bool:
