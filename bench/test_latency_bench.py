@@ -32,3 +32,5 @@ def test_the_floor_runs_beside_a_mode(tmp_path):
         s = report[name]
         assert s["puts"] == 2000 and s["rolls"] == 0
         assert 0 < s["p50_us"] <= s["p99_us"] <= s["max_us"]
+        # each call as long as the mode's median put, at least
+        assert s["p50_us"] >= report["ahead+warm"]["p50_us"] - 0.001
