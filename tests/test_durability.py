@@ -2,6 +2,7 @@
 across processes, threads, and index rebuilds after a crash (docs/format.md#checkpoint, docs/recovery.md#flush)."""
 
 import errno
+import mmap
 import os
 import signal
 import struct
@@ -432,3 +433,52 @@ def test_recovery_writes_abort_before_touching_files(tmp_path, monkeypatch):
     with MessageStore.open(root, config=cfg) as s:
         assert not s.last_exit_ok
         assert sum(s.get_max_offset_in_queue("T", q) for q in range(4)) == 20
+
+
+class _FlushSeen(mmap.mmap):
+    """A shared mapping that counts its ``flush`` calls (a sync that holds the GIL)."""
+
+    def flush(self, *args):
+        self.flush_calls = getattr(self, "flush_calls", 0) + 1
+        return super().flush(*args)
+
+
+def test_an_index_file_flush_releases_the_gil_where_the_core_can(tmp_path, impl):
+    """``MessageStore.flush`` and close sync each index file whole: through
+    the core's ``sync_pages`` (msync, the GIL released) rather than
+    ``mmap.flush``, which would stall every other thread for the whole
+    write-back; the pure twin, which cannot, keeps ``mmap.flush``."""
+    from rmqstore.storage.index import IndexFile
+
+    f = IndexFile(str(tmp_path / "20260101000000000"), 8, 16, create=True)
+    fd = os.open(f.path, os.O_RDWR)
+    try:
+        seen = _FlushSeen(fd, len(f.mm))
+    finally:
+        os.close(fd)
+    f.close()
+    f.mm = seen
+    seen[100:104] = b"abcd"
+    f.flush()
+    assert getattr(seen, "flush_calls", 0) == (0 if impl == "cython" else 1)
+    with open(f.path, "rb") as fh:
+        fh.seek(100)
+        assert fh.read(4) == b"abcd"
+    f.close()
+    assert seen.closed
+
+
+def test_an_index_file_closed_while_another_thread_holds_its_mapping_is_left_to_it(tmp_path, impl):
+    """Clean-up or a close may unmap an index file while another thread's
+    GIL-free sync or warm-up holds its mapping: Python refuses to unmap it
+    then, and the close leaves it to that call instead of failing."""
+    from rmqstore.storage.index import IndexFile
+
+    f = IndexFile(str(tmp_path / "20260101000000000"), 8, 16, create=True)
+    held = memoryview(f.mm)  # (what a call with the GIL released holds meanwhile)
+    f.close()
+    assert not f.mm.closed
+    held.release()
+    f.close()
+    assert f.mm.closed
+    f.flush()  # (closed: nothing to sync)
