@@ -41,6 +41,11 @@ def _segments(root) -> list:
     return sorted(os.listdir(d)) if os.path.isdir(d) else []
 
 
+def _inodes(root) -> list:
+    """The CommitLog segments' inodes, in offset order (a file made again has another)."""
+    return [os.stat(os.path.join(root, "commitlog", n)).st_ino for n in _segments(root)]
+
+
 def _wait_for(pred, seconds: float = 10.0) -> None:
     deadline = time.monotonic() + seconds
     while not pred():
@@ -93,11 +98,11 @@ def test_an_empty_store_has_its_first_segment_and_the_next_made_before_the_first
     root = str(tmp_path / "s")
     with MessageStore.open(root, _config(warm_maped_file_enable=warm)) as store:
         _wait_for(lambda: len(_segments(root)) == 2)
-        made = [os.stat(os.path.join(root, "commitlog", n)).st_ino for n in _segments(root)]
+        made = _inodes(root)
         first = _put(store, 1)[0]
         assert first.wrote_offset == 0
         time.sleep(0.2)
-        assert [os.stat(os.path.join(root, "commitlog", n)).st_ino for n in _segments(root)] == made
+        assert _inodes(root) == made
     assert _segments(root) == [f"{0:020d}"]  # (the close deleted the spare)
 
 
@@ -200,20 +205,26 @@ def _child_puts_then_dies(root: str, n: int, w: int, segments: int = 3) -> None:
         os._exit(1)
 
 
-def test_a_kill_with_a_file_made_ahead_but_unused_loses_nothing(tmp_path):
-    root = str(tmp_path / "s")
-    n = 1500  # past half of segment 0: the next two are made
+def _killed_after_puts(root: str, n: int, segments: int = 3) -> None:
+    """A child process puts *n* messages, waits for *segments* CommitLog
+    segments, flushes and is killed (-9); returns once it is gone."""
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:
         os.close(r)
-        _child_puts_then_dies(root, n, w)
+        _child_puts_then_dies(root, n, w, segments)
     os.close(w)
     with no_hang(60):
         said = os.read(r, 2)
         os.close(r)
         _, status = os.waitpid(pid, 0)
     assert said == b"ok" and os.WIFSIGNALED(status)
+
+
+def test_a_kill_with_a_file_made_ahead_but_unused_loses_nothing(tmp_path):
+    root = str(tmp_path / "s")
+    n = 1500  # past half of segment 0: the next two are made
+    _killed_after_puts(root, n)
     assert len(_segments(root)) == 3  # the files made ahead survived the kill, all zero
     assert os.path.exists(os.path.join(root, "abort"))
     with MessageStore.open(root, _config(), read_only=True) as ro:  # a reader before any writer: same answer
@@ -231,17 +242,7 @@ def test_a_kill_with_a_file_made_ahead_but_unused_loses_nothing(tmp_path):
 
 def test_a_kill_before_the_first_put_leaves_an_empty_store(tmp_path):
     root = str(tmp_path / "s")
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.close(r)
-        _child_puts_then_dies(root, 0, w, segments=2)
-    os.close(w)
-    with no_hang(60):
-        said = os.read(r, 2)
-        os.close(r)
-        _, status = os.waitpid(pid, 0)
-    assert said == b"ok" and os.WIFSIGNALED(status)
+    _killed_after_puts(root, 0, segments=2)
     assert len(_segments(root)) == 2  # both made ahead, all zero
     with MessageStore.open(root, _config(), read_only=True) as ro:
         assert ro.max_physical_offset == 0 and ro.get_max_offset_in_queue("Ahead", 0) == 0
